@@ -1,0 +1,131 @@
+//! The per-request record: the JSONL schema, one line per request, written by `serve` and read by
+//! the offline commands. Additive changes only; the README documents every field.
+
+use serde::{Deserialize, Serialize};
+
+/// How a request ended. A closed set: it becomes a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Upstream answered < 400 and the body ended cleanly (`[DONE]` seen for a stream).
+    Ok,
+    /// Upstream answered with status ≥ 400 (passed through verbatim).
+    UpstreamError,
+    /// Status 200, but the stream carried an in-band `{"error": …}` event.
+    StreamError,
+    /// An SSE stream that ended cleanly without `[DONE]` and without an error event.
+    Incomplete,
+    /// The upstream connection broke mid-body (the client's stream was cut the same way).
+    UpstreamReset,
+    /// The upstream could not be reached (502 to the client).
+    ConnectError,
+    /// A timeout fired: connect/first byte (504 to the client) or idle/total (stream cut).
+    Timeout,
+    /// The client went away before the end; the upstream request was dropped at once.
+    ClientCancelled,
+    /// Refused by tokentap itself (413, 400, 404, 503), never sent upstream.
+    Rejected,
+    /// Still streaming when the shutdown grace period ran out.
+    ShutdownCut,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::StreamError => "stream_error",
+            Outcome::Incomplete => "incomplete",
+            Outcome::UpstreamReset => "upstream_reset",
+            Outcome::ConnectError => "connect_error",
+            Outcome::Timeout => "timeout",
+            Outcome::ClientCancelled => "client_cancelled",
+            Outcome::Rejected => "rejected",
+            Outcome::ShutdownCut => "shutdown_cut",
+        }
+    }
+}
+
+/// Where `output_tokens` came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokensSource {
+    /// `usage.completion_tokens` reported by the upstream.
+    Usage,
+    /// The count of content events: a lower bound.
+    Events,
+}
+
+/// Experiment membership (filled by experiment modes; `null` otherwise).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Experiment {
+    pub arm: String,
+    pub pair_id: Option<String>,
+}
+
+/// One request, as measured. Durations are milliseconds from `t0` (the request head received),
+/// on a monotonic clock; `ts` is the wall-clock time of `t0`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// RFC 3339 wall-clock time the request head arrived.
+    pub ts: String,
+    pub id: String,
+    pub route: String,
+    pub experiment: Option<Experiment>,
+    pub method: String,
+    /// Request path without the query string, as the client sent it.
+    pub endpoint: String,
+    /// Model the client asked for.
+    pub model: Option<String>,
+    /// Model sent upstream, when the route's model map rewrote it.
+    pub upstream_model: Option<String>,
+    /// `sha256:<hex>` of the client's key, or its configured alias. Never the key.
+    pub key_id: Option<String>,
+    pub stream: bool,
+    /// Status the client received (0 when none was sent).
+    pub status: u16,
+    pub outcome: Outcome,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub tokens_source: Option<TokensSource>,
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: f64,
+    pub itl_p50_ms: Option<f64>,
+    pub itl_p99_ms: Option<f64>,
+    pub itl_max_ms: Option<f64>,
+    /// Request body fully read (the proxy's own share before the upstream sees anything).
+    pub body_read_ms: Option<f64>,
+    pub upstream_headers_ms: Option<f64>,
+    pub first_byte_ms: Option<f64>,
+    /// First SSE event of any kind (e.g. the role-only chunk), beside the first token.
+    pub first_event_ms: Option<f64>,
+    pub last_token_ms: Option<f64>,
+    /// Requests in flight on this route when this one was admitted, itself included.
+    pub in_flight: u64,
+    pub max_tokens: Option<u64>,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+    /// SSE `data:` events seen (including `[DONE]`).
+    pub events: u64,
+    pub content_events: u64,
+    /// Whether `data: [DONE]` was seen (streams only).
+    pub done: Option<bool>,
+    /// Prompt-shape bucket from observed token counts: `long-short`, `balanced`, `short-long`,
+    /// `other`; null when token counts are unknown.
+    pub bucket: Option<String>,
+    /// Events that were not readable JSON (forwarded regardless).
+    pub parse_errors: u64,
+    /// Events over `limits.max_sse_event_bytes` (forwarded, not measured).
+    pub oversize_events: u64,
+    /// vLLM `--enable-per-request-metrics`: engine queue time.
+    pub engine_queue_ms: Option<f64>,
+    /// vLLM `--enable-per-request-metrics`: scheduled → first token (engine prefill).
+    pub engine_ttft_ms: Option<f64>,
+    /// vLLM `--enable-per-request-metrics`: first → last token.
+    pub engine_decode_ms: Option<f64>,
+    /// LiteLLM's own estimate of its overhead (`x-litellm-overhead-duration-ms`).
+    pub gateway_overhead_ms: Option<f64>,
+    /// What went wrong, without secrets: an error kind, never an upstream message.
+    pub error: Option<String>,
+}

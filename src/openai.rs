@@ -1,0 +1,340 @@
+//! Lenient, read-only views of OpenAI-compatible requests and stream chunks.
+//!
+//! Nothing here re-serializes what it reads: the proxy forwards the original bytes. Every field is
+//! taken as raw JSON and interpreted on its own, so one odd field (a string where a number was
+//! expected) loses that field, not the whole event. The only write is [`rewrite_model`], which
+//! splices one top-level string and leaves every other byte as it was.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// What the proxy learns from a request body. All fields are optional: a body that is not JSON
+/// yields the default and is forwarded anyway.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RequestInfo {
+    pub model: Option<String>,
+    pub stream: bool,
+    /// `max_completion_tokens` when present, else `max_tokens`.
+    pub max_tokens: Option<u64>,
+    pub include_usage: bool,
+}
+
+#[derive(Deserialize)]
+struct RawRequest<'a> {
+    #[serde(borrow)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow)]
+    max_tokens: Option<&'a RawValue>,
+    #[serde(borrow)]
+    max_completion_tokens: Option<&'a RawValue>,
+    #[serde(borrow)]
+    stream_options: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawStreamOptions {
+    include_usage: Option<bool>,
+}
+
+fn raw_as<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<T> {
+    raw.and_then(|r| serde_json::from_str(r.get()).ok())
+}
+
+/// Peek at a request body. Never fails: what cannot be read is left out.
+pub fn peek_request(body: &[u8]) -> RequestInfo {
+    let Ok(raw) = serde_json::from_slice::<RawRequest<'_>>(body) else {
+        return RequestInfo::default();
+    };
+    let model: Option<Cow<'_, str>> = raw_as(raw.model);
+    let max_completion: Option<u64> = raw_as(raw.max_completion_tokens);
+    let opts: Option<RawStreamOptions> = raw_as(raw.stream_options);
+    RequestInfo {
+        model: model.map(Cow::into_owned),
+        stream: raw_as(raw.stream).unwrap_or(false),
+        max_tokens: max_completion.or_else(|| raw_as(raw.max_tokens)),
+        include_usage: opts.and_then(|o| o.include_usage).unwrap_or(false),
+    }
+}
+
+/// Replace the top-level `"model"` string of a JSON object with `new_model`, leaving every other
+/// byte untouched. Returns `None` when the body has no top-level string `model`.
+pub fn rewrite_model(body: &[u8], new_model: &str) -> Option<Vec<u8>> {
+    let (start, end) = top_level_string_span(body, b"model")?;
+    let quoted = serde_json::to_string(new_model).ok()?;
+    let mut out = Vec::with_capacity(body.len() + quoted.len());
+    out.extend_from_slice(&body[..start]);
+    out.extend_from_slice(quoted.as_bytes());
+    out.extend_from_slice(&body[end..]);
+    Some(out)
+}
+
+/// Byte span (quotes included) of the string value of top-level key `key` in a JSON object.
+fn top_level_string_span(body: &[u8], key: &[u8]) -> Option<(usize, usize)> {
+    let mut i = skip_ws(body, 0);
+    if body.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    loop {
+        i = skip_ws(body, i);
+        match body.get(i)? {
+            b'}' => return None,
+            b',' => {
+                i += 1;
+                continue;
+            }
+            b'"' => {}
+            _ => return None,
+        }
+        let key_end = string_end(body, i)?;
+        let this_key = &body[i + 1..key_end - 1];
+        i = skip_ws(body, key_end);
+        if body.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(body, i + 1);
+        let value_end = value_end(body, i)?;
+        if this_key == key && body.get(i) == Some(&b'"') {
+            return Some((i, value_end));
+        }
+        i = value_end;
+    }
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// Index just past the closing quote of the string starting at `i`.
+fn string_end(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    loop {
+        match b.get(j)? {
+            b'\\' => j += 2,
+            b'"' => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
+}
+
+/// Index just past the JSON value starting at `i` (strings, nesting and scalars).
+fn value_end(b: &[u8], i: usize) -> Option<usize> {
+    match b.get(i)? {
+        b'"' => string_end(b, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match b.get(j)? {
+                    b'"' => {
+                        j = string_end(b, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            let mut j = i;
+            while !matches!(
+                b.get(j),
+                None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+            ) {
+                j += 1;
+            }
+            (j > i).then_some(j)
+        }
+    }
+}
+
+/// Token usage as an engine reports it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+}
+
+/// Per-request server timings vLLM attaches to the final usage chunk (`metrics`) when it runs with
+/// `--enable-per-request-metrics`. Milliseconds, as vLLM reports them.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct ServerTimings {
+    /// Waiting in the engine's queue (queued → scheduled).
+    pub queue_ms: Option<f64>,
+    /// Scheduled → first token: the engine's prefill.
+    pub ttft_ms: Option<f64>,
+    /// First → last token: the decode.
+    pub generation_ms: Option<f64>,
+    pub mean_itl_ms: Option<f64>,
+}
+
+impl ServerTimings {
+    pub fn is_empty(&self) -> bool {
+        *self == ServerTimings::default()
+    }
+}
+
+/// What one SSE `data:` payload (or one non-streaming JSON body) says.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ChunkInfo {
+    /// Carries generated output (content, reasoning, tool call or completion text).
+    pub content: bool,
+    pub usage: Option<Usage>,
+    /// An in-band error object: its `type` and `code`, never its message (it can echo a key).
+    pub error: Option<String>,
+    pub timings: ServerTimings,
+}
+
+#[derive(Deserialize)]
+struct RawChunk<'a> {
+    #[serde(borrow)]
+    choices: Option<Vec<RawChoice<'a>>>,
+    usage: Option<RawUsage>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    metrics: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawChoice<'a> {
+    #[serde(borrow)]
+    delta: Option<RawDelta<'a>>,
+    #[serde(borrow)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow)]
+    message: Option<RawDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawDelta<'a> {
+    #[serde(borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow)]
+    reasoning_content: Option<&'a RawValue>,
+    #[serde(borrow)]
+    reasoning: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tool_calls: Option<&'a RawValue>,
+    #[serde(borrow)]
+    function_call: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawUsage {
+    #[serde(default, deserialize_with = "lenient_u64")]
+    prompt_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "lenient_u64")]
+    completion_tokens: Option<u64>,
+}
+
+fn lenient_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v = <Option<&RawValue>>::deserialize(d)?;
+    Ok(raw_as(v))
+}
+
+/// A JSON string that is not `""`, or a non-empty array / object.
+fn non_empty(raw: Option<&RawValue>) -> bool {
+    match raw.map(|r| r.get().trim()) {
+        None | Some("null" | "\"\"" | "[]" | "{}") => false,
+        Some(s) => !s.is_empty(),
+    }
+}
+
+fn delta_has_output(d: &RawDelta<'_>) -> bool {
+    non_empty(d.content)
+        || non_empty(d.reasoning_content)
+        || non_empty(d.reasoning)
+        || non_empty(d.tool_calls)
+        || non_empty(d.function_call)
+}
+
+/// Interpret one JSON payload. `Err` means it is not a JSON object we can read (counted as a
+/// parse error by the caller; the bytes were forwarded regardless).
+pub fn inspect_chunk(payload: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
+    let raw: RawChunk<'_> = serde_json::from_slice(payload)?;
+    let content = raw.choices.as_deref().unwrap_or_default().iter().any(|c| {
+        c.delta.as_ref().is_some_and(delta_has_output)
+            || non_empty(c.text)
+            || c.message.as_ref().is_some_and(delta_has_output)
+    });
+    Ok(ChunkInfo {
+        content,
+        usage: raw.usage.map(|u| Usage {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+        }),
+        error: raw.error.map(|e| describe_error(e.get())),
+        timings: raw
+            .metrics
+            .map(|m| server_timings(m.get()))
+            .unwrap_or_default(),
+    })
+}
+
+#[derive(Deserialize)]
+struct RawError<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow)]
+    code: Option<&'a RawValue>,
+}
+
+/// `type=…,code=…` of an OpenAI-shaped error object; the message is deliberately left out.
+pub fn describe_error(error_json: &str) -> String {
+    let parsed: Option<RawError<'_>> = serde_json::from_str(error_json).ok();
+    let field = |r: Option<&RawValue>| -> String {
+        match r.map(|r| r.get()) {
+            None | Some("null") => "-".to_owned(),
+            Some(s) => s
+                .trim_matches('"')
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(64)
+                .collect(),
+        }
+    };
+    match parsed {
+        Some(e) => format!("type={},code={}", field(e.kind), field(e.code)),
+        None => "error".to_owned(),
+    }
+}
+
+/// Read vLLM's per-request server timings (`PerRequestMetrics` in vLLM's protocol).
+fn server_timings(json: &str) -> ServerTimings {
+    #[derive(Deserialize)]
+    struct RawTimings<'a> {
+        #[serde(borrow)]
+        queue_time_ms: Option<&'a RawValue>,
+        #[serde(borrow)]
+        time_to_first_token_ms: Option<&'a RawValue>,
+        #[serde(borrow)]
+        generation_time_ms: Option<&'a RawValue>,
+        #[serde(borrow)]
+        mean_itl_ms: Option<&'a RawValue>,
+    }
+    let ms = |r: Option<&RawValue>| raw_as::<f64>(r).filter(|v| v.is_finite() && *v >= 0.0);
+    match serde_json::from_str::<RawTimings<'_>>(json) {
+        Ok(t) => ServerTimings {
+            queue_ms: ms(t.queue_time_ms),
+            ttft_ms: ms(t.time_to_first_token_ms),
+            generation_ms: ms(t.generation_time_ms),
+            mean_itl_ms: ms(t.mean_itl_ms),
+        },
+        Err(_) => ServerTimings::default(),
+    }
+}

@@ -1,0 +1,89 @@
+//! Responses tokentap makes itself, in OpenAI's error shape:
+//! `{"error":{"message","type","param":null,"code"}}`. Messages are fixed texts plus error
+//! kinds — never a header value, a key or a request body.
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::Full;
+
+use crate::meter::Outcome;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("request body is larger than the limit of {0} bytes")]
+    BodyTooLarge(usize),
+    #[error("request body could not be read")]
+    BodyRead,
+    #[error("no route for this path")]
+    NoRoute,
+    #[error("tokentap is at its concurrent request limit ({0}); retry later")]
+    Overloaded(usize),
+    #[error("the request could not be forwarded: {0}")]
+    BadRequest(&'static str),
+    #[error("upstream {0} unreachable: {1}")]
+    Connect(String, String),
+    #[error("upstream {0} failed before responding: {1}")]
+    Upstream(String, String),
+    #[error("upstream {0} did not respond within {1} ms")]
+    Timeout(String, u128),
+}
+
+impl ProxyError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::BodyRead | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::NoRoute => StatusCode::NOT_FOUND,
+            ProxyError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::Connect(..) | ProxyError::Upstream(..) => StatusCode::BAD_GATEWAY,
+            ProxyError::Timeout(..) => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            ProxyError::Connect(..) => Outcome::ConnectError,
+            ProxyError::Upstream(..) => Outcome::UpstreamReset,
+            ProxyError::Timeout(..) => Outcome::Timeout,
+            _ => Outcome::Rejected,
+        }
+    }
+
+    fn kind(&self) -> (&'static str, &'static str) {
+        match self {
+            ProxyError::BodyTooLarge(_) => ("invalid_request_error", "request_too_large"),
+            ProxyError::BodyRead => ("invalid_request_error", "bad_request_body"),
+            ProxyError::BadRequest(_) => ("invalid_request_error", "bad_request"),
+            ProxyError::NoRoute => ("invalid_request_error", "no_route"),
+            ProxyError::Overloaded(_) => ("server_error", "overloaded"),
+            ProxyError::Connect(..) => ("upstream_error", "upstream_unreachable"),
+            ProxyError::Upstream(..) => ("upstream_error", "upstream_failed"),
+            ProxyError::Timeout(..) => ("upstream_error", "upstream_timeout"),
+        }
+    }
+
+    /// Short, secret-free text for the record's `error` field.
+    pub fn record_text(&self) -> String {
+        format!("tokentap: {}", self.kind().1)
+    }
+
+    pub fn to_response(&self) -> Response<Full<Bytes>> {
+        let (kind, code) = self.kind();
+        let body = serde_json::json!({
+            "error": {"message": self.to_string(), "type": kind, "param": null, "code": code}
+        });
+        let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+        *resp.status_mut() = self.status();
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        if matches!(self, ProxyError::Overloaded(_)) {
+            resp.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+        }
+        resp
+    }
+}

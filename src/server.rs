@@ -1,0 +1,153 @@
+//! The client-facing listener: accept loop, optional TLS, HTTP/1.1 and HTTP/2 on one port,
+//! graceful drain. Takes a bound listener and a shutdown future (tests bind 127.0.0.1:0).
+//!
+//! On shutdown: stop accepting, let in-flight requests finish for the grace period, then cut
+//! what is left — each cut stream is still recorded (`shutdown_cut`).
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::TlsFiles;
+use crate::proxy::{Proxy, State};
+
+/// Slow clients get this long to send a request head (slowloris).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}: {message}")]
+    File { path: String, message: String },
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// Build the TLS acceptor for the listener (ALPN: h2, http/1.1).
+pub fn tls_acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
+    let file_err = |p: &Path, m: String| TlsError::File {
+        path: p.display().to_string(),
+        message: m,
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| file_err(&files.cert, e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| file_err(&files.cert, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(file_err(&files.cert, "no PEM certificate found".into()));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| file_err(&files.key, e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(cfg)))
+}
+
+fn builder() -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(256 * 1024);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(1024)
+        .max_pending_accept_reset_streams(Some(64))
+        .max_local_error_reset_streams(Some(256))
+        .max_header_list_size(256 * 1024)
+        .keep_alive_interval(Some(Duration::from_secs(30)));
+    b
+}
+
+/// Serve until `shutdown` resolves, then drain for `grace` and cut what is left.
+pub async fn run(
+    listener: TcpListener,
+    state: Arc<State>,
+    tls: Option<TlsAcceptor>,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+) {
+    let builder = Arc::new(builder());
+    let graceful = GracefulShutdown::new();
+    let mut conns = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        while conns.try_join_next().is_some() {}
+        let (stream, _peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(Proxy(state.clone()));
+        let builder = builder.clone();
+        match &tls {
+            None => {
+                let conn = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .into_owned();
+                let conn = graceful.watch(conn);
+                conns.spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            Some(acceptor) => {
+                // The handshake runs in the connection's task so a slow one blocks nobody; it
+                // is watched for shutdown once it is an HTTP connection.
+                let acceptor = acceptor.clone();
+                let watcher = graceful.watcher();
+                conns.spawn(async move {
+                    let tls =
+                        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                            .await
+                        {
+                            Ok(Ok(s)) => s,
+                            _ => return,
+                        };
+                    let conn = builder
+                        .serve_connection(TokioIo::new(tls), service)
+                        .into_owned();
+                    let _ = watcher.watch(conn).await;
+                });
+            }
+        }
+    }
+    drop(listener);
+    tracing::info!(
+        grace_ms = grace.as_millis() as u64,
+        "shutting down: draining in-flight requests"
+    );
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(grace) => {
+            tracing::warn!("shutdown grace period over: cutting the remaining streams");
+            state.sink.shutdown_cut.store(true, Ordering::Relaxed);
+        }
+    }
+    // Connections still open are cut here; dropping them finalizes their requests.
+    conns.abort_all();
+    while conns.join_next().await.is_some() {}
+}

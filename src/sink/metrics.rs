@@ -1,0 +1,282 @@
+//! Prometheus metrics: every name, description, unit and bucket list is declared here, once.
+//!
+//! Each server instance owns its own recorder (no process-global state), so several proxies in
+//! one process — the demo, the tests — never mix their numbers. Labels come from closed sets or
+//! capped sets: at most `limits.max_key_labels` keys and `limits.max_model_labels` models get
+//! their own label value, the rest are `other`. No label is ever a raw request string.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+
+use crate::config::Config;
+use crate::meter::RequestRecord;
+
+pub const REQUESTS: &str = "tokentap_requests_total";
+pub const TTFT: &str = "tokentap_time_to_first_token_seconds";
+pub const TPOT: &str = "tokentap_time_per_output_token_seconds";
+pub const ITL: &str = "tokentap_inter_token_latency_seconds";
+pub const E2E: &str = "tokentap_e2e_request_latency_seconds";
+pub const UPSTREAM_HEADERS: &str = "tokentap_upstream_headers_seconds";
+pub const INPUT_TOKENS: &str = "tokentap_input_tokens_total";
+pub const OUTPUT_TOKENS: &str = "tokentap_output_tokens_total";
+pub const IN_FLIGHT: &str = "tokentap_in_flight_requests";
+pub const RECORDS_DROPPED: &str = "tokentap_records_dropped_total";
+pub const LOG_WRITE_ERRORS: &str = "tokentap_log_write_errors_total";
+pub const PARSE_ERRORS: &str = "tokentap_sse_parse_errors_total";
+pub const OVERSIZE_EVENTS: &str = "tokentap_sse_oversize_events_total";
+
+/// Latency buckets (seconds) for TTFT, E2E and header time: every SLO threshold of the write-up
+/// (0.1, 0.2, 0.5, 1 s) is an edge, and steps of 10–20 ms below 0.2 s tell 80 ms from 120 ms.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.11, 0.12, 0.14, 0.16, 0.18,
+    0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 7.5,
+    10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// Per-token buckets (seconds) for TPOT and ITL. Edges at the tok/s thresholds: 1/90 s and
+/// 1/60 s (interactive coding), 1/6 s (reading speed).
+pub const TOKEN_BUCKETS: &[f64] = &[
+    0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.011_111, 0.0125, 0.015, 0.016_667, 0.02,
+    0.025, 0.03, 0.035, 0.04, 0.05, 0.06, 0.075, 0.1, 0.125, 0.15, 0.166_667, 0.2, 0.3, 0.5, 1.0,
+    2.5, 5.0,
+];
+
+/// A capped set of label values: the first `cap` distinct values pass, the rest are `other`.
+struct Capped {
+    cap: usize,
+    seen: Mutex<HashSet<String>>,
+}
+
+impl Capped {
+    fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            seen: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn label(&self, v: Option<&str>) -> String {
+        let Some(v) = v else { return "none".into() };
+        let Ok(mut seen) = self.seen.lock() else {
+            return "other".into();
+        };
+        if seen.contains(v) {
+            return v.to_owned();
+        }
+        if seen.len() < self.cap {
+            seen.insert(v.to_owned());
+            return v.to_owned();
+        }
+        "other".into()
+    }
+}
+
+pub struct Metrics {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    keys: Capped,
+    models: Capped,
+}
+
+static META: Metadata<'static> = Metadata::new(module_path!(), metrics::Level::INFO, None);
+
+fn status_class(status: u16) -> &'static str {
+    match status {
+        0 => "none",
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+impl Metrics {
+    pub fn new(config: &Config) -> Result<Self, metrics_exporter_prometheus::BuildError> {
+        let mut builder = PrometheusBuilder::new();
+        for (names, buckets) in [
+            (&[TTFT, E2E, UPSTREAM_HEADERS][..], LATENCY_BUCKETS),
+            (&[TPOT, ITL][..], TOKEN_BUCKETS),
+        ] {
+            for name in names {
+                builder = builder.set_buckets_for_metric(Matcher::Full((*name).into()), buckets)?;
+            }
+        }
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        let describe = |name: &'static str, unit: Option<Unit>, text: &'static str, kind: char| {
+            let (n, t) = (KeyName::from_const_str(name), SharedString::const_str(text));
+            match kind {
+                'c' => recorder.describe_counter(n, unit, t),
+                'g' => recorder.describe_gauge(n, unit, t),
+                _ => recorder.describe_histogram(n, unit, t),
+            }
+        };
+        describe(
+            REQUESTS,
+            None,
+            "Requests finished, by outcome and status class.",
+            'c',
+        );
+        describe(
+            TTFT,
+            Some(Unit::Seconds),
+            "Time to first content token, from the request head (streams only).",
+            'h',
+        );
+        describe(
+            TPOT,
+            Some(Unit::Seconds),
+            "Time per output token after the first: (E2E - TTFT) / (tokens - 1).",
+            'h',
+        );
+        describe(
+            ITL,
+            Some(Unit::Seconds),
+            "Gap between consecutive content events.",
+            'h',
+        );
+        describe(
+            E2E,
+            Some(Unit::Seconds),
+            "Request head to end of response.",
+            'h',
+        );
+        describe(
+            UPSTREAM_HEADERS,
+            Some(Unit::Seconds),
+            "Request head to upstream response headers.",
+            'h',
+        );
+        describe(
+            INPUT_TOKENS,
+            None,
+            "Prompt tokens reported by the upstream (usage).",
+            'c',
+        );
+        describe(
+            OUTPUT_TOKENS,
+            None,
+            "Output tokens (usage, else content events).",
+            'c',
+        );
+        describe(IN_FLIGHT, None, "Requests in flight per route.", 'g');
+        describe(
+            RECORDS_DROPPED,
+            None,
+            "Records dropped because the log queue was full.",
+            'c',
+        );
+        describe(
+            LOG_WRITE_ERRORS,
+            None,
+            "Failed writes of the request log.",
+            'c',
+        );
+        describe(
+            PARSE_ERRORS,
+            None,
+            "SSE events that were not readable JSON (forwarded regardless).",
+            'c',
+        );
+        describe(
+            OVERSIZE_EVENTS,
+            None,
+            "SSE events over the size bound (forwarded, not measured).",
+            'c',
+        );
+        Ok(Self {
+            recorder,
+            handle,
+            keys: Capped::new(config.limits.max_key_labels),
+            models: Capped::new(config.limits.max_model_labels),
+        })
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        self.handle.run_upkeep();
+        self.handle.render()
+    }
+
+    pub fn run_upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
+    fn key(name: &'static str, labels: Vec<Label>) -> Key {
+        Key::from_parts(name, labels)
+    }
+
+    pub fn set_in_flight(&self, route: &str, n: u64) {
+        let k = Self::key(IN_FLIGHT, vec![Label::new("route", route.to_owned())]);
+        self.recorder.register_gauge(&k, &META).set(n as f64);
+    }
+
+    /// Bring the log counters (kept as atomics by the sink and the writer) into the exposition.
+    pub fn sync_counters(&self, dropped: u64, write_errors: u64) {
+        let r = &self.recorder;
+        r.register_counter(&Self::key(RECORDS_DROPPED, vec![]), &META)
+            .absolute(dropped);
+        r.register_counter(&Self::key(LOG_WRITE_ERRORS, vec![]), &META)
+            .absolute(write_errors);
+    }
+
+    /// Feed one finished request.
+    pub fn observe(&self, rec: &RequestRecord, itl_us: &[u32]) {
+        let route = Label::new("route", rec.route.clone());
+        let model = Label::new("model", self.models.label(rec.model.as_deref()));
+        let key = Label::new("key", self.keys.label(rec.key_id.as_deref()));
+        let rmk = || vec![route.clone(), model.clone(), key.clone()];
+        let r = &self.recorder;
+
+        let mut l = rmk();
+        l.push(Label::new("outcome", rec.outcome.as_str()));
+        l.push(Label::new("status_class", status_class(rec.status)));
+        r.register_counter(&Self::key(REQUESTS, l), &META)
+            .increment(1);
+
+        if let Some(v) = rec.ttft_ms {
+            r.register_histogram(&Self::key(TTFT, rmk()), &META)
+                .record(v / 1000.0);
+        }
+        if let Some(v) = rec.tpot_ms {
+            r.register_histogram(&Self::key(TPOT, rmk()), &META)
+                .record(v / 1000.0);
+        }
+        r.register_histogram(&Self::key(E2E, rmk()), &META)
+            .record(rec.e2e_ms / 1000.0);
+        if let Some(v) = rec.upstream_headers_ms {
+            let l = vec![route.clone(), model.clone()];
+            r.register_histogram(&Self::key(UPSTREAM_HEADERS, l), &META)
+                .record(v / 1000.0);
+        }
+        if !itl_us.is_empty() {
+            let h =
+                r.register_histogram(&Self::key(ITL, vec![route.clone(), model.clone()]), &META);
+            for gap in itl_us {
+                h.record(f64::from(*gap) / 1e6);
+            }
+        }
+        if let Some(n) = rec.input_tokens {
+            r.register_counter(&Self::key(INPUT_TOKENS, rmk()), &META)
+                .increment(n);
+        }
+        if let Some(n) = rec.output_tokens {
+            r.register_counter(&Self::key(OUTPUT_TOKENS, rmk()), &META)
+                .increment(n);
+        }
+        if rec.parse_errors > 0 {
+            r.register_counter(&Self::key(PARSE_ERRORS, vec![route.clone()]), &META)
+                .increment(rec.parse_errors);
+        }
+        if rec.oversize_events > 0 {
+            r.register_counter(&Self::key(OVERSIZE_EVENTS, vec![route]), &META)
+                .increment(rec.oversize_events);
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Live per-route percentiles for `/stats`, from HDR histograms (microseconds, 3 significant
+//! digits) fed by finished requests. Cumulative since start; the JSONL log is the source of truth.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::meter::{Outcome, RequestRecord};
+
+struct RouteHists {
+    name: String,
+    ttft: Histogram<u64>,
+    tpot: Histogram<u64>,
+    itl: Histogram<u64>,
+    e2e: Histogram<u64>,
+    outcomes: BTreeMap<&'static str, u64>,
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+fn hist() -> Histogram<u64> {
+    // Auto-resizing, 3 significant digits: values are never dropped for being out of range.
+    match Histogram::<u64>::new(3) {
+        Ok(h) => h,
+        Err(e) => unreachable!("3 significant digits is a valid precision: {e}"),
+    }
+}
+
+pub struct Stats {
+    routes: Vec<Mutex<RouteHists>>,
+}
+
+#[derive(Debug, Serialize, serde::Deserialize, PartialEq)]
+pub struct Summary {
+    pub count: u64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct RouteStats {
+    pub requests: u64,
+    pub outcomes: BTreeMap<String, u64>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub ttft_ms: Option<Summary>,
+    pub tpot_ms: Option<Summary>,
+    pub itl_ms: Option<Summary>,
+    pub e2e_ms: Option<Summary>,
+}
+
+fn summary(h: &Histogram<u64>) -> Option<Summary> {
+    if h.is_empty() {
+        return None;
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    Some(Summary {
+        count: h.len(),
+        p50: ms(h.value_at_quantile(0.50)),
+        p95: ms(h.value_at_quantile(0.95)),
+        p99: ms(h.value_at_quantile(0.99)),
+        max: ms(h.max()),
+    })
+}
+
+impl Stats {
+    pub fn new(route_names: impl Iterator<Item = String>) -> Self {
+        let routes = route_names
+            .map(|name| {
+                Mutex::new(RouteHists {
+                    name,
+                    ttft: hist(),
+                    tpot: hist(),
+                    itl: hist(),
+                    e2e: hist(),
+                    outcomes: BTreeMap::new(),
+                    input_tokens: 0,
+                    output_tokens: 0,
+                })
+            })
+            .collect();
+        Self { routes }
+    }
+
+    pub fn observe(&self, route: usize, rec: &RequestRecord, itl_us: &[u32]) {
+        let Some(Ok(mut h)) = self.routes.get(route).map(|m| m.lock()) else {
+            return;
+        };
+        let us = |ms: f64| (ms * 1000.0).round().max(1.0) as u64;
+        // Latency distributions describe served requests, not refusals.
+        if rec.outcome != Outcome::Rejected {
+            if let Some(v) = rec.ttft_ms {
+                let _ = h.ttft.record(us(v));
+            }
+            if let Some(v) = rec.tpot_ms {
+                let _ = h.tpot.record(us(v));
+            }
+            let _ = h.e2e.record(us(rec.e2e_ms));
+            for gap in itl_us {
+                let _ = h.itl.record(u64::from(*gap).max(1));
+            }
+        }
+        *h.outcomes.entry(rec.outcome.as_str()).or_default() += 1;
+        h.input_tokens += rec.input_tokens.unwrap_or(0);
+        h.output_tokens += rec.output_tokens.unwrap_or(0);
+    }
+
+    /// Snapshot of every route, by name.
+    pub fn snapshot(&self) -> BTreeMap<String, RouteStats> {
+        let mut out = BTreeMap::new();
+        for m in &self.routes {
+            let Ok(h) = m.lock() else { continue };
+            out.insert(
+                h.name.clone(),
+                RouteStats {
+                    requests: h.outcomes.values().sum(),
+                    outcomes: h
+                        .outcomes
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), *v))
+                        .collect(),
+                    input_tokens: h.input_tokens,
+                    output_tokens: h.output_tokens,
+                    ttft_ms: summary(&h.ttft),
+                    tpot_ms: summary(&h.tpot),
+                    itl_ms: summary(&h.itl),
+                    e2e_ms: summary(&h.e2e),
+                },
+            );
+        }
+        out
+    }
+}
