@@ -1,0 +1,361 @@
+//! Every recorded vLLM / LiteLLM exchange replayed byte for byte through the proxy, with
+//! controlled delays: the client gets exactly the upstream's bytes, and the record's TTFT, TPOT,
+//! E2E and token counts agree with the schedule the upstream used.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tokentap::meter::{Outcome, TokensSource};
+
+const FIRST: Duration = Duration::from_millis(40);
+const GAP: Duration = Duration::from_millis(8);
+
+/// (fixture, outcome, input tokens, output tokens, source). Independently read off the
+/// fixtures (see tests/fixtures/sse/README.md).
+const EXPECT: &[(
+    &str,
+    Outcome,
+    Option<u64>,
+    Option<u64>,
+    Option<TokensSource>,
+)] = &[
+    (
+        "litellm-chat-nonstream",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "litellm-chat-stream",
+        Outcome::Ok,
+        None,
+        Some(15),
+        Some(TokensSource::Events),
+    ),
+    (
+        "litellm-chat-stream-empty-tokens",
+        Outcome::Ok,
+        Some(19),
+        Some(4),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "litellm-chat-stream-n2",
+        Outcome::Ok,
+        None,
+        Some(12),
+        Some(TokensSource::Events),
+    ),
+    (
+        "litellm-chat-stream-usage",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "litellm-chat-stream-usage-continuous",
+        Outcome::Ok,
+        Some(19),
+        Some(8),
+        Some(TokensSource::Usage),
+    ),
+    // LiteLLM's placeholder zeros on every event are not believed: counted from events.
+    (
+        "litellm-completions-stream",
+        Outcome::Ok,
+        None,
+        Some(16),
+        Some(TokensSource::Events),
+    ),
+    (
+        "litellm-completions-stream-usage",
+        Outcome::Ok,
+        Some(8),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "litellm-error-bad-key",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "litellm-error-engine-killed-before-first-chunk",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "litellm-error-max-tokens-too-large",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "litellm-error-midstream-engine-killed",
+        Outcome::StreamError,
+        None,
+        Some(117),
+        Some(TokensSource::Events),
+    ),
+    (
+        "litellm-error-no-auth",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "litellm-error-prompt-too-long",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "litellm-error-unknown-model",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "vllm-chat-nonstream",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "vllm-chat-stream",
+        Outcome::Ok,
+        None,
+        Some(16),
+        Some(TokensSource::Events),
+    ),
+    (
+        "vllm-chat-stream-empty-tokens",
+        Outcome::Ok,
+        Some(19),
+        Some(4),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "vllm-chat-stream-n2",
+        Outcome::Ok,
+        None,
+        Some(12),
+        Some(TokensSource::Events),
+    ),
+    (
+        "vllm-chat-stream-usage",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "vllm-chat-stream-usage-continuous",
+        Outcome::Ok,
+        Some(19),
+        Some(8),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "vllm-completions-stream",
+        Outcome::Ok,
+        None,
+        Some(16),
+        Some(TokensSource::Events),
+    ),
+    (
+        "vllm-completions-stream-usage",
+        Outcome::Ok,
+        Some(8),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "vllm-error-max-tokens-too-large",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "vllm-error-midstream-engine-killed",
+        Outcome::StreamError,
+        None,
+        Some(21),
+        Some(TokensSource::Events),
+    ),
+    (
+        "vllm-error-prompt-too-long",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "vllm-error-unknown-model",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+];
+
+/// Index of the first chunk carrying generated text, read with a plain substring test that is
+/// independent of the proxy's parser.
+fn first_content_chunk(f: &Fixture) -> Option<usize> {
+    f.chunks().iter().position(|c| {
+        let s = String::from_utf8_lossy(c);
+        let nonempty = |key: &str| {
+            s.match_indices(key)
+                .any(|(i, _)| !s[i + key.len()..].starts_with('"'))
+        };
+        s.starts_with("data: {") && (nonempty("\"content\":\"") || nonempty("\"text\":\""))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fixture_is_forwarded_byte_exact_and_measured() {
+    let names = Fixture::all();
+    assert_eq!(
+        names.len(),
+        EXPECT.len(),
+        "a fixture without an expectation: {names:?}"
+    );
+    let fixtures: Vec<Fixture> = names.iter().map(|n| Fixture::load(n)).collect();
+    let scripts: Vec<(String, support::Script)> = fixtures
+        .iter()
+        .map(|f| (f.path.clone() + "#" + &f.name, f.script(FIRST, GAP)))
+        .collect();
+    let up = Upstream::spawn(move |req: &Received| {
+        // The fixture name rides in a test-only header so one upstream serves every case.
+        let name = req.header("x-fixture").unwrap();
+        scripts
+            .iter()
+            .find(|(k, _)| k.ends_with(&format!("#{name}")))
+            .unwrap()
+            .1
+            .clone()
+    })
+    .await;
+    let px = proxy(&up.url(), "").await;
+    let c = client();
+
+    for (i, f) in fixtures.iter().enumerate() {
+        let mut headers: Vec<(&str, &str)> = f
+            .req_headers
+            .iter()
+            .filter(|(k, _)| {
+                !["host", "content-length", "connection"].contains(&k.to_ascii_lowercase().as_str())
+            })
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        headers.push(("x-fixture", &f.name));
+        let got = send(
+            &c,
+            &f.method,
+            &px.url(&f.path),
+            &headers,
+            f.req_body.clone(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.status, f.status, "{}: status", f.name);
+        assert!(!got.body_error, "{}: body cut", f.name);
+        assert_eq!(got.body, f.body, "{}: bytes out != bytes in", f.name);
+        let recorded_ct = f
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+            .map(|(_, v)| v.as_str());
+        assert_eq!(
+            got.headers.get("content-type").map(|v| v.to_str().unwrap()),
+            recorded_ct,
+            "{}",
+            f.name
+        );
+
+        let recs = px.records(i + 1).await;
+        assert_eq!(
+            recs.len(),
+            i + 1,
+            "{}: exactly one record per request",
+            f.name
+        );
+        let r = &recs[i];
+        let (_, outcome, input, output, source) = EXPECT.iter().find(|e| e.0 == f.name).unwrap();
+        assert_eq!(r.outcome, *outcome, "{}: outcome {r:?}", f.name);
+        assert_eq!(r.status, f.status);
+        assert_eq!(r.input_tokens, *input, "{}: input tokens", f.name);
+        assert_eq!(r.output_tokens, *output, "{}: output tokens", f.name);
+        assert_eq!(r.tokens_source, *source, "{}: tokens source", f.name);
+        assert_eq!(r.response_bytes, f.body.len() as u64);
+        assert_eq!(r.request_bytes, f.req_body.len() as u64);
+
+        // Timing: chunk k leaves the upstream at FIRST + k·GAP after its headers.
+        let at = |k: usize| (FIRST + GAP * k as u32).as_secs_f64() * 1000.0;
+        let e2e_expect = at(f.chunk_lens.len() - 1);
+        assert!(
+            r.e2e_ms >= e2e_expect - 1.0 && r.e2e_ms < e2e_expect + 40.0,
+            "{}: e2e {} vs {e2e_expect}",
+            f.name,
+            r.e2e_ms
+        );
+        match first_content_chunk(f) {
+            Some(k) if r.stream => {
+                let ttft = r.ttft_ms.unwrap();
+                assert!(
+                    ttft >= at(k) - 1.0 && ttft < at(k) + 15.0,
+                    "{}: ttft {ttft} vs {}",
+                    f.name,
+                    at(k)
+                );
+                let n = r.output_tokens.unwrap();
+                // TPOT is computed from the record's own E2E and TTFT, per the definition.
+                let tpot = r.tpot_ms.unwrap();
+                assert!((tpot - (r.e2e_ms - ttft) / (n - 1) as f64).abs() < 1e-6);
+                let last_gap_sum = r.e2e_ms - ttft;
+                assert!(
+                    last_gap_sum >= at(f.chunk_lens.len() - 1) - at(k) - 15.0,
+                    "{}",
+                    f.name
+                );
+                let itl_p50 = r.itl_p50_ms.unwrap();
+                assert!(
+                    itl_p50 >= 7.0 && itl_p50 < 20.0,
+                    "{}: itl p50 {itl_p50}",
+                    f.name
+                );
+            }
+            _ => {
+                assert_eq!(r.ttft_ms, None, "{}: no content, no TTFT", f.name);
+                assert_eq!(r.tpot_ms, None);
+            }
+        }
+        if f.name.contains("empty-tokens") {
+            // Tokens that decode to "" are not a first token.
+            assert_eq!(r.ttft_ms, None);
+        }
+        if f.name.starts_with("litellm-")
+            && f.status == 200
+            && f.headers
+                .iter()
+                .any(|(k, _)| k == "x-litellm-overhead-duration-ms")
+        {
+            assert!(r.gateway_overhead_ms.is_some(), "{}", f.name);
+        }
+    }
+}
