@@ -15,13 +15,15 @@ const GAP: Duration = Duration::from_millis(8);
 
 /// (fixture, outcome, input tokens, output tokens, source). Independently read off the
 /// fixtures (see tests/fixtures/sse/README.md).
-const EXPECT: &[(
-    &str,
+type Expect = (
+    &'static str,
     Outcome,
     Option<u64>,
     Option<u64>,
     Option<TokensSource>,
-)] = &[
+);
+
+const EXPECT: &[Expect] = &[
     (
         "litellm-chat-nonstream",
         Outcome::Ok,
@@ -335,7 +337,7 @@ async fn every_fixture_is_forwarded_byte_exact_and_measured() {
                 );
                 let itl_p50 = r.itl_p50_ms.unwrap();
                 assert!(
-                    itl_p50 >= 7.0 && itl_p50 < 20.0,
+                    (7.0..20.0).contains(&itl_p50),
                     "{}: itl p50 {itl_p50}",
                     f.name
                 );

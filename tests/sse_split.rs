@@ -32,7 +32,9 @@ fn sse_fixtures() -> Vec<Fixture> {
 }
 
 /// What the meter concludes from a body cut into `chunks`.
-fn measure(chunks: &[&[u8]]) -> (u64, u64, bool, Option<(Option<u64>, Option<u64>)>) {
+type Measured = (u64, u64, bool, Option<(Option<u64>, Option<u64>)>);
+
+fn measure(chunks: &[&[u8]]) -> Measured {
     let mut m = Meter::new(Instant::now());
     m.expect_body(Some(b"text/event-stream"), 1 << 20, 1 << 20);
     for c in chunks {

@@ -399,6 +399,8 @@ async fn serve_conn(
                 }
             }
             Finish::Reset => {
+                // Linger 0 makes the close a reset; it does not block.
+                #[allow(deprecated)]
                 let _ = s.set_linger(Some(Duration::ZERO));
                 return;
             }
