@@ -537,6 +537,13 @@ impl RawConfig {
                     format!("{:?} must be non-empty [A-Za-z0-9_-]", r.name),
                 ));
             }
+            if r.name == crate::sink::UNROUTED {
+                return Err(err(
+                    file,
+                    k("name"),
+                    format!("{:?} is reserved for requests no route matched", r.name),
+                ));
+            }
             if routes.iter().any(|x: &RouteConfig| x.name == r.name) {
                 return Err(err(
                     file,

@@ -173,3 +173,22 @@ fn meter_counts_reasoning_tool_calls_and_skips_role_only() {
     assert_eq!(m.parse_errors, 1);
     assert!(m.done);
 }
+
+#[test]
+fn vllm_per_request_server_timings_are_kept() {
+    // The final usage chunk of vLLM run with --enable-per-request-metrics (PerRequestMetrics).
+    let mut m = Meter::new(Instant::now());
+    m.expect_body(Some(b"text/event-stream"), 1 << 16, 1 << 16);
+    let body = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1},",
+        "\"metrics\":{\"time_to_first_token_ms\":41.5,\"generation_time_ms\":0.0,\"queue_time_ms\":12.25,",
+        "\"mean_itl_ms\":null,\"tokens_per_second\":24.1}}\n\n",
+        "data: [DONE]\n\n",
+    );
+    m.on_data(body.as_bytes(), Instant::now());
+    assert_eq!(m.timings.queue_ms, Some(12.25));
+    assert_eq!(m.timings.ttft_ms, Some(41.5));
+    assert_eq!(m.timings.generation_ms, Some(0.0));
+    assert_eq!(m.timings.mean_itl_ms, None);
+}

@@ -446,11 +446,13 @@ pub async fn proxy(upstream_url: &str, extra: &str) -> TestProxy {
 pub async fn proxy_toml(body: &str) -> TestProxy {
     let dir = scratch("proxy");
     let log = dir.join("requests.jsonl");
-    let toml = format!(
-        "[listen]\naddr = \"127.0.0.1:0\"\n[admin]\naddr = \"127.0.0.1:0\"\n[log]\npath = \"{}\"\n{body}",
-        log.display()
-    );
-    let config = Config::from_toml(&toml, "test.toml", &Overrides::default()).unwrap();
+    let over = Overrides {
+        listen: Some("127.0.0.1:0".into()),
+        admin: Some("127.0.0.1:0".into()),
+        log: Some(log.display().to_string()),
+        upstream: None,
+    };
+    let config = Config::from_toml(body, "test.toml", &over).unwrap();
     let running = Running::start(config).await.unwrap();
     let addr = running.addr;
     let admin = running.admin.unwrap();

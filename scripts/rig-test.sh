@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Opt-in integration test against real software: tokentap in front of a real vLLM (CPU build,
+# tiny random model) and a real LiteLLM proxy, driven by the stock `openai` Python client,
+# streaming. Checks one record per request with usage-based token counts on both routes and
+# prints the measured TTFT/TPOT per route.
+#
+#   scripts/rig-test.sh            # installs the rig on first use (~3 min, ~7 GB under $RIG_HOME)
+#
+# Env: RIG_DIR (default ../shared/rig), RIG_HOME (default /opt/rig), N (requests per route, 20),
+#      RIG_KEEP=1 leaves the rig running afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+RIG_DIR=${RIG_DIR:-$ROOT/../shared/rig}
+RIG_HOME=${RIG_HOME:-/opt/rig}
+N=${N:-20}
+export RIG_HOME
+
+[ -x "$RIG_HOME/venv-litellm/bin/python" ] || bash "$RIG_DIR/install.sh"
+started_rig=0
+if ! curl -sf -m 3 http://127.0.0.1:8000/health >/dev/null || ! curl -sf -m 3 http://127.0.0.1:4000/health/readiness >/dev/null; then
+  bash "$RIG_DIR/start.sh"
+  started_rig=1
+fi
+
+cargo build --release --locked -q
+WORK=$(mktemp -d)
+cat > "$WORK/rig.toml" <<EOF
+[listen]
+addr = "127.0.0.1:0"
+[admin]
+addr = "127.0.0.1:0"
+[log]
+path = "$WORK/requests.jsonl"
+[[routes]]
+name = "direct"
+upstream = "http://127.0.0.1:8000"
+[[routes]]
+name = "gateway"
+upstream = "http://127.0.0.1:4000"
+path_prefix = "/gateway"
+EOF
+target/release/tokentap check --config "$WORK/rig.toml"
+target/release/tokentap serve --config "$WORK/rig.toml" 2> "$WORK/tokentap.err" &
+TT_PID=$!
+cleanup() {
+  kill -TERM "$TT_PID" 2>/dev/null || true
+  wait "$TT_PID" 2>/dev/null || true
+  if [ "$started_rig" = 1 ] && [ "${RIG_KEEP:-0}" != 1 ]; then bash "$RIG_DIR/stop.sh" || true; fi
+}
+trap cleanup EXIT
+for _ in $(seq 50); do grep -q "listen=" "$WORK/tokentap.err" && break; sleep 0.1; done
+ADDR=$(sed -n 's/.*listen=\([^ ]*\).*/\1/p' "$WORK/tokentap.err" | head -1)
+echo "tokentap on $ADDR, log $WORK/requests.jsonl"
+
+"$RIG_HOME/venv-litellm/bin/python" - "$ADDR" "$N" <<'PY'
+import sys, time
+from openai import OpenAI
+addr, n = sys.argv[1], int(sys.argv[2])
+routes = {
+    "direct": OpenAI(base_url=f"http://{addr}/v1", api_key="unused-by-vllm"),
+    "gateway": OpenAI(base_url=f"http://{addr}/gateway/v1", api_key="sk-rig-master-key"),
+}
+for name, c in routes.items():  # warm-up: LiteLLM's first request is slow
+    list(c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "warm"}],
+                                   max_tokens=4, stream=True, extra_body={"ignore_eos": True}))
+for i in range(n):
+    for name in (["direct", "gateway"] if i % 2 == 0 else ["gateway", "direct"]):
+        stream = routes[name].chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": f"Say hello to the proxy {i}."}],
+            max_tokens=64, stream=True, stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True, "seed": 7})
+        usage = None
+        for chunk in stream:
+            if chunk.usage:
+                usage = chunk.usage
+        assert usage and usage.completion_tokens == 64, usage
+print(f"openai client: {2 * n} streamed requests OK")
+PY
+
+sleep 0.5
+python3 - "$WORK/requests.jsonl" "$N" <<'PY'
+import json, sys, statistics
+recs = [json.loads(l) for l in open(sys.argv[1])]
+n = int(sys.argv[2])
+assert len(recs) == 2 * n + 2, f"{len(recs)} records for {2 * n + 2} requests"
+for route in ("direct", "gateway"):
+    rs = [r for r in recs if r["route"] == route][1:]  # drop the warm-up
+    assert all(r["outcome"] == "ok" and r["output_tokens"] == 64 and r["tokens_source"] == "usage" for r in rs), rs[:1]
+    assert all(r["input_tokens"] for r in rs)
+    ttft = sorted(r["ttft_ms"] for r in rs); tpot = sorted(r["tpot_ms"] for r in rs)
+    hdr = sorted(r["upstream_headers_ms"] for r in rs)
+    q = lambda v, p: v[min(len(v) - 1, int(p * len(v)))]
+    print(f"{route:8s} n={len(rs)} TTFT p50 {statistics.median(ttft):6.1f} ms p95 {q(ttft, .95):6.1f} | "
+          f"TPOT p50 {statistics.median(tpot):5.2f} ms | headers p50 {statistics.median(hdr):6.1f} ms")
+print("rig test OK: one record per request, usage-based token counts on both routes")
+PY

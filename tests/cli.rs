@@ -1,0 +1,181 @@
+//! The binary as a user runs it: `check` on good and bad configs, and the one-line quick start
+//! `serve --upstream …` stopped by SIGTERM (exit 0, log flushed).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+/// Kills the child if the test fails before stopping it.
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tokentap"))
+}
+
+#[test]
+fn check_accepts_the_shipped_example_config() {
+    let out = bin()
+        .args([
+            "check",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/tokentap.toml"),
+        ])
+        .env("VLLM_API_KEY", "x")
+        .env("LITELLM_MASTER_KEY", "y")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
+
+#[test]
+fn check_names_file_key_and_problem_and_exits_64() {
+    let dir = scratch("cli");
+    let cases = [
+        (
+            "[[routes]]\nname='a'\nupstream='localhost:8000'\n",
+            "routes[0].upstream",
+        ),
+        (
+            "[[routes]]\nname='a'\nupstream='http://h:1'\n[timeouts]\nidle_ms=0\n",
+            "timeouts.idle_ms",
+        ),
+        (
+            "[[routes]]\nname='a'\nupstream='http://h:1'\nsurprise=1\n",
+            "surprise",
+        ),
+        (
+            "[listen]\naddr='nowhere'\n[[routes]]\nname='a'\nupstream='http://h:1'\n",
+            "listen.addr",
+        ),
+    ];
+    for (i, (text, key)) in cases.iter().enumerate() {
+        let f = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&f, text).unwrap();
+        let out = bin().args(["check", "--config"]).arg(&f).output().unwrap();
+        assert_eq!(out.status.code(), Some(64));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&f.display().to_string()) && err.contains(key),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+    let out = bin()
+        .args(["check", "--config", "/nonexistent/tokentap.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+#[test]
+fn fingerprint_prints_the_hash_not_the_key() {
+    use std::io::Write;
+    let mut child = bin()
+        .arg("fingerprint")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"abc\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_start_serves_and_stops_cleanly_on_sigterm() {
+    let up = Upstream::spawn(|_| {
+        Script::chat_stream(Duration::from_millis(5), Duration::from_millis(1), 3, true)
+    })
+    .await;
+    let dir = scratch("quick");
+    let log = dir.join("q.jsonl");
+    let child = bin()
+        .args([
+            "serve",
+            "--upstream",
+            &up.url(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--log",
+        ])
+        .arg(&log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(Some(child));
+    let child_ref = child.0.as_mut().unwrap();
+    // The listen address is in the start-up line.
+    let stderr = child_ref.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    let mut addr = None;
+    let mut lines = Vec::new();
+    while addr.is_none() {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no start-up line from tokentap serve");
+        if let Some(i) = line.find("listen=") {
+            addr = Some(line[i + 7..].split_whitespace().next().unwrap().to_owned());
+        }
+        lines.push(line);
+    }
+    let url = format!("http://{}/v1/chat/completions", addr.unwrap());
+    let secret = "sk-quickstart-secret";
+    let got = send(
+        &client(),
+        "POST",
+        &url,
+        &[("authorization", &format!("Bearer {secret}"))],
+        chat_body("m", true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 200);
+    let st = Command::new("kill")
+        .args(["-TERM", &child_ref.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut owned = child.0.take().unwrap();
+    let status = tokio::task::spawn_blocking(move || owned.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "exit {status:?}");
+    while let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+        lines.push(l);
+    }
+    let recs = wait_records(&log, 1).await;
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].output_tokens, Some(3));
+    let all = lines.join("\n");
+    assert!(!all.contains(secret) && !std::fs::read_to_string(&log).unwrap().contains(secret));
+}
