@@ -12,6 +12,7 @@
 //! - [`meter`]: timeline, per-chunk observer, `MeteredBody`, the `RequestRecord` schema.
 //! - [`sink`]: metrics, live stats and the JSONL writer.
 //! - [`serve`]: the `serve` command's wiring.
+//! - [`sim`]: simulated engine (continuous-batching cost model) and gateway hop.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -23,5 +24,6 @@ pub mod proxy;
 pub mod route;
 pub mod serve;
 pub mod server;
+pub mod sim;
 pub mod sink;
 pub mod sse;

@@ -546,3 +546,37 @@ async fn http2_clients_are_served() {
     assert!(got.body.ends_with(b"data: [DONE]\n\n"));
     assert_eq!(px.records(1).await[0].output_tokens, Some(3));
 }
+
+#[tokio::test]
+async fn hanging_up_right_after_done_is_a_complete_request() {
+    // The openai Python client stops reading at `data: [DONE]` and closes the connection
+    // without waiting for the chunked terminator; LiteLLM sends that terminator late.
+    let up = Upstream::spawn(|_| {
+        let mut s = Script::chat_stream(MS(10), MS(2), 5, true);
+        s.finish = Finish::Stall(MS(2000));
+        s
+    })
+    .await;
+    let px = proxy(&up.url(), "").await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(px.addr).await.unwrap();
+    let body = chat_body("m", true);
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("data: [DONE]") {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    drop(s);
+    let r = &px.records(1).await[0];
+    assert_eq!(r.outcome, Outcome::Ok, "{r:?}");
+    assert_eq!(r.output_tokens, Some(5));
+    assert!(r.e2e_ms < 500.0, "E2E ends at [DONE]: {}", r.e2e_ms);
+}

@@ -309,6 +309,10 @@ pub struct Ctx {
     /// Status sent to the client (0 until known).
     pub status: u16,
     pub gateway_overhead_ms: Option<f64>,
+    /// A bucket known in advance (bench knows its prompt's bucket); else derived from tokens.
+    pub bucket: Option<String>,
+    /// The load generator's concurrency level for this request (bench only).
+    pub concurrency: Option<u64>,
 }
 
 /// Classify by observed token counts (see `[buckets]`).
@@ -334,5 +338,105 @@ pub fn tpot_ms(e2e_ms: f64, ttft_ms: Option<f64>, output_tokens: Option<u64>) ->
     match (ttft_ms, output_tokens) {
         (Some(ttft), Some(n)) if n >= 2 => Some((e2e_ms - ttft).max(0.0) / (n - 1) as f64),
         _ => None,
+    }
+}
+
+/// Turn a finished request into its record: the outcome from how it ended, the five numbers per
+/// DESIGN.md. Shared by the proxy (`sink`) and the load generator (`bench`).
+pub fn build_record(
+    ctx: Ctx,
+    meter: &mut Meter,
+    end: body::End,
+    now: Instant,
+    route: &str,
+    buckets: &Buckets,
+) -> RequestRecord {
+    meter.finish_body();
+    // A client that hangs up after `[DONE]` (the openai client does, without reading the
+    // chunked terminator) received the whole stream: that is a complete request.
+    let end = match end {
+        body::End::Dropped if meter.done => body::End::Complete,
+        e => e,
+    };
+    let (outcome, mut error) = match end {
+        body::End::Complete => {
+            if ctx.status >= 400 {
+                (
+                    Outcome::UpstreamError,
+                    Some(format!("upstream status {}", ctx.status)),
+                )
+            } else if meter.error_event.is_some() {
+                (Outcome::StreamError, None)
+            } else if meter.is_sse() && !meter.done {
+                (
+                    Outcome::Incomplete,
+                    Some("stream ended without [DONE]".into()),
+                )
+            } else {
+                (Outcome::Ok, None)
+            }
+        }
+        body::End::Outcome(o, e) => (o, Some(e)),
+        body::End::Dropped => (Outcome::ClientCancelled, Some("client went away".into())),
+    };
+    if let Some(ev) = meter.error_event.take() {
+        // The upstream's own error (type/code only) is the most useful thing to keep.
+        error = Some(match error {
+            Some(e) if outcome != Outcome::StreamError => format!("{e}; {ev}"),
+            _ => ev,
+        });
+    }
+    let tl = &mut meter.timeline;
+    let end_at = *tl.end.get_or_insert(now);
+    let e2e_ms = ms_between(tl.t0, end_at);
+    let ttft_ms = tl.ms(tl.first_token);
+    let (input_tokens, output_tokens, tokens_source) = meter.tokens();
+    let (itl_p50_ms, itl_p99_ms, itl_max_ms) = meter.itl_summary();
+    let tl = &meter.timeline;
+    RequestRecord {
+        ts: ctx.ts,
+        id: ctx.id,
+        route: route.to_owned(),
+        experiment: ctx.experiment,
+        method: ctx.method,
+        endpoint: ctx.endpoint,
+        model: ctx.model,
+        upstream_model: ctx.upstream_model,
+        key_id: ctx.key_id,
+        stream: ctx.stream,
+        status: ctx.status,
+        outcome,
+        input_tokens,
+        output_tokens,
+        tokens_source,
+        ttft_ms,
+        tpot_ms: tpot_ms(e2e_ms, ttft_ms, output_tokens),
+        e2e_ms,
+        itl_p50_ms,
+        itl_p99_ms,
+        itl_max_ms,
+        body_read_ms: tl.ms(tl.body_read),
+        upstream_headers_ms: tl.ms(tl.headers),
+        first_byte_ms: tl.ms(tl.first_byte),
+        first_event_ms: tl.ms(tl.first_event),
+        last_token_ms: tl.ms(tl.last_token),
+        in_flight: ctx.in_flight,
+        max_tokens: ctx.max_tokens,
+        request_bytes: ctx.request_bytes,
+        response_bytes: meter.response_bytes,
+        events: meter.events,
+        content_events: meter.content_events,
+        done: meter.is_sse().then_some(meter.done),
+        bucket: ctx
+            .bucket
+            .or_else(|| bucket_of(buckets, input_tokens, output_tokens).map(str::to_owned)),
+        parse_errors: meter.parse_errors,
+        oversize_events: meter.oversize_events,
+        engine_queue_ms: meter.timings.queue_ms,
+        engine_ttft_ms: meter.timings.ttft_ms,
+        engine_decode_ms: meter.timings.generation_ms,
+        gateway_overhead_ms: ctx.gateway_overhead_ms,
+        concurrency: ctx.concurrency,
+        error,
     }
 }

@@ -126,6 +126,9 @@ pub struct RequestRecord {
     pub engine_decode_ms: Option<f64>,
     /// LiteLLM's own estimate of its overhead (`x-litellm-overhead-duration-ms`).
     pub gateway_overhead_ms: Option<f64>,
+    /// The load generator's concurrency level (`tokentap bench` records only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u64>,
     /// What went wrong, without secrets: an error kind, never an upstream message.
     pub error: Option<String>,
 }

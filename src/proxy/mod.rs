@@ -153,6 +153,8 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
         in_flight,
         status: 0,
         gateway_overhead_ms: None,
+        bucket: None,
+        concurrency: None,
     };
     let mut fin = Finalizer::new(Inflight {
         ctx,

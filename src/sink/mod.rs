@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::meter::body::End;
-use crate::meter::{bucket_of, ms_between, tpot_ms, Ctx, Meter, Outcome, RequestRecord};
+use crate::meter::{build_record, Ctx, Meter, Outcome};
 
 /// The route name recorded for requests that matched no route.
 pub const UNROUTED: &str = "unrouted";
@@ -108,107 +108,32 @@ impl Sink {
 
     /// Finalize one request. Called exactly once per request (see `meter::body::Finalizer`).
     pub fn finish(&self, ctx: Ctx, mut meter: Meter, end: End, now: Instant) {
-        meter.finish_body();
-        let (mut outcome, mut error) = match end {
-            End::Complete => {
-                if ctx.status >= 400 {
-                    (
-                        Outcome::UpstreamError,
-                        Some(format!("upstream status {}", ctx.status)),
-                    )
-                } else if meter.error_event.is_some() {
-                    (Outcome::StreamError, None)
-                } else if meter.is_sse() && !meter.done {
-                    (
-                        Outcome::Incomplete,
-                        Some("stream ended without [DONE]".into()),
-                    )
-                } else {
-                    (Outcome::Ok, None)
-                }
+        let end = match end {
+            End::Dropped if !meter.done && self.shutdown_cut.load(Ordering::Relaxed) => {
+                End::Outcome(
+                    Outcome::ShutdownCut,
+                    "cut at shutdown grace deadline".into(),
+                )
             }
-            End::Outcome(o, e) => (o, Some(e)),
-            End::Dropped => {
-                if self.shutdown_cut.load(Ordering::Relaxed) {
-                    (
-                        Outcome::ShutdownCut,
-                        Some("cut at shutdown grace deadline".into()),
-                    )
-                } else {
-                    (Outcome::ClientCancelled, Some("client went away".into()))
-                }
-            }
+            e => e,
         };
-        if let Some(ev) = meter.error_event.take() {
-            // The upstream's own error (type/code only) is the most useful thing to keep.
-            error = Some(match error {
-                Some(e) if outcome != Outcome::StreamError => format!("{e}; {ev}"),
-                _ => ev,
-            });
-        }
-        if outcome == Outcome::Ok && ctx.status >= 400 {
-            outcome = Outcome::UpstreamError;
-        }
-
-        let tl = &mut meter.timeline;
-        let end_at = *tl.end.get_or_insert(now);
-        let e2e_ms = ms_between(tl.t0, end_at);
-        let ttft_ms = tl.ms(tl.first_token);
-        let (input_tokens, output_tokens, tokens_source) = meter.tokens();
-        let (itl_p50_ms, itl_p99_ms, itl_max_ms) = meter.itl_summary();
-        let tl = &meter.timeline;
-        let rec = RequestRecord {
-            ts: ctx.ts,
-            id: ctx.id,
-            route: self.routes[ctx.route].name.clone(),
-            experiment: ctx.experiment,
-            method: ctx.method,
-            endpoint: ctx.endpoint,
-            model: ctx.model,
-            upstream_model: ctx.upstream_model,
-            key_id: ctx.key_id,
-            stream: ctx.stream,
-            status: ctx.status,
-            outcome,
-            input_tokens,
-            output_tokens,
-            tokens_source,
-            ttft_ms,
-            tpot_ms: tpot_ms(e2e_ms, ttft_ms, output_tokens),
-            e2e_ms,
-            itl_p50_ms,
-            itl_p99_ms,
-            itl_max_ms,
-            body_read_ms: tl.ms(tl.body_read),
-            upstream_headers_ms: tl.ms(tl.headers),
-            first_byte_ms: tl.ms(tl.first_byte),
-            first_event_ms: tl.ms(tl.first_event),
-            last_token_ms: tl.ms(tl.last_token),
-            in_flight: ctx.in_flight,
-            max_tokens: ctx.max_tokens,
-            request_bytes: ctx.request_bytes,
-            response_bytes: meter.response_bytes,
-            events: meter.events,
-            content_events: meter.content_events,
-            done: meter.is_sse().then_some(meter.done),
-            bucket: bucket_of(&self.config.buckets, input_tokens, output_tokens).map(str::to_owned),
-            parse_errors: meter.parse_errors,
-            oversize_events: meter.oversize_events,
-            engine_queue_ms: meter.timings.queue_ms,
-            engine_ttft_ms: meter.timings.ttft_ms,
-            engine_decode_ms: meter.timings.generation_ms,
-            gateway_overhead_ms: ctx.gateway_overhead_ms,
-            error,
-        };
-
-        let route = &self.routes[ctx.route];
+        let route_idx = ctx.route;
+        let rec = build_record(
+            ctx,
+            &mut meter,
+            end,
+            now,
+            &self.routes[route_idx].name,
+            &self.config.buckets,
+        );
+        let route = &self.routes[route_idx];
         let left = route
             .in_flight
             .fetch_sub(1, Ordering::Relaxed)
             .saturating_sub(1);
         self.metrics.set_in_flight(&route.name, left);
         self.metrics.observe(&rec, meter.itl_samples());
-        self.stats.observe(ctx.route, &rec, meter.itl_samples());
+        self.stats.observe(route_idx, &rec, meter.itl_samples());
         self.records_total.fetch_add(1, Ordering::Relaxed);
         if let Some(tx) = &self.log_tx {
             if tx.try_send(log::LogMsg::Record(Box::new(rec))).is_err() {

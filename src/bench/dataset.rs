@@ -1,0 +1,196 @@
+//! Prompts for `bench`: a ShareGPT file (`[{"id", "conversations": [{"from", "value"}]}]`, first
+//! human turn = prompt) or synthetic prompts of given token lengths, sorted into the three
+//! prompt-shape buckets and sampled with a seed. The chosen set is hashed (SHA-256) so a run
+//! can prove which prompts it used: the same file and seed give the same hash.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::sim::http::estimate_tokens;
+
+/// The bundled sample: written for tokentap (no downloaded data), ShareGPT-shaped.
+pub const SAMPLE: &str = include_str!("../../data/sharegpt-sample.json");
+
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error("{file}: {message}")]
+    File { file: String, message: String },
+    #[error("{file}: entry {index} (id {id:?}): {message}")]
+    Entry { file: String, index: usize, id: String, message: String },
+}
+
+/// One bucket's definition: which prompts go in, how many tokens come out.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BucketSpec {
+    pub name: &'static str,
+    /// Inclusive lower and exclusive upper bound of estimated prompt tokens.
+    pub input_min: u64,
+    pub input_max: u64,
+    pub output_tokens: u64,
+}
+
+/// Buckets of DESIGN.md: long→short (prefill), balanced, short→long (decode).
+pub fn buckets(short_max: u64, long_min: u64, outputs: [u64; 3]) -> Vec<BucketSpec> {
+    vec![
+        BucketSpec { name: "long-short", input_min: long_min, input_max: u64::MAX, output_tokens: outputs[0] },
+        BucketSpec { name: "balanced", input_min: short_max, input_max: long_min, output_tokens: outputs[1] },
+        BucketSpec { name: "short-long", input_min: 0, input_max: short_max, output_tokens: outputs[2] },
+    ]
+}
+
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    pub id: String,
+    pub text: String,
+    /// The estimate used for bucketing (about four bytes per token).
+    pub est_tokens: u64,
+}
+
+#[derive(Deserialize)]
+struct Entry {
+    id: Option<serde_json::Value>,
+    conversations: Option<Vec<Turn>>,
+}
+
+#[derive(Deserialize)]
+struct Turn {
+    from: Option<String>,
+    value: Option<String>,
+}
+
+/// Parse a ShareGPT file. An entry that is malformed is an error naming it; an entry that simply
+/// has no human turn is skipped (real ShareGPT dumps have those).
+pub fn parse_sharegpt(text: &str, file: &str) -> Result<Vec<Prompt>, DatasetError> {
+    let entries: Vec<serde_json::Value> = serde_json::from_str(text)
+        .map_err(|e| DatasetError::File { file: file.into(), message: format!("not a JSON array of conversations: {e}") })?;
+    let mut out = Vec::new();
+    for (index, raw) in entries.into_iter().enumerate() {
+        let id_hint = raw.get("id").map(|v| v.to_string().trim_matches('"').to_owned()).unwrap_or_default();
+        let bad = |message: String| DatasetError::Entry { file: file.into(), index, id: id_hint.clone(), message };
+        let e: Entry = serde_json::from_value(raw).map_err(|e| bad(e.to_string()))?;
+        let turns = e.conversations.ok_or_else(|| bad("missing \"conversations\"".into()))?;
+        let mut first_human = None;
+        for (t, turn) in turns.iter().enumerate() {
+            let from = turn.from.as_deref().ok_or_else(|| bad(format!("conversations[{t}] has no \"from\"")))?;
+            if turn.value.is_none() {
+                return Err(bad(format!("conversations[{t}] has no \"value\"")));
+            }
+            if first_human.is_none() && (from == "human" || from == "user") {
+                first_human = turn.value.clone();
+            }
+        }
+        let Some(text) = first_human.filter(|t| !t.trim().is_empty()) else { continue };
+        let id = match e.id {
+            Some(serde_json::Value::String(s)) => s,
+            Some(v) => v.to_string(),
+            None => format!("#{index}"),
+        };
+        out.push(Prompt { est_tokens: estimate_tokens(&text), id, text });
+    }
+    Ok(out)
+}
+
+pub fn load(path: Option<&Path>) -> Result<(Vec<Prompt>, String), DatasetError> {
+    match path {
+        None => Ok((parse_sharegpt(SAMPLE, "bundled sample")?, "bundled sample (data/sharegpt-sample.json)".into())),
+        Some(p) => {
+            let file = p.display().to_string();
+            let text = std::fs::read_to_string(p).map_err(|e| DatasetError::File { file: file.clone(), message: e.to_string() })?;
+            Ok((parse_sharegpt(&text, &file)?, file))
+        }
+    }
+}
+
+/// Synthetic prompts of about `tokens` tokens each (padded text, like the write-up's gateway
+/// test), `count` per length.
+pub fn synthetic(lengths: &[u64], count: usize) -> Vec<Prompt> {
+    const PAD: &str = "Measure the latency of this request carefully and report it. ";
+    let mut out = Vec::new();
+    for &t in lengths {
+        for i in 0..count {
+            let mut text = format!("[{t}/{i}] ");
+            while estimate_tokens(&text) < t {
+                text.push_str(PAD);
+            }
+            text.truncate((t * 4) as usize);
+            out.push(Prompt { id: format!("synthetic-{t}-{i}"), est_tokens: estimate_tokens(&text), text });
+        }
+    }
+    out
+}
+
+/// The prompts chosen for one bucket.
+#[derive(Debug, Clone)]
+pub struct Chosen {
+    pub spec: BucketSpec,
+    pub prompts: Vec<Prompt>,
+}
+
+/// Sort into buckets, shuffle each with `seed`, keep up to `per_bucket`.
+pub fn choose(all: &[Prompt], specs: &[BucketSpec], seed: u64, per_bucket: usize) -> Vec<Chosen> {
+    specs
+        .iter()
+        .map(|spec| {
+            let mut ps: Vec<Prompt> =
+                all.iter().filter(|p| p.est_tokens >= spec.input_min && p.est_tokens < spec.input_max).cloned().collect();
+            let mut rng = fastrand::Rng::with_seed(seed);
+            rng.shuffle(&mut ps);
+            ps.truncate(per_bucket);
+            Chosen { spec: spec.clone(), prompts: ps }
+        })
+        .collect()
+}
+
+/// SHA-256 over the chosen set, in order: bucket name, output tokens, each prompt id and text.
+pub fn prompt_set_sha256(chosen: &[Chosen]) -> String {
+    let mut h = Sha256::new();
+    for c in chosen {
+        h.update(c.spec.name.as_bytes());
+        h.update([0]);
+        h.update(c.spec.output_tokens.to_le_bytes());
+        for p in &c.prompts {
+            h.update(p.id.as_bytes());
+            h.update([0]);
+            h.update(p.text.as_bytes());
+            h.update([0]);
+        }
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_fills_every_bucket_and_hash_is_stable() {
+        let (all, _) = load(None).unwrap();
+        let specs = buckets(200, 700, [64, 256, 512]);
+        let a = choose(&all, &specs, 42, 50);
+        assert!(a.iter().all(|c| c.prompts.len() >= 5), "{:?}", a.iter().map(|c| c.prompts.len()).collect::<Vec<_>>());
+        assert_eq!(prompt_set_sha256(&a), prompt_set_sha256(&choose(&all, &specs, 42, 50)));
+        assert_ne!(prompt_set_sha256(&a), prompt_set_sha256(&choose(&all, &specs, 43, 50)));
+    }
+
+    #[test]
+    fn bad_entries_are_named() {
+        let e = parse_sharegpt(r#"[{"id":"a","conversations":[{"from":"human","value":"hi"}]},{"id":"b7","conversations":[{"value":"x"}]}]"#, "f.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("f.json") && e.contains("entry 1") && e.contains("b7") && e.contains("from"), "{e}");
+        let e = parse_sharegpt("{}", "f.json").unwrap_err().to_string();
+        assert!(e.contains("f.json"), "{e}");
+        // No human turn: skipped, not an error.
+        assert!(parse_sharegpt(r#"[{"id":"c","conversations":[{"from":"gpt","value":"x"}]}]"#, "f").unwrap().is_empty());
+    }
+
+    #[test]
+    fn synthetic_lengths() {
+        let p = synthetic(&[1019, 558, 127], 2);
+        assert_eq!(p.len(), 6);
+        assert_eq!(p[0].est_tokens, 1019);
+        assert_eq!(p[5].est_tokens, 127);
+    }
+}

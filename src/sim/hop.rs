@@ -1,0 +1,141 @@
+//! A simulated gateway hop: a forwarding listener that holds each request for a known admission
+//! delay (`MS±JITTER`, uniform, seeded) and then relays it to the engine, streaming the answer
+//! back untouched. It gives gateway-hop experiments a ground truth.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Either, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+/// The hop's delay: `ms` ± `jitter_ms`, uniform.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HopDelay {
+    pub ms: f64,
+    pub jitter_ms: f64,
+}
+
+impl std::str::FromStr for HopDelay {
+    type Err = String;
+    /// `100`, `100±10` or `100+-10` (milliseconds).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim().trim_end_matches("ms");
+        let (a, b) = match s.split_once('±').or_else(|| s.split_once("+-")) {
+            Some((a, b)) => (a, Some(b)),
+            None => (s, None),
+        };
+        let num = |t: &str| {
+            t.trim()
+                .trim_end_matches("ms")
+                .parse::<f64>()
+                .map_err(|_| format!("{s:?} is not MS[±JITTER]"))
+        };
+        let ms = num(a)?;
+        let jitter_ms = b.map(num).transpose()?.unwrap_or(0.0);
+        if !(ms >= 0.0 && jitter_ms >= 0.0 && jitter_ms <= ms) {
+            return Err(format!("{s:?}: need 0 ≤ JITTER ≤ MS"));
+        }
+        Ok(HopDelay { ms, jitter_ms })
+    }
+}
+
+pub struct Hop {
+    pub engine: Uri,
+    pub delay: HopDelay,
+    pub rng: Mutex<fastrand::Rng>,
+    pub client: Client<HttpConnector, Full<Bytes>>,
+}
+
+pub type HopBody = Either<Incoming, Full<Bytes>>;
+
+impl Hop {
+    pub fn new(engine: Uri, delay: HopDelay, seed: u64) -> Hop {
+        let mut c = HttpConnector::new();
+        c.set_nodelay(true);
+        Hop {
+            engine,
+            delay,
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            client: Client::builder(TokioExecutor::new()).build(c),
+        }
+    }
+
+    fn next_delay(&self) -> Duration {
+        let u = self.rng.lock().map(|mut r| r.f64()).unwrap_or(0.5);
+        Duration::from_secs_f64(
+            (self.delay.ms + self.delay.jitter_ms * (2.0 * u - 1.0)).max(0.0) / 1000.0,
+        )
+    }
+
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<HopBody>, Infallible> {
+        let bad = |m: &str| {
+            let mut r = Response::new(Either::Right(Full::new(Bytes::from(format!("{{\"error\":{{\"message\":\"{m}\",\"type\":\"hop_error\",\"param\":null,\"code\":\"502\"}}}}")))));
+            *r.status_mut() = StatusCode::BAD_GATEWAY;
+            Ok(r)
+        };
+        let (mut parts, body) = req.into_parts();
+        let Ok(body) = body.collect().await else {
+            return bad("request body");
+        };
+        tokio::time::sleep(self.next_delay()).await;
+        let pq = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        let Ok(uri) =
+            format!("{}{}", self.engine.to_string().trim_end_matches('/'), pq).parse::<Uri>()
+        else {
+            return bad("bad path");
+        };
+        parts.uri = uri;
+        parts.headers.remove(http::header::HOST);
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        let req = Request::from_parts(parts, Full::new(body.to_bytes()));
+        match self.client.request(req).await {
+            Ok(resp) => Ok(resp.map(Either::Left)),
+            Err(_) => bad("engine unreachable"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_hop_specs() {
+        assert_eq!(
+            "100±10".parse::<HopDelay>(),
+            Ok(HopDelay {
+                ms: 100.0,
+                jitter_ms: 10.0
+            })
+        );
+        assert_eq!(
+            "100+-10".parse::<HopDelay>(),
+            Ok(HopDelay {
+                ms: 100.0,
+                jitter_ms: 10.0
+            })
+        );
+        assert_eq!(
+            "0".parse::<HopDelay>(),
+            Ok(HopDelay {
+                ms: 0.0,
+                jitter_ms: 0.0
+            })
+        );
+        assert!("10±20".parse::<HopDelay>().is_err());
+        assert!("abc".parse::<HopDelay>().is_err());
+    }
+}

@@ -1,0 +1,107 @@
+//! `tokentap sim`: a simulated OpenAI-compatible engine (continuous-batching cost model) and an
+//! optional simulated gateway hop in front of it. For demos, tests and dry runs — the README and
+//! every output say it is a simulation.
+
+pub mod engine;
+pub mod hop;
+pub mod http;
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+pub use engine::Profile;
+pub use hop::HopDelay;
+
+/// A running simulator: the engine's address and, when asked for, the hop's.
+pub struct Sim {
+    pub engine: SocketAddr,
+    pub hop: Option<SocketAddr>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn accept_loop<F, Fut, B>(listener: TcpListener, handler: F)
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<hyper::Response<B>, std::convert::Infallible>>
+        + Send
+        + 'static,
+    B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    loop {
+        let Ok((s, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = s.set_nodelay(true);
+        let h = handler.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(h);
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(s), svc)
+                .await;
+        });
+    }
+}
+
+impl Sim {
+    /// Start the engine on `engine_listener`, and the hop on `hop` when given.
+    pub async fn start(
+        profile: Profile,
+        model: &str,
+        seed: u64,
+        engine_listener: TcpListener,
+        hop: Option<(TcpListener, HopDelay)>,
+    ) -> std::io::Result<Sim> {
+        let engine_addr = engine_listener.local_addr()?;
+        let (jobs_tx, jobs_rx) = mpsc::channel(4096);
+        let stats = Arc::new(engine::EngineStats::default());
+        let mut tasks = vec![tokio::spawn(engine::run(
+            profile.clone(),
+            jobs_rx,
+            stats.clone(),
+        ))];
+        let state = Arc::new(http::SimState {
+            profile,
+            model: model.to_owned(),
+            jobs: jobs_tx,
+            stats,
+            seed,
+            counter: AtomicU64::new(0),
+        });
+        tasks.push(tokio::spawn(accept_loop(engine_listener, move |req| {
+            let st = state.clone();
+            async move { Ok::<_, std::convert::Infallible>(http::handle(st, req).await) }
+        })));
+        let mut hop_addr = None;
+        if let Some((l, delay)) = hop {
+            hop_addr = Some(l.local_addr()?);
+            let engine_uri = format!("http://{engine_addr}")
+                .parse()
+                .map_err(std::io::Error::other)?;
+            let h = Arc::new(hop::Hop::new(engine_uri, delay, seed ^ 0x5eed));
+            tasks.push(tokio::spawn(accept_loop(l, move |req| {
+                h.clone().handle(req)
+            })));
+        }
+        Ok(Sim {
+            engine: engine_addr,
+            hop: hop_addr,
+            tasks,
+        })
+    }
+}
