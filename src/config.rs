@@ -634,12 +634,6 @@ impl RawConfig {
     }
 }
 
-impl Clone for Secret<HeaderValue> {
-    fn clone(&self) -> Self {
-        Secret::new(self.expose().clone())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

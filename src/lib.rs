@@ -13,10 +13,14 @@
 //! - [`sink`]: metrics, live stats and the JSONL writer.
 //! - [`serve`]: the `serve` command's wiring.
 //! - [`sim`]: simulated engine (continuous-batching cost model) and gateway hop.
+//! - [`bench`]: closed-loop load generator (buckets × concurrency), raw records and run.json.
+//! - [`demo`]: the embedded default: sim + hop + proxy + bench in one process.
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod bench;
 pub mod config;
+pub mod demo;
 pub mod keys;
 pub mod meter;
 pub mod openai;

@@ -34,11 +34,108 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// The embedded default: simulated engine + simulated gateway hop + tokentap + load, in one
+    /// process, ending in a report. Needs nothing else installed; about a minute.
+    ///
+    /// Try: tokentap demo
+    Demo {
+        /// Where records and run.json go.
+        #[arg(long, default_value = "tokentap-demo")]
+        out: PathBuf,
+        /// Injected gateway admission delay, MS[±JITTER].
+        #[arg(long, default_value = "100±10")]
+        gateway_hop: tokentap::sim::HopDelay,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// A simulated OpenAI-compatible engine (continuous-batching cost model) for demos, tests
+    /// and dry runs; optionally a simulated gateway hop in front of it.
+    ///
+    /// Try: tokentap sim --listen 127.0.0.1:8000 --gateway-hop 100±10 --hop-listen 127.0.0.1:4000
+    Sim(SimArgs),
+    /// Closed-loop load generator: prompt-shape buckets × a concurrency sweep, seeded, with
+    /// warm-up; writes requests.jsonl, run.json and a summary.
+    ///
+    /// Try: tokentap bench --target http://127.0.0.1:8080 --out bench-out --concurrency 1,2,4,8
+    Bench(BenchArgs),
     /// Print the key fingerprint (sha256:<hex>) of an API key read from standard input, for
     /// `[keys.aliases]`. The key itself is never printed.
     ///
     /// Try: printf %s "$OPENAI_API_KEY" | tokentap fingerprint
     Fingerprint,
+}
+
+#[derive(Args)]
+struct SimArgs {
+    /// Engine listen address.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    listen: String,
+    /// Model name served.
+    #[arg(long, default_value = "sim-qwen2.5-7b")]
+    model: String,
+    /// Cost-model profile (TOML with the fields of the built-in v100 profile); default built-in.
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Add a gateway hop with this admission delay, MS[±JITTER] (e.g. 100±10).
+    #[arg(long)]
+    gateway_hop: Option<tokentap::sim::HopDelay>,
+    /// Where the gateway hop listens.
+    #[arg(long, default_value = "127.0.0.1:4000")]
+    hop_listen: String,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Print the built-in profile as TOML and exit.
+    #[arg(long)]
+    print_profile: bool,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Base URL of an OpenAI-compatible server (tokentap, vLLM, LiteLLM).
+    #[arg(long)]
+    target: String,
+    /// Output folder (requests.jsonl, run.json).
+    #[arg(long)]
+    out: PathBuf,
+    /// ShareGPT JSON file; default: the bundled sample.
+    #[arg(long)]
+    dataset: Option<PathBuf>,
+    /// Synthetic prompts of these token lengths instead of a dataset (e.g. 1019,558,127).
+    #[arg(long, value_delimiter = ',')]
+    synthetic: Option<Vec<u64>>,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    concurrency: Vec<usize>,
+    /// Measured requests per cell.
+    #[arg(long, default_value_t = 30)]
+    requests: usize,
+    /// Warm-up requests per cell (not recorded).
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Model name; default: the first of GET /v1/models.
+    #[arg(long)]
+    model: Option<String>,
+    /// Environment variable holding the bearer key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    api_key_env: String,
+    /// Send ignore_eos + min_tokens so output length is exact (vLLM extension).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    fixed_output: bool,
+    /// Prompts under this many (estimated) tokens are "short".
+    #[arg(long, default_value_t = 200)]
+    short_max: u64,
+    /// Prompts from this many tokens are "long".
+    #[arg(long, default_value_t = 700)]
+    long_min: u64,
+    /// Output tokens for long-short, balanced, short-long.
+    #[arg(long, value_delimiter = ',', default_value = "64,256,512")]
+    outputs: Vec<u64>,
+    #[arg(long, default_value_t = 50)]
+    prompts_per_bucket: usize,
+    /// Skip measuring this client's own overhead against an in-process zero-cost engine.
+    #[arg(long)]
+    no_calibrate: bool,
 }
 
 #[derive(Args)]
@@ -108,9 +205,163 @@ async fn shutdown_signal() {
     }
 }
 
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("tokentap: cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+fn run_sim(a: SimArgs) -> ExitCode {
+    let profile = match &a.profile {
+        None => tokentap::sim::Profile::v100(),
+        Some(p) => match std::fs::read_to_string(p)
+            .map_err(|e| e.to_string())
+            .and_then(|t| toml::from_str(&t).map_err(|e| e.to_string()))
+        {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("tokentap: config error: {}: {e}", p.display());
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+    };
+    if a.print_profile {
+        print!("{}", toml::to_string(&profile).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(c) => return c,
+    };
+    rt.block_on(async move {
+        let bind = |s: String| async move {
+            tokio::net::TcpListener::bind(&s)
+                .await
+                .map_err(|e| format!("cannot listen on {s}: {e}"))
+        };
+        let engine = match bind(a.listen.clone()).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("tokentap: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let hop = match a.gateway_hop {
+            None => None,
+            Some(d) => match bind(a.hop_listen.clone()).await {
+                Ok(l) => Some((l, d)),
+                Err(e) => {
+                    eprintln!("tokentap: {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+        };
+        match tokentap::sim::Sim::start(profile.clone(), &a.model, a.seed, engine, hop).await {
+            Ok(sim) => {
+                eprintln!(
+                    "tokentap sim: SIMULATED engine ({}) serving model {:?} on http://{}/v1",
+                    profile.name, a.model, sim.engine
+                );
+                if let (Some(h), Some(d)) = (sim.hop, a.gateway_hop) {
+                    eprintln!(
+                        "tokentap sim: simulated gateway hop ({}±{} ms) on http://{h}/v1",
+                        d.ms, d.jitter_ms
+                    );
+                }
+                shutdown_signal().await;
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tokentap: sim: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn run_bench(a: BenchArgs) -> ExitCode {
+    let [o0, o1, o2] = match a.outputs.as_slice() {
+        [x, y, z] => [*x, *y, *z],
+        _ => {
+            eprintln!("tokentap: --outputs takes three numbers: long-short,balanced,short-long");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let cfg = tokentap::bench::BenchConfig {
+        target: a.target,
+        out: a.out,
+        dataset: a.dataset,
+        synthetic: a.synthetic,
+        seed: a.seed,
+        concurrency: a.concurrency,
+        requests: a.requests,
+        warmup: a.warmup,
+        model: a.model,
+        api_key: std::env::var(&a.api_key_env)
+            .ok()
+            .filter(|k| !k.is_empty())
+            .map(tokentap::keys::Secret::new),
+        fixed_output: a.fixed_output,
+        short_max: a.short_max,
+        long_min: a.long_min,
+        outputs: [o0, o1, o2],
+        prompts_per_bucket: a.prompts_per_bucket,
+        calibrate: !a.no_calibrate,
+        ..Default::default()
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(c) => return c,
+    };
+    rt.block_on(async move {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            eprintln!("\ntokentap bench: stopping; keeping what was measured");
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        match tokentap::bench::run(&cfg, stop).await {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tokentap: bench: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Sim(a) => run_sim(a),
+        Command::Bench(a) => run_bench(a),
+        Command::Demo {
+            out,
+            gateway_hop,
+            seed,
+        } => {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(c) => return c,
+            };
+            let cfg = tokentap::demo::DemoConfig {
+                out,
+                hop: gateway_hop,
+                seed,
+            };
+            match rt.block_on(tokentap::demo::run(&cfg)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tokentap: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Check { config } => match Config::load(&config, &Overrides::default()) {
             Ok(c) => {
                 println!(

@@ -18,7 +18,12 @@ pub enum DatasetError {
     #[error("{file}: {message}")]
     File { file: String, message: String },
     #[error("{file}: entry {index} (id {id:?}): {message}")]
-    Entry { file: String, index: usize, id: String, message: String },
+    Entry {
+        file: String,
+        index: usize,
+        id: String,
+        message: String,
+    },
 }
 
 /// One bucket's definition: which prompts go in, how many tokens come out.
@@ -34,9 +39,24 @@ pub struct BucketSpec {
 /// Buckets of DESIGN.md: long→short (prefill), balanced, short→long (decode).
 pub fn buckets(short_max: u64, long_min: u64, outputs: [u64; 3]) -> Vec<BucketSpec> {
     vec![
-        BucketSpec { name: "long-short", input_min: long_min, input_max: u64::MAX, output_tokens: outputs[0] },
-        BucketSpec { name: "balanced", input_min: short_max, input_max: long_min, output_tokens: outputs[1] },
-        BucketSpec { name: "short-long", input_min: 0, input_max: short_max, output_tokens: outputs[2] },
+        BucketSpec {
+            name: "long-short",
+            input_min: long_min,
+            input_max: u64::MAX,
+            output_tokens: outputs[0],
+        },
+        BucketSpec {
+            name: "balanced",
+            input_min: short_max,
+            input_max: long_min,
+            output_tokens: outputs[1],
+        },
+        BucketSpec {
+            name: "short-long",
+            input_min: 0,
+            input_max: short_max,
+            output_tokens: outputs[2],
+        },
     ]
 }
 
@@ -63,17 +83,33 @@ struct Turn {
 /// Parse a ShareGPT file. An entry that is malformed is an error naming it; an entry that simply
 /// has no human turn is skipped (real ShareGPT dumps have those).
 pub fn parse_sharegpt(text: &str, file: &str) -> Result<Vec<Prompt>, DatasetError> {
-    let entries: Vec<serde_json::Value> = serde_json::from_str(text)
-        .map_err(|e| DatasetError::File { file: file.into(), message: format!("not a JSON array of conversations: {e}") })?;
+    let entries: Vec<serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| DatasetError::File {
+            file: file.into(),
+            message: format!("not a JSON array of conversations: {e}"),
+        })?;
     let mut out = Vec::new();
     for (index, raw) in entries.into_iter().enumerate() {
-        let id_hint = raw.get("id").map(|v| v.to_string().trim_matches('"').to_owned()).unwrap_or_default();
-        let bad = |message: String| DatasetError::Entry { file: file.into(), index, id: id_hint.clone(), message };
+        let id_hint = raw
+            .get("id")
+            .map(|v| v.to_string().trim_matches('"').to_owned())
+            .unwrap_or_default();
+        let bad = |message: String| DatasetError::Entry {
+            file: file.into(),
+            index,
+            id: id_hint.clone(),
+            message,
+        };
         let e: Entry = serde_json::from_value(raw).map_err(|e| bad(e.to_string()))?;
-        let turns = e.conversations.ok_or_else(|| bad("missing \"conversations\"".into()))?;
+        let turns = e
+            .conversations
+            .ok_or_else(|| bad("missing \"conversations\"".into()))?;
         let mut first_human = None;
         for (t, turn) in turns.iter().enumerate() {
-            let from = turn.from.as_deref().ok_or_else(|| bad(format!("conversations[{t}] has no \"from\"")))?;
+            let from = turn
+                .from
+                .as_deref()
+                .ok_or_else(|| bad(format!("conversations[{t}] has no \"from\"")))?;
             if turn.value.is_none() {
                 return Err(bad(format!("conversations[{t}] has no \"value\"")));
             }
@@ -81,23 +117,35 @@ pub fn parse_sharegpt(text: &str, file: &str) -> Result<Vec<Prompt>, DatasetErro
                 first_human = turn.value.clone();
             }
         }
-        let Some(text) = first_human.filter(|t| !t.trim().is_empty()) else { continue };
+        let Some(text) = first_human.filter(|t| !t.trim().is_empty()) else {
+            continue;
+        };
         let id = match e.id {
             Some(serde_json::Value::String(s)) => s,
             Some(v) => v.to_string(),
             None => format!("#{index}"),
         };
-        out.push(Prompt { est_tokens: estimate_tokens(&text), id, text });
+        out.push(Prompt {
+            est_tokens: estimate_tokens(&text),
+            id,
+            text,
+        });
     }
     Ok(out)
 }
 
 pub fn load(path: Option<&Path>) -> Result<(Vec<Prompt>, String), DatasetError> {
     match path {
-        None => Ok((parse_sharegpt(SAMPLE, "bundled sample")?, "bundled sample (data/sharegpt-sample.json)".into())),
+        None => Ok((
+            parse_sharegpt(SAMPLE, "bundled sample")?,
+            "bundled sample (data/sharegpt-sample.json)".into(),
+        )),
         Some(p) => {
             let file = p.display().to_string();
-            let text = std::fs::read_to_string(p).map_err(|e| DatasetError::File { file: file.clone(), message: e.to_string() })?;
+            let text = std::fs::read_to_string(p).map_err(|e| DatasetError::File {
+                file: file.clone(),
+                message: e.to_string(),
+            })?;
             Ok((parse_sharegpt(&text, &file)?, file))
         }
     }
@@ -115,7 +163,11 @@ pub fn synthetic(lengths: &[u64], count: usize) -> Vec<Prompt> {
                 text.push_str(PAD);
             }
             text.truncate((t * 4) as usize);
-            out.push(Prompt { id: format!("synthetic-{t}-{i}"), est_tokens: estimate_tokens(&text), text });
+            out.push(Prompt {
+                id: format!("synthetic-{t}-{i}"),
+                est_tokens: estimate_tokens(&text),
+                text,
+            });
         }
     }
     out
@@ -133,12 +185,18 @@ pub fn choose(all: &[Prompt], specs: &[BucketSpec], seed: u64, per_bucket: usize
     specs
         .iter()
         .map(|spec| {
-            let mut ps: Vec<Prompt> =
-                all.iter().filter(|p| p.est_tokens >= spec.input_min && p.est_tokens < spec.input_max).cloned().collect();
+            let mut ps: Vec<Prompt> = all
+                .iter()
+                .filter(|p| p.est_tokens >= spec.input_min && p.est_tokens < spec.input_max)
+                .cloned()
+                .collect();
             let mut rng = fastrand::Rng::with_seed(seed);
             rng.shuffle(&mut ps);
             ps.truncate(per_bucket);
-            Chosen { spec: spec.clone(), prompts: ps }
+            Chosen {
+                spec: spec.clone(),
+                prompts: ps,
+            }
         })
         .collect()
 }
@@ -169,9 +227,19 @@ mod tests {
         let (all, _) = load(None).unwrap();
         let specs = buckets(200, 700, [64, 256, 512]);
         let a = choose(&all, &specs, 42, 50);
-        assert!(a.iter().all(|c| c.prompts.len() >= 5), "{:?}", a.iter().map(|c| c.prompts.len()).collect::<Vec<_>>());
-        assert_eq!(prompt_set_sha256(&a), prompt_set_sha256(&choose(&all, &specs, 42, 50)));
-        assert_ne!(prompt_set_sha256(&a), prompt_set_sha256(&choose(&all, &specs, 43, 50)));
+        assert!(
+            a.iter().all(|c| c.prompts.len() >= 5),
+            "{:?}",
+            a.iter().map(|c| c.prompts.len()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            prompt_set_sha256(&a),
+            prompt_set_sha256(&choose(&all, &specs, 42, 50))
+        );
+        assert_ne!(
+            prompt_set_sha256(&a),
+            prompt_set_sha256(&choose(&all, &specs, 43, 50))
+        );
     }
 
     #[test]
@@ -179,11 +247,19 @@ mod tests {
         let e = parse_sharegpt(r#"[{"id":"a","conversations":[{"from":"human","value":"hi"}]},{"id":"b7","conversations":[{"value":"x"}]}]"#, "f.json")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("f.json") && e.contains("entry 1") && e.contains("b7") && e.contains("from"), "{e}");
+        assert!(
+            e.contains("f.json") && e.contains("entry 1") && e.contains("b7") && e.contains("from"),
+            "{e}"
+        );
         let e = parse_sharegpt("{}", "f.json").unwrap_err().to_string();
         assert!(e.contains("f.json"), "{e}");
         // No human turn: skipped, not an error.
-        assert!(parse_sharegpt(r#"[{"id":"c","conversations":[{"from":"gpt","value":"x"}]}]"#, "f").unwrap().is_empty());
+        assert!(parse_sharegpt(
+            r#"[{"id":"c","conversations":[{"from":"gpt","value":"x"}]}]"#,
+            "f"
+        )
+        .unwrap()
+        .is_empty());
     }
 
     #[test]

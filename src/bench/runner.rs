@@ -1,0 +1,468 @@
+//! The load itself: an HTTP client that measures each streamed request with the proxy's own
+//! `Meter`, and the closed loop that keeps exactly C requests in flight.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::time::Instant;
+
+use super::dataset::Chosen;
+use super::{BenchConfig, Overhead};
+use crate::config::Buckets;
+use crate::meter::body::End;
+use crate::meter::{build_record, Ctx, Meter, Outcome, RequestRecord};
+use crate::sink::Sink;
+
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// An OpenAI-compatible endpoint under test.
+pub struct Target {
+    base: String,
+    client: Client<HttpConnector, Full<Bytes>>,
+    auth: Option<String>,
+    key_id: Option<String>,
+    headers: Vec<(String, String)>,
+}
+
+impl Target {
+    pub fn new(
+        base: &str,
+        api_key: Option<String>,
+        headers: Vec<(String, String)>,
+    ) -> Result<Target, String> {
+        let base = base
+            .trim_end_matches('/')
+            .trim_end_matches("/v1")
+            .to_owned();
+        let uri: Uri = format!("{base}/v1/models")
+            .parse()
+            .map_err(|e| format!("invalid URL: {e}"))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(
+                "bench speaks plain http:// (put it in front of the listener, not a TLS endpoint)"
+                    .into(),
+            );
+        }
+        let mut c = HttpConnector::new();
+        c.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(1024)
+            .build(c);
+        let key_id = api_key
+            .as_ref()
+            .map(|k| crate::keys::fingerprint(k.as_bytes()));
+        Ok(Target {
+            base,
+            client,
+            auth: api_key.map(|k| format!("Bearer {k}")),
+            key_id,
+            headers,
+        })
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, String> {
+        let mut b = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        if !body.is_empty() {
+            b = b.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        if let Some(a) = &self.auth {
+            b = b.header(http::header::AUTHORIZATION, a.as_str());
+        }
+        for (k, v) in &self.headers {
+            b = b.header(k.as_str(), v.as_str());
+        }
+        b.body(Full::new(body)).map_err(|e| e.to_string())
+    }
+
+    /// The first model the target lists (`GET /v1/models`).
+    pub async fn first_model(&self) -> Result<String, String> {
+        let req = self.request("GET", "/v1/models", Bytes::new())?;
+        let resp = tokio::time::timeout(Duration::from_secs(30), self.client.request(req))
+            .await
+            .map_err(|_| "GET /v1/models timed out".to_string())?
+            .map_err(|e| format!("GET /v1/models: {e}"))?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|_| format!("GET /v1/models: status {status}, not JSON"))?;
+        v["data"][0]["id"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                format!("GET /v1/models: status {status}, no model listed (use --model)")
+            })
+    }
+
+    /// One streamed chat request, measured on this client's clock.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn one(
+        &self,
+        model: &str,
+        prompt: &str,
+        out: u64,
+        fixed: bool,
+        bucket: &str,
+        conc: usize,
+        stop: &AtomicBool,
+        arm: Option<(&str, &str, String)>,
+    ) -> RequestRecord {
+        let mut body = serde_json::json!({
+            "model": model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": out,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if fixed {
+            body["ignore_eos"] = true.into();
+            body["min_tokens"] = out.into();
+        }
+        let body = Bytes::from(body.to_string());
+        let (ts, id) = Sink::stamp();
+        let prefix = arm.as_ref().map(|a| a.1).unwrap_or("");
+        let endpoint = format!("{prefix}/v1/chat/completions");
+        let ctx = Ctx {
+            id,
+            ts,
+            route: 0,
+            experiment: arm
+                .as_ref()
+                .map(|(name, _, pair)| crate::meter::Experiment {
+                    arm: (*name).to_owned(),
+                    pair_id: Some(pair.clone()),
+                }),
+            method: "POST".into(),
+            endpoint: endpoint.clone(),
+            model: Some(model.to_owned()),
+            upstream_model: None,
+            key_id: self.key_id.clone(),
+            stream: true,
+            max_tokens: Some(out),
+            request_bytes: body.len() as u64,
+            in_flight: conc as u64,
+            status: 0,
+            gateway_overhead_ms: None,
+            bucket: Some(bucket.to_owned()),
+            concurrency: Some(conc as u64),
+        };
+        let route = arm.as_ref().map(|a| a.0).unwrap_or("bench").to_owned();
+        let (ctx, mut meter, end) = self
+            .exchange(ctx, &endpoint, body)
+            .await
+            .into_parts(stop)
+            .await;
+        build_record(
+            ctx,
+            &mut meter,
+            end,
+            Instant::now(),
+            &route,
+            &Buckets::default(),
+        )
+    }
+
+    async fn exchange(&self, mut ctx: Ctx, path: &str, body: Bytes) -> Exchange {
+        let t0 = Instant::now();
+        let mut meter = Meter::new(t0);
+        let req = match self.request("POST", path, body) {
+            Ok(r) => r,
+            Err(e) => return Exchange::Done(ctx, meter, End::Outcome(Outcome::Rejected, e)),
+        };
+        match tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(req)).await {
+            Err(_) => Exchange::Done(
+                ctx,
+                meter,
+                End::Outcome(Outcome::Timeout, "no response headers".into()),
+            ),
+            Ok(Err(e)) => {
+                let o = if e.is_connect() {
+                    Outcome::ConnectError
+                } else {
+                    Outcome::UpstreamReset
+                };
+                Exchange::Done(ctx, meter, End::Outcome(o, format!("{e}")))
+            }
+            Ok(Ok(resp)) => {
+                meter.timeline.headers = Some(Instant::now());
+                ctx.status = resp.status().as_u16();
+                meter.expect_body(
+                    resp.headers()
+                        .get(http::header::CONTENT_TYPE)
+                        .map(|v| v.as_bytes()),
+                    1 << 20,
+                    8 << 20,
+                );
+                Exchange::Streaming(ctx, meter, resp.into_body(), t0)
+            }
+        }
+    }
+}
+
+enum Exchange {
+    Done(Ctx, Meter, End),
+    Streaming(Ctx, Meter, hyper::body::Incoming, Instant),
+}
+
+impl Exchange {
+    async fn into_parts(self, stop: &AtomicBool) -> (Ctx, Meter, End) {
+        match self {
+            Exchange::Done(c, m, e) => (c, m, e),
+            Exchange::Streaming(c, mut m, mut body, t0) => {
+                let deadline = t0 + REQUEST_TIMEOUT;
+                loop {
+                    if stop.load(Ordering::Relaxed) && !m.done {
+                        return (c, m, End::Dropped);
+                    }
+                    match tokio::time::timeout_at(deadline, body.frame()).await {
+                        Err(_) => {
+                            return (c, m, End::Outcome(Outcome::Timeout, "total timeout".into()))
+                        }
+                        Ok(None) => return (c, m, End::Complete),
+                        Ok(Some(Err(e))) => {
+                            return (
+                                c,
+                                m,
+                                End::Outcome(Outcome::UpstreamReset, format!("body: {e}")),
+                            )
+                        }
+                        Ok(Some(Ok(f))) => {
+                            if let Some(d) = f.data_ref() {
+                                m.on_data(d, Instant::now());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub struct CellResult {
+    pub records: Vec<RequestRecord>,
+    pub errors: usize,
+    pub wall_s: f64,
+}
+
+/// One bucket × concurrency cell: W warm-up then N measured requests, C always in flight.
+pub async fn run_cell(
+    target: &Target,
+    model: &str,
+    chosen: &Chosen,
+    conc: usize,
+    cfg: &BenchConfig,
+    stop: &Arc<AtomicBool>,
+    progress: &Progress,
+) -> CellResult {
+    let total = cfg.warmup + cfg.requests;
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let errors = AtomicUsize::new(0);
+    let results: Mutex<Vec<(usize, RequestRecord)>> = Mutex::new(Vec::with_capacity(cfg.requests));
+    let first_measured: Mutex<Option<Instant>> = Mutex::new(None);
+    let label = format!("{} C={conc}", chosen.spec.name);
+    let worker = || async {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= total || stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let p = &chosen.prompts[i % chosen.prompts.len()];
+            if i >= cfg.warmup {
+                if let Ok(mut f) = first_measured.lock() {
+                    f.get_or_insert_with(Instant::now);
+                }
+            }
+            // Two arms: ABBA order (A B B A A B B A …) so drift cancels; pairs are (0,1), (2,3), …
+            let arm = (cfg.arms.len() == 2).then(|| {
+                let a = &cfg.arms[[0, 1, 1, 0][i % 4]];
+                (
+                    a.0.as_str(),
+                    a.1.as_str(),
+                    format!("{}-c{conc}-{}", chosen.spec.name, i / 2),
+                )
+            });
+            // Both requests of a pair use the same prompt.
+            let p = if arm.is_some() {
+                &chosen.prompts[(i / 2) % chosen.prompts.len()]
+            } else {
+                p
+            };
+            let rec = target
+                .one(
+                    model,
+                    &p.text,
+                    chosen.spec.output_tokens,
+                    cfg.fixed_output,
+                    chosen.spec.name,
+                    conc,
+                    stop,
+                    arm,
+                )
+                .await;
+            if i >= cfg.warmup {
+                if rec.outcome != Outcome::Ok {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Ok(mut r) = results.lock() {
+                    r.push((i, rec));
+                }
+                let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                progress.update(&label, d, cfg.requests, errors.load(Ordering::Relaxed));
+            }
+        }
+    };
+    let workers: Vec<_> = (0..conc).map(|_| worker()).collect();
+    futures_join_all(workers).await;
+    let end = Instant::now();
+    let wall_s = first_measured
+        .lock()
+        .ok()
+        .and_then(|f| *f)
+        .map(|s| (end - s).as_secs_f64())
+        .unwrap_or(0.0);
+    let mut records = results.into_inner().unwrap_or_default();
+    records.sort_by_key(|(i, _)| *i);
+    let errors = errors.load(Ordering::Relaxed);
+    progress.cell_done(&label, records.len(), errors, wall_s);
+    CellResult {
+        records: records.into_iter().map(|(_, r)| r).collect(),
+        errors,
+        wall_s,
+    }
+}
+
+/// Poll futures concurrently on this task (no spawn: they borrow the cell's state).
+async fn futures_join_all<F: std::future::Future<Output = ()>>(futs: Vec<F>) {
+    let mut futs: Vec<std::pin::Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
+    std::future::poll_fn(move |cx| {
+        futs.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+        if futs.is_empty() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
+/// What this client adds to TTFT: requests to an in-process zero-cost simulated engine.
+pub async fn client_overhead() -> Overhead {
+    use crate::sim::{Profile, Sim};
+    let how = "TTFT this client measures against an in-process zero-cost simulated engine (an upper bound: includes the simulator's own handling)";
+    let Ok(l) = tokio::net::TcpListener::bind("127.0.0.1:0").await else {
+        return Overhead {
+            n: 0,
+            p50: f64::NAN,
+            p99: f64::NAN,
+            how,
+        };
+    };
+    let Ok(sim) = Sim::start(Profile::instant(), "calibration", 1, l, None).await else {
+        return Overhead {
+            n: 0,
+            p50: f64::NAN,
+            p99: f64::NAN,
+            how,
+        };
+    };
+    let Ok(t) = Target::new(&format!("http://{}", sim.engine), None, Vec::new()) else {
+        return Overhead {
+            n: 0,
+            p50: f64::NAN,
+            p99: f64::NAN,
+            how,
+        };
+    };
+    let never = AtomicBool::new(false);
+    let mut ttft = Vec::new();
+    for i in 0..60 {
+        let r = t
+            .one(
+                "calibration",
+                "calibrate",
+                4,
+                true,
+                "calibration",
+                1,
+                &never,
+                None,
+            )
+            .await;
+        if let (true, Some(v)) = (i >= 10, r.ttft_ms) {
+            ttft.push(v);
+        }
+    }
+    ttft.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        ttft.get(((p * ttft.len() as f64).ceil() as usize).clamp(1, ttft.len().max(1)) - 1)
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    Overhead {
+        n: ttft.len(),
+        p50: q(0.5),
+        p99: q(0.99),
+        how,
+    }
+}
+
+/// Progress on stderr: a live line on a terminal, a line per cell otherwise.
+pub struct Progress {
+    tty: bool,
+    quiet: bool,
+}
+
+impl Progress {
+    pub fn new(quiet: bool) -> Self {
+        Progress {
+            tty: std::io::stderr().is_terminal(),
+            quiet,
+        }
+    }
+    pub fn update(&self, label: &str, done: usize, total: usize, errors: usize) {
+        if self.tty && !self.quiet {
+            let w = 30;
+            let filled = done * w / total.max(1);
+            eprint!(
+                "\r{label:<20} [{}{}] {done}/{total} errors {errors}   ",
+                "#".repeat(filled),
+                ".".repeat(w - filled)
+            );
+        }
+    }
+    pub fn cell_done(&self, label: &str, n: usize, errors: usize, wall_s: f64) {
+        if self.quiet {
+            return;
+        }
+        if self.tty {
+            eprint!("\r{:<80}\r", "");
+        }
+        eprintln!("{label:<20} {n} measured, {errors} errors, {wall_s:.1} s");
+    }
+    pub fn line(&self, s: &str) {
+        if !self.quiet {
+            eprintln!("{s}");
+        }
+    }
+    pub fn finish(&self) {}
+}

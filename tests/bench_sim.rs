@@ -1,0 +1,184 @@
+//! `sim` speaks vLLM's format; `bench` against `sim` through the proxy: reproducible prompt
+//! sets, warm-up excluded, empty buckets reported, and bench's client-side TTFT agreeing with
+//! the proxy's.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use support::*;
+use tokentap::bench::{self, BenchConfig};
+use tokentap::meter::{Outcome, RequestRecord};
+use tokentap::sim::{Profile, Sim};
+
+/// A fast profile so the suite stays quick: same mechanics, smaller costs.
+fn fast() -> Profile {
+    Profile {
+        prefill_base_ms: 15.0,
+        prefill_per_token_ms: 0.01,
+        prefill_per_seq_ms: 2.0,
+        step_base_ms: 4.0,
+        step_per_seq_ms: 0.5,
+        ..Profile::v100()
+    }
+}
+
+async fn sim() -> Sim {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    Sim::start(fast(), "sim", 7, l, None).await.unwrap()
+}
+
+fn events(body: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(body)
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn sim_speaks_vllm_chunk_format() {
+    let s = sim().await;
+    let c = client();
+    let url = format!("http://{}/v1/chat/completions", s.engine);
+    let body = br#"{"model":"sim","messages":[{"role":"user","content":"hello there"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true},"ignore_eos":true}"#;
+    let got = send(&c, "POST", &url, &[("content-type", "application/json")], body.to_vec()).await.unwrap();
+    assert_eq!(got.headers["content-type"], "text/event-stream; charset=utf-8");
+    assert!(got.body.ends_with(b"data: [DONE]\n\n"));
+    let ev = events(&got.body);
+    assert_eq!(ev.len(), 1 + 5 + 1);
+    assert_eq!(ev[0]["choices"][0]["delta"], serde_json::json!({"role": "assistant", "content": ""}));
+    assert_eq!(ev[5]["choices"][0]["finish_reason"], "length");
+    assert!(ev[4]["choices"][0]["finish_reason"].is_null());
+    assert_eq!(ev[6]["choices"], serde_json::json!([]));
+    assert_eq!(ev[6]["usage"]["completion_tokens"], 5);
+
+    let url = format!("http://{}/v1/completions", s.engine);
+    let got = send(&c, "POST", &url, &[], br#"{"model":"sim","prompt":"x","max_tokens":3,"stream":true,"ignore_eos":true}"#.to_vec()).await.unwrap();
+    let ev = events(&got.body);
+    assert_eq!(ev.len(), 3, "no role chunk for completions");
+    assert!(ev[0]["choices"][0]["text"].as_str().unwrap().len() > 1);
+
+    let got = send(&c, "POST", &format!("http://{}/v1/chat/completions", s.engine), &[], br#"{"model":"sim","messages":[{"role":"user","content":"x"}],"max_tokens":4,"ignore_eos":true}"#.to_vec()).await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 4);
+    let got = send(&c, "POST", &format!("http://{}/v1/chat/completions", s.engine), &[], br#"{"model":"nope","messages":[]}"#.to_vec()).await.unwrap();
+    assert_eq!(got.status, 404);
+    let got = send(&c, "POST", &format!("http://{}/v1/chat/completions", s.engine), &[], br#"{"model":"sim","messages":[{"role":"user","content":"x"}],"max_tokens":100000}"#.to_vec()).await.unwrap();
+    assert_eq!(got.status, 400);
+    let got = send(&c, "GET", &format!("http://{}/v1/models", s.engine), &[], vec![]).await.unwrap();
+    assert!(String::from_utf8_lossy(&got.body).contains("\"sim\""));
+}
+
+fn read_records(path: &std::path::Path) -> Vec<RequestRecord> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_through_the_proxy_agrees_with_the_proxy() {
+    let s = sim().await;
+    let px = proxy(&format!("http://{}", s.engine), "").await;
+    let dir = scratch("bench");
+    let cfg = BenchConfig {
+        target: format!("http://{}", px.addr),
+        out: dir.join("a"),
+        concurrency: vec![1, 2],
+        requests: 4,
+        warmup: 2,
+        outputs: [6, 8, 10],
+        calibrate: false,
+        quiet: true,
+        ..BenchConfig::default()
+    };
+    let info = bench::run(&cfg, Arc::new(AtomicBool::new(false))).await.unwrap();
+    assert_eq!(info.cells.len(), 6);
+    let recs = read_records(&dir.join("a/requests.jsonl"));
+    assert_eq!(recs.len(), 6 * 4, "warm-up requests are not recorded");
+    assert!(recs.iter().all(|r| r.outcome == Outcome::Ok && r.concurrency.is_some()));
+    assert!(recs.iter().filter(|r| r.bucket.as_deref() == Some("short-long")).all(|r| r.output_tokens == Some(10)));
+    let run: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("a/run.json")).unwrap()).unwrap();
+    assert_eq!(run["prompt_set_sha256"], info.prompt_set_sha256.as_str());
+    assert_eq!(run["model"], "sim");
+
+    // The proxy saw every request, warm-ups included (and bench's GET /v1/models).
+    let proxied = px.records(6 * 6 + 1).await;
+    assert_eq!(proxied.len(), 6 * 6 + 1);
+    // Match each measured C=1 bench request to the proxy's record of it (nearest start time):
+    // the client's TTFT is the proxy's plus the loopback hop, within a few ms.
+    let t = |r: &RequestRecord| humantime::parse_rfc3339(&r.ts).unwrap();
+    for b in recs.iter().filter(|r| r.concurrency == Some(1)) {
+        let p = proxied
+            .iter()
+            .filter(|p| p.stream)
+            .min_by_key(|p| t(p).duration_since(t(b)).unwrap_or_else(|e| e.duration()))
+            .unwrap();
+        let (bt, pt) = (b.ttft_ms.unwrap(), p.ttft_ms.unwrap());
+        assert!(bt >= pt - 0.5 && bt - pt < 5.0, "bench {bt} proxy {pt}");
+        assert_eq!(b.output_tokens, p.output_tokens);
+    }
+
+    // Same seed and file: same prompt set hash; another seed: another.
+    let again = bench::run(&BenchConfig { out: dir.join("b"), concurrency: vec![1], requests: 1, warmup: 0, ..cfg.clone() }, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    assert_eq!(again.prompt_set_sha256, info.prompt_set_sha256);
+    let other = bench::run(&BenchConfig { out: dir.join("c"), seed: 7, concurrency: vec![1], requests: 1, warmup: 0, ..cfg.clone() }, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    assert_ne!(other.prompt_set_sha256, info.prompt_set_sha256);
+}
+
+#[tokio::test]
+async fn empty_buckets_are_reported_and_bad_datasets_named() {
+    let s = sim().await;
+    let dir = scratch("dataset");
+    let only_short = dir.join("short.json");
+    std::fs::write(&only_short, r#"[{"id":"s1","conversations":[{"from":"human","value":"hi there"},{"from":"gpt","value":"hello"}]}]"#).unwrap();
+    let cfg = BenchConfig {
+        target: format!("http://{}", s.engine),
+        out: dir.join("out"),
+        dataset: Some(only_short),
+        concurrency: vec![1],
+        requests: 2,
+        warmup: 0,
+        outputs: [4, 4, 4],
+        calibrate: false,
+        quiet: true,
+        ..BenchConfig::default()
+    };
+    let info = bench::run(&cfg, Arc::new(AtomicBool::new(false))).await.unwrap();
+    assert_eq!(info.cells.len(), 1);
+    assert_eq!(info.cells[0].bucket, "short-long");
+    let empty: Vec<&str> = info.buckets.iter().filter(|b| b.prompts == 0).map(|b| b.name).collect();
+    assert_eq!(empty, vec!["long-short", "balanced"]);
+
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"[{"id":"ok","conversations":[]},{"id":"broken-7","conversations":[{"from":"human"}]}]"#).unwrap();
+    let e = bench::run(&BenchConfig { dataset: Some(bad.clone()), ..cfg }, Arc::new(AtomicBool::new(false))).await.unwrap_err().to_string();
+    assert!(e.contains(&bad.display().to_string()) && e.contains("entry 1") && e.contains("broken-7"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_client_overhead_is_well_under_a_millisecond() {
+    // Not a timing gate on the machine: the calibration must exist and be sane; the figure
+    // itself is reported in run.json and the README.
+    let s = sim().await;
+    let dir = scratch("overhead");
+    let cfg = BenchConfig {
+        target: format!("http://{}", s.engine),
+        out: dir,
+        concurrency: vec![1],
+        requests: 1,
+        warmup: 0,
+        outputs: [2, 2, 2],
+        quiet: true,
+        ..BenchConfig::default()
+    };
+    let info = bench::run(&cfg, Arc::new(AtomicBool::new(false))).await.unwrap();
+    let o = info.client_overhead_ttft_ms.unwrap();
+    assert_eq!(o.n, 50);
+    assert!(o.p50 > 0.0 && o.p50.is_finite());
+}
