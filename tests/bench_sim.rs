@@ -45,19 +45,41 @@ async fn sim_speaks_vllm_chunk_format() {
     let c = client();
     let url = format!("http://{}/v1/chat/completions", s.engine);
     let body = br#"{"model":"sim","messages":[{"role":"user","content":"hello there"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true},"ignore_eos":true}"#;
-    let got = send(&c, "POST", &url, &[("content-type", "application/json")], body.to_vec()).await.unwrap();
-    assert_eq!(got.headers["content-type"], "text/event-stream; charset=utf-8");
+    let got = send(
+        &c,
+        "POST",
+        &url,
+        &[("content-type", "application/json")],
+        body.to_vec(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        got.headers["content-type"],
+        "text/event-stream; charset=utf-8"
+    );
     assert!(got.body.ends_with(b"data: [DONE]\n\n"));
     let ev = events(&got.body);
     assert_eq!(ev.len(), 1 + 5 + 1);
-    assert_eq!(ev[0]["choices"][0]["delta"], serde_json::json!({"role": "assistant", "content": ""}));
+    assert_eq!(
+        ev[0]["choices"][0]["delta"],
+        serde_json::json!({"role": "assistant", "content": ""})
+    );
     assert_eq!(ev[5]["choices"][0]["finish_reason"], "length");
     assert!(ev[4]["choices"][0]["finish_reason"].is_null());
     assert_eq!(ev[6]["choices"], serde_json::json!([]));
     assert_eq!(ev[6]["usage"]["completion_tokens"], 5);
 
     let url = format!("http://{}/v1/completions", s.engine);
-    let got = send(&c, "POST", &url, &[], br#"{"model":"sim","prompt":"x","max_tokens":3,"stream":true,"ignore_eos":true}"#.to_vec()).await.unwrap();
+    let got = send(
+        &c,
+        "POST",
+        &url,
+        &[],
+        br#"{"model":"sim","prompt":"x","max_tokens":3,"stream":true,"ignore_eos":true}"#.to_vec(),
+    )
+    .await
+    .unwrap();
     let ev = events(&got.body);
     assert_eq!(ev.len(), 3, "no role chunk for completions");
     assert!(ev[0]["choices"][0]["text"].as_str().unwrap().len() > 1);
@@ -65,16 +87,45 @@ async fn sim_speaks_vllm_chunk_format() {
     let got = send(&c, "POST", &format!("http://{}/v1/chat/completions", s.engine), &[], br#"{"model":"sim","messages":[{"role":"user","content":"x"}],"max_tokens":4,"ignore_eos":true}"#.to_vec()).await.unwrap();
     let v: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
     assert_eq!(v["usage"]["completion_tokens"], 4);
-    let got = send(&c, "POST", &format!("http://{}/v1/chat/completions", s.engine), &[], br#"{"model":"nope","messages":[]}"#.to_vec()).await.unwrap();
+    let got = send(
+        &c,
+        "POST",
+        &format!("http://{}/v1/chat/completions", s.engine),
+        &[],
+        br#"{"model":"nope","messages":[]}"#.to_vec(),
+    )
+    .await
+    .unwrap();
     assert_eq!(got.status, 404);
-    let got = send(&c, "POST", &format!("http://{}/v1/chat/completions", s.engine), &[], br#"{"model":"sim","messages":[{"role":"user","content":"x"}],"max_tokens":100000}"#.to_vec()).await.unwrap();
+    let got = send(
+        &c,
+        "POST",
+        &format!("http://{}/v1/chat/completions", s.engine),
+        &[],
+        br#"{"model":"sim","messages":[{"role":"user","content":"x"}],"max_tokens":100000}"#
+            .to_vec(),
+    )
+    .await
+    .unwrap();
     assert_eq!(got.status, 400);
-    let got = send(&c, "GET", &format!("http://{}/v1/models", s.engine), &[], vec![]).await.unwrap();
+    let got = send(
+        &c,
+        "GET",
+        &format!("http://{}/v1/models", s.engine),
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
     assert!(String::from_utf8_lossy(&got.body).contains("\"sim\""));
 }
 
 fn read_records(path: &std::path::Path) -> Vec<RequestRecord> {
-    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,13 +144,21 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
         quiet: true,
         ..BenchConfig::default()
     };
-    let info = bench::run(&cfg, Arc::new(AtomicBool::new(false))).await.unwrap();
+    let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
     assert_eq!(info.cells.len(), 6);
     let recs = read_records(&dir.join("a/requests.jsonl"));
     assert_eq!(recs.len(), 6 * 4, "warm-up requests are not recorded");
-    assert!(recs.iter().all(|r| r.outcome == Outcome::Ok && r.concurrency.is_some()));
-    assert!(recs.iter().filter(|r| r.bucket.as_deref() == Some("short-long")).all(|r| r.output_tokens == Some(10)));
-    let run: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("a/run.json")).unwrap()).unwrap();
+    assert!(recs
+        .iter()
+        .all(|r| r.outcome == Outcome::Ok && r.concurrency.is_some()));
+    assert!(recs
+        .iter()
+        .filter(|r| r.bucket.as_deref() == Some("short-long"))
+        .all(|r| r.output_tokens == Some(10)));
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("a/run.json")).unwrap()).unwrap();
     assert_eq!(run["prompt_set_sha256"], info.prompt_set_sha256.as_str());
     assert_eq!(run["model"], "sim");
 
@@ -121,13 +180,32 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
     }
 
     // Same seed and file: same prompt set hash; another seed: another.
-    let again = bench::run(&BenchConfig { out: dir.join("b"), concurrency: vec![1], requests: 1, warmup: 0, ..cfg.clone() }, Arc::new(AtomicBool::new(false)))
-        .await
-        .unwrap();
+    let again = bench::run(
+        &BenchConfig {
+            out: dir.join("b"),
+            concurrency: vec![1],
+            requests: 1,
+            warmup: 0,
+            ..cfg.clone()
+        },
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await
+    .unwrap();
     assert_eq!(again.prompt_set_sha256, info.prompt_set_sha256);
-    let other = bench::run(&BenchConfig { out: dir.join("c"), seed: 7, concurrency: vec![1], requests: 1, warmup: 0, ..cfg.clone() }, Arc::new(AtomicBool::new(false)))
-        .await
-        .unwrap();
+    let other = bench::run(
+        &BenchConfig {
+            out: dir.join("c"),
+            seed: 7,
+            concurrency: vec![1],
+            requests: 1,
+            warmup: 0,
+            ..cfg.clone()
+        },
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await
+    .unwrap();
     assert_ne!(other.prompt_set_sha256, info.prompt_set_sha256);
 }
 
@@ -149,16 +227,39 @@ async fn empty_buckets_are_reported_and_bad_datasets_named() {
         quiet: true,
         ..BenchConfig::default()
     };
-    let info = bench::run(&cfg, Arc::new(AtomicBool::new(false))).await.unwrap();
+    let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
     assert_eq!(info.cells.len(), 1);
     assert_eq!(info.cells[0].bucket, "short-long");
-    let empty: Vec<&str> = info.buckets.iter().filter(|b| b.prompts == 0).map(|b| b.name).collect();
+    let empty: Vec<&str> = info
+        .buckets
+        .iter()
+        .filter(|b| b.prompts == 0)
+        .map(|b| b.name)
+        .collect();
     assert_eq!(empty, vec!["long-short", "balanced"]);
 
     let bad = dir.join("bad.json");
-    std::fs::write(&bad, r#"[{"id":"ok","conversations":[]},{"id":"broken-7","conversations":[{"from":"human"}]}]"#).unwrap();
-    let e = bench::run(&BenchConfig { dataset: Some(bad.clone()), ..cfg }, Arc::new(AtomicBool::new(false))).await.unwrap_err().to_string();
-    assert!(e.contains(&bad.display().to_string()) && e.contains("entry 1") && e.contains("broken-7"), "{e}");
+    std::fs::write(
+        &bad,
+        r#"[{"id":"ok","conversations":[]},{"id":"broken-7","conversations":[{"from":"human"}]}]"#,
+    )
+    .unwrap();
+    let e = bench::run(
+        &BenchConfig {
+            dataset: Some(bad.clone()),
+            ..cfg
+        },
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains(&bad.display().to_string()) && e.contains("entry 1") && e.contains("broken-7"),
+        "{e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +278,9 @@ async fn bench_client_overhead_is_well_under_a_millisecond() {
         quiet: true,
         ..BenchConfig::default()
     };
-    let info = bench::run(&cfg, Arc::new(AtomicBool::new(false))).await.unwrap();
+    let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
     let o = info.client_overhead_ttft_ms.unwrap();
     assert_eq!(o.n, 50);
     assert!(o.p50 > 0.0 && o.p50.is_finite());

@@ -365,33 +365,81 @@ async fn futures_join_all<F: std::future::Future<Output = ()>>(futs: Vec<F>) {
     .await
 }
 
-/// What this client adds to TTFT: requests to an in-process zero-cost simulated engine.
+/// A loopback server that answers every request at once with a canned one-token SSE stream
+/// (headers, role chunk, content chunk, usage, `[DONE]` in one write): whatever TTFT a client
+/// measures against it is that client's own overhead plus the loopback round trip.
+async fn canned_sse_server() -> std::io::Result<std::net::SocketAddr> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BODY: &str = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" hi\"},\"finish_reason\":\"length\"}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let response = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = l.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let _ = s.set_nodelay(true);
+            let response = response.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::with_capacity(4096);
+                let mut tmp = [0u8; 4096];
+                loop {
+                    // One request: head, then content-length bytes of body.
+                    let (head_end, len) = loop {
+                        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..p]).to_ascii_lowercase();
+                            let len = head
+                                .lines()
+                                .find_map(|l| {
+                                    l.strip_prefix("content-length:")
+                                        .and_then(|v| v.trim().parse::<usize>().ok())
+                                })
+                                .unwrap_or(0);
+                            break (p + 4, len);
+                        }
+                        match s.read(&mut tmp).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                        }
+                    };
+                    while buf.len() < head_end + len {
+                        match s.read(&mut tmp).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                        }
+                    }
+                    buf.drain(..head_end + len);
+                    if s.write_all(response.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// What this client adds to TTFT: 50 requests (after 10 warm-up) to a server that answers at
+/// once.
 pub async fn client_overhead() -> Overhead {
-    use crate::sim::{Profile, Sim};
-    let how = "TTFT this client measures against an in-process zero-cost simulated engine (an upper bound: includes the simulator's own handling)";
-    let Ok(l) = tokio::net::TcpListener::bind("127.0.0.1:0").await else {
-        return Overhead {
-            n: 0,
-            p50: f64::NAN,
-            p99: f64::NAN,
-            how,
-        };
+    let how = "TTFT this client measures against an in-process server that answers at once (client overhead + loopback round trip)";
+    let failed = Overhead {
+        n: 0,
+        p50: f64::NAN,
+        p99: f64::NAN,
+        how,
     };
-    let Ok(sim) = Sim::start(Profile::instant(), "calibration", 1, l, None).await else {
-        return Overhead {
-            n: 0,
-            p50: f64::NAN,
-            p99: f64::NAN,
-            how,
-        };
+    let Ok(addr) = canned_sse_server().await else {
+        return failed;
     };
-    let Ok(t) = Target::new(&format!("http://{}", sim.engine), None, Vec::new()) else {
-        return Overhead {
-            n: 0,
-            p50: f64::NAN,
-            p99: f64::NAN,
-            how,
-        };
+    let Ok(t) = Target::new(&format!("http://{addr}"), None, Vec::new()) else {
+        return failed;
     };
     let never = AtomicBool::new(false);
     let mut ttft = Vec::new();
@@ -400,8 +448,8 @@ pub async fn client_overhead() -> Overhead {
             .one(
                 "calibration",
                 "calibrate",
-                4,
-                true,
+                1,
+                false,
                 "calibration",
                 1,
                 &never,
