@@ -15,6 +15,7 @@
 //! - [`sim`]: simulated engine (continuous-batching cost model) and gateway hop.
 //! - [`bench`]: closed-loop load generator (buckets × concurrency), raw records and run.json.
 //! - [`demo`]: the embedded default: sim + hop + proxy + bench in one process.
+//! - [`report`]: records → tables, SLO verdicts, provisioning, per-key, HTML charts.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -25,6 +26,7 @@ pub mod keys;
 pub mod meter;
 pub mod openai;
 pub mod proxy;
+pub mod report;
 pub mod route;
 pub mod serve;
 pub mod server;

@@ -58,6 +58,11 @@ enum Command {
     ///
     /// Try: tokentap bench --target http://127.0.0.1:8080 --out bench-out --concurrency 1,2,4,8
     Bench(BenchArgs),
+    /// Request records (bench folders, proxy logs, rotated files, several replicas) → tables,
+    /// SLO verdicts, provisioning answers, per-key accounting, charts.
+    ///
+    /// Try: tokentap report tokentap-demo --format html --out report.html
+    Report(ReportArgs),
     /// Print the key fingerprint (sha256:<hex>) of an API key read from standard input, for
     /// `[keys.aliases]`. The key itself is never printed.
     ///
@@ -136,6 +141,82 @@ struct BenchArgs {
     /// Skip measuring this client's own overhead against an in-process zero-cost engine.
     #[arg(long)]
     no_calibrate: bool,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// JSONL files or folders holding them (every *.jsonl* file below a folder).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value = "table")]
+    format: tokentap::report::Format,
+    /// Write here instead of standard output.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// SLO thresholds (TOML: ttft_interactive_ms, ttft_strict_ms, ttft_code_completion_ms,
+    /// ttft_agents_ms, reading_tok_s, coding_tok_s, knee_factor, goodput_ttft_ms, goodput_tok_s).
+    #[arg(long)]
+    slo: Option<PathBuf>,
+    /// Exit 1 when any cell misses one of these SLOs (interactive, strict, code_completion,
+    /// agents, reading_speed, interactive_coding).
+    #[arg(long, value_delimiter = ',')]
+    fail_on_slo: Vec<String>,
+    /// Keys in the per-key table.
+    #[arg(long, default_value_t = 20)]
+    top: usize,
+    /// Split the per-key table by experiment arm.
+    #[arg(long)]
+    by_arm: bool,
+}
+
+fn run_report(a: ReportArgs) -> ExitCode {
+    use tokentap::report;
+    let slos = match &a.slo {
+        None => report::Slos::default(),
+        Some(p) => match report::Slos::load(p) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("tokentap: config error: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+    };
+    let known: Vec<&str> = slos.list().iter().map(|s| s.0).collect();
+    if let Some(bad) = a.fail_on_slo.iter().find(|n| !known.contains(&n.as_str())) {
+        eprintln!(
+            "tokentap: --fail-on-slo {bad}: unknown SLO (one of {})",
+            known.join(", ")
+        );
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let records = match report::load(&a.paths, &mut |w| {
+        eprintln!("tokentap report: warning: {w}")
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tokentap: report: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rep = report::compute(&records, &slos, a.top, a.by_arm);
+    let text = report::render(&rep, a.format);
+    match &a.out {
+        Some(p) => {
+            if let Err(e) = std::fs::write(p, text) {
+                eprintln!("tokentap: report: {}: {e}", p.display());
+                return ExitCode::FAILURE;
+            }
+        }
+        None => print!("{text}"),
+    }
+    let missed = report::missed(&rep, &a.fail_on_slo);
+    if !missed.is_empty() {
+        for m in &missed {
+            eprintln!("tokentap report: SLO missed: {m}");
+        }
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
 }
 
 #[derive(Args)]
@@ -339,6 +420,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Sim(a) => run_sim(a),
+        Command::Report(a) => run_report(a),
         Command::Bench(a) => run_bench(a),
         Command::Demo {
             out,

@@ -1,0 +1,512 @@
+//! `tokentap report`: request records (bench folders, live proxy logs, rotated files, several
+//! replicas) → per bucket × concurrency tables, tail reading, SLO verdicts, provisioning answers,
+//! per-key accounting; rendered as a terminal table, Markdown, JSON or one self-contained HTML
+//! file with SVG charts. Percentiles come from exact sorted values, so merging files gives the
+//! same answer as one file with the same records.
+
+mod render;
+mod svg;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::bench::summary::pct;
+use crate::meter::{Outcome, RequestRecord};
+
+pub use render::{render, Format};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}: no .jsonl records found")]
+    Empty(String),
+    #[error("{file}: {key}: {message}")]
+    Slo {
+        file: String,
+        key: String,
+        message: String,
+    },
+}
+
+/// SLO thresholds (defaults from the write-up), overridable by a TOML file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Slos {
+    /// TTFT p95 bounds in ms.
+    pub ttft_interactive_ms: f64,
+    pub ttft_strict_ms: f64,
+    pub ttft_code_completion_ms: f64,
+    pub ttft_agents_ms: f64,
+    /// Per-stream output tok/s floors (at p95, i.e. the slowest 5 % of streams).
+    pub reading_tok_s: f64,
+    pub coding_tok_s: f64,
+    /// The knee: first concurrency whose p95 TTFT exceeds this multiple of its C=1 value.
+    pub knee_factor: f64,
+    /// Goodput: a request counts when its TTFT ≤ this and its tok/s ≥ `goodput_tok_s`.
+    pub goodput_ttft_ms: f64,
+    pub goodput_tok_s: f64,
+}
+
+impl Default for Slos {
+    fn default() -> Self {
+        Slos {
+            ttft_interactive_ms: 500.0,
+            ttft_strict_ms: 200.0,
+            ttft_code_completion_ms: 100.0,
+            ttft_agents_ms: 1000.0,
+            reading_tok_s: 6.0,
+            coding_tok_s: 60.0,
+            knee_factor: 2.0,
+            goodput_ttft_ms: 500.0,
+            goodput_tok_s: 6.0,
+        }
+    }
+}
+
+impl Slos {
+    pub fn load(path: &Path) -> Result<Slos, ReportError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ReportError::Io {
+            path: file.clone(),
+            source,
+        })?;
+        let de = toml::Deserializer::new(&text);
+        serde_path_to_error::deserialize(de).map_err(|e| ReportError::Slo {
+            file,
+            key: e.path().to_string(),
+            message: e.into_inner().message().to_owned(),
+        })
+    }
+
+    /// (name, kind, threshold): kind "ttft" = p95 TTFT ≤ ms; "tok_s" = p95-slowest tok/s ≥.
+    pub fn list(&self) -> Vec<(&'static str, &'static str, f64)> {
+        vec![
+            ("interactive", "ttft", self.ttft_interactive_ms),
+            ("strict", "ttft", self.ttft_strict_ms),
+            ("code_completion", "ttft", self.ttft_code_completion_ms),
+            ("agents", "ttft", self.ttft_agents_ms),
+            ("reading_speed", "tok_s", self.reading_tok_s),
+            ("interactive_coding", "tok_s", self.coding_tok_s),
+        ]
+    }
+}
+
+/// Read records from files and folders (every `*.jsonl*` file below a folder, sorted).
+/// Bad lines are reported on `warn` with file and line, and skipped.
+pub fn load(
+    paths: &[PathBuf],
+    warn: &mut dyn FnMut(String),
+) -> Result<Vec<RequestRecord>, ReportError> {
+    let mut files = Vec::new();
+    for p in paths {
+        collect(p, &mut files)?;
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(ReportError::Empty(
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ));
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|source| ReportError::Io {
+            path: f.display().to_string(),
+            source,
+        })?;
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                warn(format!("{}:{}: empty line skipped", f.display(), i + 1));
+                continue;
+            }
+            match serde_json::from_str::<RequestRecord>(line) {
+                Ok(r) => out.push(r),
+                Err(e) => warn(format!(
+                    "{}:{}: not a record ({e}); skipped",
+                    f.display(),
+                    i + 1
+                )),
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn collect(p: &Path, files: &mut Vec<PathBuf>) -> Result<(), ReportError> {
+    let meta = std::fs::metadata(p).map_err(|source| ReportError::Io {
+        path: p.display().to_string(),
+        source,
+    })?;
+    if meta.is_file() {
+        files.push(p.to_owned());
+        return Ok(());
+    }
+    let rd = std::fs::read_dir(p).map_err(|source| ReportError::Io {
+        path: p.display().to_string(),
+        source,
+    })?;
+    for e in rd.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            collect(&path, files)?;
+        } else if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.contains(".jsonl"))
+        {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Concurrency label of a record: bench's level, or the live in-flight count bucketed
+/// 1, 2, 3–4, 5–8, 9–16, …
+pub fn level(r: &RequestRecord) -> (u64, String) {
+    if let Some(c) = r.concurrency {
+        return (c, c.to_string());
+    }
+    let n = r.in_flight.max(1);
+    if n <= 2 {
+        return (n, n.to_string());
+    }
+    let hi = n.next_power_of_two();
+    (hi, format!("{}-{}", hi / 2 + 1, hi))
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Dist {
+    pub n: usize,
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+    pub max: Option<f64>,
+}
+
+pub fn dist(values: impl Iterator<Item = f64>) -> Dist {
+    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    Dist {
+        n: v.len(),
+        p50: pct(&v, 0.5),
+        p95: pct(&v, 0.95),
+        p99: pct(&v, 0.99),
+        max: v.last().copied(),
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub bucket: String,
+    pub arm: Option<String>,
+    pub concurrency: String,
+    /// Sort key for the concurrency label.
+    pub level: u64,
+    pub requests: usize,
+    pub errors: usize,
+    pub error_rate: f64,
+    pub ttft_ms: Dist,
+    pub tpot_ms: Dist,
+    pub e2e_ms: Dist,
+    /// Per-stream output tok/s = 1000 ÷ TPOT, per request.
+    pub tok_s_per_stream: Dist,
+    /// All output tokens ÷ the cell's wall time (first start to last end), across streams.
+    pub aggregate_tok_s: Option<f64>,
+    pub input_tokens_median: Option<f64>,
+    pub output_tokens_median: Option<f64>,
+    /// `tight` (p99 ≤ 1.5 × p50), `widening` (some requests queue) or `converged-high`
+    /// (tight, but far above the bucket's C=1 value: saturation).
+    pub tail: &'static str,
+    /// SLO name → met at p95.
+    pub slo: BTreeMap<&'static str, bool>,
+    /// Share of requests meeting the goodput SLO pair.
+    pub goodput: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Provision {
+    pub bucket: String,
+    /// SLO name → highest concurrency label meeting it (null: none does).
+    pub ceiling: BTreeMap<&'static str, Option<String>>,
+    /// First concurrency whose p95 TTFT exceeds `knee_factor` × the C=1 value.
+    pub knee: Option<String>,
+    /// What happens at the highest level measured: `slower` (latency grows, no errors),
+    /// `errors` (error rate ≥ 1 %), or `none`.
+    pub failure_mode: &'static str,
+    /// Aggregate output tokens per day at the interactive ceiling.
+    pub tokens_per_day_at_interactive_ceiling: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyRow {
+    pub key_id: String,
+    pub arm: Option<String>,
+    pub requests: usize,
+    pub error_rate: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub ttft_ms: Dist,
+    pub tpot_ms: Dist,
+    pub e2e_ms: Dist,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub records: usize,
+    pub sources: &'static str,
+    pub slos: Slos,
+    pub cells: Vec<Cell>,
+    pub in_flight: Dist,
+    pub provisioning: Vec<Provision>,
+    pub keys: Vec<KeyRow>,
+}
+
+fn ok(r: &RequestRecord) -> bool {
+    r.outcome == Outcome::Ok
+}
+
+fn is_error(r: &RequestRecord) -> bool {
+    !matches!(r.outcome, Outcome::Ok | Outcome::ClientCancelled)
+}
+
+fn tok_s(r: &RequestRecord) -> Option<f64> {
+    r.tpot_ms.filter(|t| *t > 0.0).map(|t| 1000.0 / t)
+}
+
+/// Compute the whole report. `top` keys; `by_arm` splits the key table by experiment arm.
+pub fn compute(records: &[RequestRecord], slos: &Slos, top: usize, by_arm: bool) -> Report {
+    let arm = |r: &RequestRecord| r.experiment.as_ref().map(|e| e.arm.clone());
+    let mut groups: BTreeMap<(String, Option<String>, u64, String), Vec<&RequestRecord>> =
+        BTreeMap::new();
+    for r in records {
+        let (lvl, label) = level(r);
+        let bucket = r.bucket.clone().unwrap_or_else(|| "unknown".into());
+        groups
+            .entry((bucket, arm(r), lvl, label))
+            .or_default()
+            .push(r);
+    }
+    // C=1 p95 TTFT per (bucket, arm), for the tail reading and the knee.
+    let mut base: BTreeMap<(String, Option<String>), f64> = BTreeMap::new();
+    let mut cells = Vec::new();
+    for ((bucket, arm_name, lvl, label), rs) in &groups {
+        let served: Vec<&&RequestRecord> = rs.iter().filter(|r| ok(r)).collect();
+        let ttft = dist(served.iter().filter_map(|r| r.ttft_ms));
+        let tpot = dist(served.iter().filter_map(|r| r.tpot_ms));
+        let tps = dist(served.iter().filter_map(|r| tok_s(r)));
+        let errors = rs.iter().filter(|r| is_error(r)).count();
+        let start = rs
+            .iter()
+            .filter_map(|r| humantime::parse_rfc3339(&r.ts).ok())
+            .min();
+        let end = rs
+            .iter()
+            .filter_map(|r| {
+                humantime::parse_rfc3339(&r.ts)
+                    .ok()
+                    .map(|t| t + std::time::Duration::from_secs_f64(r.e2e_ms.max(0.0) / 1000.0))
+            })
+            .max();
+        let wall = match (start, end) {
+            (Some(s), Some(e)) => e.duration_since(s).map(|d| d.as_secs_f64()).unwrap_or(0.0),
+            _ => 0.0,
+        };
+        let out_tokens: u64 = served.iter().filter_map(|r| r.output_tokens).sum();
+        if *lvl == 1 {
+            if let Some(p) = ttft.p95 {
+                base.insert((bucket.clone(), arm_name.clone()), p);
+            }
+        }
+        let mut slo = BTreeMap::new();
+        for (name, kind, thr) in slos.list() {
+            let met = match kind {
+                "ttft" => ttft.p95.map(|p| p <= thr),
+                // The slowest 5 % of streams: the 5th percentile of tok/s = 1000 / TPOT p95.
+                _ => tpot.p95.map(|p| p > 0.0 && 1000.0 / p >= thr),
+            };
+            slo.insert(name, met.unwrap_or(false));
+        }
+        let good = rs
+            .iter()
+            .filter(|r| {
+                ok(r)
+                    && r.ttft_ms.is_none_or(|t| t <= slos.goodput_ttft_ms)
+                    && tok_s(r).is_none_or(|s| s >= slos.goodput_tok_s)
+            })
+            .count();
+        let med = |v: Vec<f64>| dist(v.into_iter()).p50;
+        cells.push(Cell {
+            bucket: bucket.clone(),
+            arm: arm_name.clone(),
+            concurrency: label.clone(),
+            level: *lvl,
+            requests: rs.len(),
+            errors,
+            error_rate: errors as f64 / rs.len().max(1) as f64,
+            ttft_ms: ttft,
+            tpot_ms: tpot,
+            e2e_ms: dist(served.iter().map(|r| r.e2e_ms)),
+            tok_s_per_stream: tps,
+            aggregate_tok_s: (wall > 0.0).then(|| out_tokens as f64 / wall),
+            input_tokens_median: med(served
+                .iter()
+                .filter_map(|r| r.input_tokens.map(|v| v as f64))
+                .collect()),
+            output_tokens_median: med(served
+                .iter()
+                .filter_map(|r| r.output_tokens.map(|v| v as f64))
+                .collect()),
+            tail: "tight",
+            slo,
+            goodput: good as f64 / rs.len().max(1) as f64,
+        });
+    }
+    for c in &mut cells {
+        let b = base.get(&(c.bucket.clone(), c.arm.clone())).copied();
+        c.tail = match (c.ttft_ms.p50, c.ttft_ms.p99) {
+            (Some(p50), Some(p99)) if p50 > 0.0 => {
+                if p99 > 1.5 * p50 {
+                    "widening"
+                } else if b.is_some_and(|b| c.level > 1 && p50 > slos.knee_factor * b) {
+                    "converged-high"
+                } else {
+                    "tight"
+                }
+            }
+            _ => "-",
+        };
+    }
+
+    let mut provisioning = Vec::new();
+    let mut keyset: Vec<(String, Option<String>)> = cells
+        .iter()
+        .map(|c| (c.bucket.clone(), c.arm.clone()))
+        .collect();
+    keyset.dedup();
+    for (bucket, arm_name) in keyset {
+        let cs: Vec<&Cell> = cells
+            .iter()
+            .filter(|c| c.bucket == bucket && c.arm == arm_name)
+            .collect();
+        let mut ceiling = BTreeMap::new();
+        for (name, _, _) in slos.list() {
+            // Highest level such that it and every level below it meet the SLO.
+            let mut best = None;
+            for c in &cs {
+                if c.slo.get(name).copied().unwrap_or(false) {
+                    best = Some(c.concurrency.clone());
+                } else {
+                    break;
+                }
+            }
+            ceiling.insert(name, best);
+        }
+        let b = base.get(&(bucket.clone(), arm_name.clone())).copied();
+        let knee = b.and_then(|b| {
+            cs.iter()
+                .find(|c| c.ttft_ms.p95.is_some_and(|p| p > slos.knee_factor * b))
+                .map(|c| c.concurrency.clone())
+        });
+        let last = cs.last();
+        let failure_mode = match last {
+            Some(c) if c.error_rate >= 0.01 => "errors",
+            Some(c) if c.tail != "tight" || knee.is_some() => "slower",
+            _ => "none",
+        };
+        let tpd = ceiling
+            .get("interactive")
+            .and_then(|c| c.as_ref())
+            .and_then(|label| cs.iter().find(|c| &c.concurrency == label))
+            .and_then(|c| c.aggregate_tok_s)
+            .map(|t| t * 86_400.0);
+        let name = match &arm_name {
+            Some(a) => format!("{bucket} [{a}]"),
+            None => bucket,
+        };
+        provisioning.push(Provision {
+            bucket: name,
+            ceiling,
+            knee,
+            failure_mode,
+            tokens_per_day_at_interactive_ceiling: tpd,
+        });
+    }
+
+    let live: Vec<&RequestRecord> = records.iter().filter(|r| r.concurrency.is_none()).collect();
+    let in_flight = dist(live.iter().map(|r| r.in_flight as f64));
+
+    let mut by_key: BTreeMap<(String, Option<String>), Vec<&RequestRecord>> = BTreeMap::new();
+    for r in records {
+        let k = r.key_id.clone().unwrap_or_else(|| "(no key)".into());
+        by_key
+            .entry((k, if by_arm { arm(r) } else { None }))
+            .or_default()
+            .push(r);
+    }
+    let mut keys: Vec<KeyRow> = by_key
+        .into_iter()
+        .map(|((key_id, arm_name), rs)| {
+            let served: Vec<&&RequestRecord> = rs.iter().filter(|r| ok(r)).collect();
+            KeyRow {
+                key_id,
+                arm: arm_name,
+                requests: rs.len(),
+                error_rate: rs.iter().filter(|r| is_error(r)).count() as f64
+                    / rs.len().max(1) as f64,
+                input_tokens: rs.iter().filter_map(|r| r.input_tokens).sum(),
+                output_tokens: rs.iter().filter_map(|r| r.output_tokens).sum(),
+                ttft_ms: dist(served.iter().filter_map(|r| r.ttft_ms)),
+                tpot_ms: dist(served.iter().filter_map(|r| r.tpot_ms)),
+                e2e_ms: dist(served.iter().map(|r| r.e2e_ms)),
+            }
+        })
+        .collect();
+    keys.sort_by(|a, b| {
+        b.requests
+            .cmp(&a.requests)
+            .then_with(|| a.key_id.cmp(&b.key_id))
+    });
+    keys.truncate(top);
+
+    let sources = match (live.is_empty(), live.len() == records.len()) {
+        (true, _) => "bench",
+        (false, true) => "live",
+        _ => "mixed",
+    };
+    Report {
+        records: records.len(),
+        sources,
+        slos: slos.clone(),
+        cells,
+        in_flight,
+        provisioning,
+        keys,
+    }
+}
+
+/// The SLOs (by name) that some cell misses.
+pub fn missed(report: &Report, names: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in &report.cells {
+        for n in names {
+            if c.slo.get(n.as_str()) == Some(&false) {
+                let arm = c
+                    .arm
+                    .as_deref()
+                    .map(|a| format!(" [{a}]"))
+                    .unwrap_or_default();
+                out.push(format!("{n}: {}{arm} C={}", c.bucket, c.concurrency));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,343 @@
+//! `tokentap report`: known records give known percentiles and verdicts; splitting records
+//! across files changes nothing; bad lines are named and skipped; `--fail-on-slo` gates; the
+//! HTML is self-contained; and on a simulated sweep the report reads like the write-up.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use support::*;
+use tokentap::meter::{Experiment, Outcome, RequestRecord, TokensSource};
+use tokentap::report::{self, Slos};
+
+fn rec(i: usize, bucket: &str, c: u64, ttft: f64, tpot: f64, key: &str) -> RequestRecord {
+    let out = 64u64;
+    RequestRecord {
+        ts: format!("2026-11-30T00:00:{:02}.{:03}Z", i / 1000 % 60, i % 1000),
+        id: format!("{i:016x}"),
+        route: "r".into(),
+        experiment: None,
+        method: "POST".into(),
+        endpoint: "/v1/chat/completions".into(),
+        model: Some("m".into()),
+        upstream_model: None,
+        key_id: Some(key.into()),
+        stream: true,
+        status: 200,
+        outcome: Outcome::Ok,
+        input_tokens: Some(500),
+        output_tokens: Some(out),
+        tokens_source: Some(TokensSource::Usage),
+        ttft_ms: Some(ttft),
+        tpot_ms: Some(tpot),
+        e2e_ms: ttft + tpot * (out - 1) as f64,
+        itl_p50_ms: None,
+        itl_p99_ms: None,
+        itl_max_ms: None,
+        body_read_ms: None,
+        upstream_headers_ms: None,
+        first_byte_ms: None,
+        first_event_ms: None,
+        last_token_ms: None,
+        in_flight: c,
+        max_tokens: Some(out),
+        request_bytes: 100,
+        response_bytes: 1000,
+        events: 66,
+        content_events: 64,
+        done: Some(true),
+        bucket: Some(bucket.into()),
+        parse_errors: 0,
+        oversize_events: 0,
+        engine_queue_ms: None,
+        engine_ttft_ms: None,
+        engine_decode_ms: None,
+        gateway_overhead_ms: None,
+        concurrency: Some(c),
+        error: None,
+    }
+}
+
+/// C=1: TTFT 1..=100 ms, TPOT 10 ms. C=2: TTFT 101..=200, TPOT 20 ms, plus 2 upstream errors.
+fn known() -> Vec<RequestRecord> {
+    let mut v = Vec::new();
+    for i in 1..=100 {
+        v.push(rec(
+            i,
+            "balanced",
+            1,
+            i as f64,
+            10.0,
+            if i % 4 == 0 { "team-b" } else { "team-a" },
+        ));
+    }
+    for i in 1..=100 {
+        v.push(rec(
+            100 + i,
+            "balanced",
+            2,
+            100.0 + i as f64,
+            20.0,
+            "team-a",
+        ));
+    }
+    for i in 0..2 {
+        let mut r = rec(300 + i, "balanced", 2, 0.0, 0.0, "team-a");
+        r.outcome = Outcome::UpstreamError;
+        r.status = 500;
+        r.ttft_ms = None;
+        r.tpot_ms = None;
+        v.push(r);
+    }
+    v
+}
+
+fn write_jsonl(path: &std::path::Path, recs: &[RequestRecord]) {
+    let text: String = recs
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap() + "\n")
+        .collect();
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn known_records_give_known_percentiles_and_verdicts() {
+    let r = report::compute(&known(), &Slos::default(), 10, false);
+    assert_eq!(r.cells.len(), 2);
+    let c1 = &r.cells[0];
+    assert_eq!((c1.concurrency.as_str(), c1.requests), ("1", 100));
+    assert_eq!(
+        (
+            c1.ttft_ms.p50,
+            c1.ttft_ms.p95,
+            c1.ttft_ms.p99,
+            c1.ttft_ms.max
+        ),
+        (Some(50.0), Some(95.0), Some(99.0), Some(100.0))
+    );
+    assert_eq!(c1.tok_s_per_stream.p50, Some(100.0));
+    assert!(c1.slo["code_completion"]); // p95 95 ≤ 100
+    assert!(c1.slo["interactive_coding"]); // 100 tok/s ≥ 60
+    let c2 = &r.cells[1];
+    assert_eq!(c2.requests, 102);
+    assert_eq!(c2.errors, 2);
+    assert!((c2.error_rate - 2.0 / 102.0).abs() < 1e-9);
+    assert_eq!(c2.ttft_ms.p95, Some(195.0));
+    assert!(!c2.slo["code_completion"]);
+    assert!(c2.slo["strict"]);
+    assert!(!c2.slo["interactive_coding"]); // 50 tok/s
+    let p = &r.provisioning[0];
+    assert_eq!(p.ceiling["code_completion"].as_deref(), Some("1"));
+    assert_eq!(p.ceiling["strict"].as_deref(), Some("2"));
+    assert_eq!(p.knee.as_deref(), Some("2")); // 195 > 2 × 95
+    assert_eq!(p.failure_mode, "errors"); // 2 % errors at C=2
+                                          // Per key: team-a has 75 + 102 requests.
+    assert_eq!(r.keys[0].key_id, "team-a");
+    assert_eq!(r.keys[0].requests, 177);
+    assert_eq!(r.keys[1].requests, 25);
+    // JSON schema keys other tools read.
+    let j: serde_json::Value =
+        serde_json::from_str(&report::render(&r, report::Format::Json)).unwrap();
+    assert_eq!(j["cells"][0]["ttft_ms"]["p95"], 95.0);
+    assert_eq!(j["cells"][1]["slo"]["strict"], true);
+    assert!(j["provisioning"][0]["ceiling"]["interactive"].is_string());
+}
+
+#[test]
+fn splitting_records_across_files_changes_nothing() {
+    let dir = scratch("split");
+    let recs = known();
+    write_jsonl(&dir.join("one.jsonl"), &recs);
+    let parts = dir.join("parts");
+    std::fs::create_dir_all(&parts).unwrap();
+    // Shuffled into three files, one of them a rotated name.
+    let mut shuffled = recs.clone();
+    fastrand::Rng::with_seed(1).shuffle(&mut shuffled);
+    write_jsonl(&parts.join("a.jsonl"), &shuffled[..50]);
+    write_jsonl(&parts.join("b.jsonl.1"), &shuffled[50..120]);
+    write_jsonl(&parts.join("c.jsonl"), &shuffled[120..]);
+    let mut warn = |w: String| panic!("unexpected warning {w}");
+    let one = report::load(&[dir.join("one.jsonl")], &mut warn).unwrap();
+    let many = report::load(&[parts.clone()], &mut warn).unwrap();
+    let a = report::render(
+        &report::compute(&one, &Slos::default(), 10, false),
+        report::Format::Json,
+    );
+    let b = report::render(
+        &report::compute(&many, &Slos::default(), 10, false),
+        report::Format::Json,
+    );
+    assert_eq!(a, b);
+}
+
+#[test]
+fn bad_lines_are_named_and_the_rest_is_reported() {
+    let dir = scratch("badlines");
+    let f = dir.join("log.jsonl");
+    let mut text: String = known()[..10]
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap() + "\n")
+        .collect();
+    text.push('\n');
+    text.push_str("{\"ts\":\"2026-11-30T00:00:00Z\",\"id\":\"trunc");
+    std::fs::write(&f, text).unwrap();
+    let mut warnings = Vec::new();
+    let recs = report::load(&[f.clone()], &mut |w| warnings.push(w)).unwrap();
+    assert_eq!(recs.len(), 10);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].contains(&format!("{}:11", f.display())),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].contains(&format!("{}:12", f.display())),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn cli_formats_and_slo_gate() {
+    let dir = scratch("cli-report");
+    let f = dir.join("r.jsonl");
+    write_jsonl(&f, &known());
+    let bin = env!("CARGO_BIN_EXE_tokentap");
+    let out = Command::new(bin)
+        .args(["report", "--fail-on-slo", "interactive"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("balanced"));
+    let out = Command::new(bin)
+        .args(["report", "--fail-on-slo", "code_completion"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("code_completion: balanced C=2"));
+    let slo = dir.join("slo.toml");
+    std::fs::write(&slo, "ttft_code_completion_ms = 250\n").unwrap();
+    let out = Command::new(bin)
+        .args(["report", "--fail-on-slo", "code_completion", "--slo"])
+        .arg(&slo)
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::write(&slo, "ttft_code_completion = 250\n").unwrap();
+    let out = Command::new(bin)
+        .args(["report", "--slo"])
+        .arg(&slo)
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("slo.toml"));
+
+    let html = dir.join("r.html");
+    let md = dir.join("r.md");
+    assert!(Command::new(bin)
+        .args(["report", "--format", "html", "--out"])
+        .arg(&html)
+        .arg(&f)
+        .status()
+        .unwrap()
+        .success());
+    assert!(Command::new(bin)
+        .args(["report", "--format", "md", "--out"])
+        .arg(&md)
+        .arg(&f)
+        .status()
+        .unwrap()
+        .success());
+    let h = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(h.matches("<svg").count(), 4);
+    assert!(
+        !h.contains("<script")
+            && !h.contains("src=")
+            && !h.contains("@import")
+            && !h.contains("href=")
+    );
+    assert!(std::fs::read_to_string(&md)
+        .unwrap()
+        .contains("| bucket | C |"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simulated_sweep_reads_like_the_write_up() {
+    // The built-in V100 profile, short outputs to keep it quick.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim = tokentap::sim::Sim::start(tokentap::sim::Profile::v100(), "sim", 42, l, None)
+        .await
+        .unwrap();
+    let dir = scratch("writeup");
+    let cfg = tokentap::bench::BenchConfig {
+        target: format!("http://{}", sim.engine),
+        out: dir.clone(),
+        concurrency: vec![1, 8],
+        requests: 8,
+        warmup: 0,
+        outputs: [8, 16, 32],
+        calibrate: false,
+        quiet: true,
+        ..Default::default()
+    };
+    tokentap::bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    let recs = report::load(&[dir], &mut |w| panic!("{w}")).unwrap();
+    let r = report::compute(&recs, &Slos::default(), 10, false);
+    let cell = |b: &str, c: &str| {
+        r.cells
+            .iter()
+            .find(|x| x.bucket == b && x.concurrency == c)
+            .unwrap()
+    };
+    // TTFT fans out with prompt length and with concurrency.
+    assert!(cell("long-short", "1").ttft_ms.p50 > cell("short-long", "1").ttft_ms.p50);
+    assert!(cell("long-short", "8").ttft_ms.p50 > cell("short-long", "8").ttft_ms.p50);
+    for b in ["long-short", "balanced", "short-long"] {
+        assert!(
+            cell(b, "8").ttft_ms.p50.unwrap() > 1.5 * cell(b, "1").ttft_ms.p50.unwrap(),
+            "{b}"
+        );
+        // Per-stream tok/s stays nearly flat.
+        let (t1, t8) = (
+            cell(b, "1").tok_s_per_stream.p50.unwrap(),
+            cell(b, "8").tok_s_per_stream.p50.unwrap(),
+        );
+        assert!(t8 > 0.75 * t1 && t8 <= t1 * 1.01, "{b}: {t1} → {t8}");
+    }
+    // E2E is set by output length.
+    assert!(cell("short-long", "1").e2e_ms.p50 > cell("long-short", "1").e2e_ms.p50);
+    // Aggregate tok/s grows with concurrency while per-stream does not.
+    assert!(
+        cell("short-long", "8").aggregate_tok_s.unwrap()
+            > 4.0 * cell("short-long", "1").aggregate_tok_s.unwrap()
+    );
+}
+
+#[test]
+fn arms_split_cells_and_keys() {
+    let mut recs = known();
+    for (i, r) in recs.iter_mut().enumerate() {
+        r.experiment = Some(Experiment {
+            arm: if i % 2 == 0 {
+                "direct".into()
+            } else {
+                "gateway".into()
+            },
+            pair_id: Some((i / 2).to_string()),
+        });
+    }
+    let r = report::compute(&recs, &Slos::default(), 10, true);
+    assert_eq!(r.cells.len(), 4);
+    assert!(r.keys.iter().any(|k| k.arm.as_deref() == Some("gateway")));
+}
