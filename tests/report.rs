@@ -161,7 +161,7 @@ fn splitting_records_across_files_changes_nothing() {
     write_jsonl(&parts.join("c.jsonl"), &shuffled[120..]);
     let mut warn = |w: String| panic!("unexpected warning {w}");
     let one = report::load(&[dir.join("one.jsonl")], &mut warn).unwrap();
-    let many = report::load(&[parts.clone()], &mut warn).unwrap();
+    let many = report::load(std::slice::from_ref(&parts), &mut warn).unwrap();
     let a = report::render(
         &report::compute(&one, &Slos::default(), 10, false),
         report::Format::Json,
@@ -185,7 +185,7 @@ fn bad_lines_are_named_and_the_rest_is_reported() {
     text.push_str("{\"ts\":\"2026-11-30T00:00:00Z\",\"id\":\"trunc");
     std::fs::write(&f, text).unwrap();
     let mut warnings = Vec::new();
-    let recs = report::load(&[f.clone()], &mut |w| warnings.push(w)).unwrap();
+    let recs = report::load(std::slice::from_ref(&f), &mut |w| warnings.push(w)).unwrap();
     assert_eq!(recs.len(), 10);
     assert_eq!(warnings.len(), 2, "{warnings:?}");
     assert!(
