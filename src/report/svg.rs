@@ -21,15 +21,17 @@ pub fn escape(s: &str) -> String {
 }
 
 fn frame(out: &mut String, title: &str, y_label: &str, ymax: f64, xs: &[String]) {
+    // Many categories: labels are rotated below the axis, in extra room under the plot.
+    let rotate = xs.len() > 6;
+    let h = if rotate { H + 110.0 } else { H };
     let _ = write!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{t}" style="font-family:sans-serif;font-size:11px">"#,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="{t}" style="font-family:sans-serif;font-size:11px">"#,
         t = escape(title)
     );
     let _ = write!(
         out,
-        r#"<text x="{}" y="18" font-size="13" font-weight="bold">{}</text>"#,
-        L,
+        r#"<text x="{L}" y="18" font-size="13" font-weight="bold">{}</text>"#,
         escape(title)
     );
     let (pw, ph) = (W - L - R, H - T - B);
@@ -45,28 +47,37 @@ fn frame(out: &mut String, title: &str, y_label: &str, ymax: f64, xs: &[String])
             fmt_num(v)
         );
     }
+    let mid = T + ph / 2.0;
     let _ = write!(
         out,
-        r#"<text x="14" y="{:.1}" transform="rotate(-90 14 {:.1})" text-anchor="middle">{}</text>"#,
-        T + ph / 2.0,
-        T + ph / 2.0,
+        r#"<text x="14" y="{mid:.1}" transform="rotate(-90 14 {mid:.1})" text-anchor="middle">{}</text>"#,
         escape(y_label)
     );
     for (i, x) in xs.iter().enumerate() {
         let cx = L + pw * (i as f64 + 0.5) / xs.len().max(1) as f64;
+        let y = T + ph + 14.0;
+        if rotate {
+            let _ = write!(
+                out,
+                r#"<text x="{cx:.1}" y="{y:.1}" font-size="9" text-anchor="end" transform="rotate(-55 {cx:.1} {y:.1})">{}</text>"#,
+                escape(x)
+            );
+        } else {
+            let _ = write!(
+                out,
+                r#"<text x="{cx:.1}" y="{y:.1}" text-anchor="middle">{}</text>"#,
+                escape(x)
+            );
+        }
+    }
+    if !rotate {
         let _ = write!(
             out,
-            r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            T + ph + 16.0,
-            escape(x)
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">concurrency</text>"#,
+            L + pw / 2.0,
+            H - 6.0
         );
     }
-    let _ = write!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">concurrency</text>"#,
-        L + pw / 2.0,
-        H - 6.0
-    );
 }
 
 fn fmt_num(v: f64) -> String {
