@@ -32,6 +32,8 @@ struct StatsBody<'a> {
     ready: bool,
     in_flight: std::collections::BTreeMap<&'a str, u64>,
     records: RecordCounts,
+    /// Experiment copies skipped at the shadow in-flight cap.
+    shadow_skipped: u64,
     routes: std::collections::BTreeMap<String, crate::sink::stats::RouteStats>,
 }
 
@@ -92,6 +94,7 @@ impl Admin {
                         dropped: s.records_dropped.load(Ordering::Relaxed),
                         write_errors: s.log_counters.write_errors.load(Ordering::Relaxed),
                     },
+                    shadow_skipped: s.shadow_skipped.load(Ordering::Relaxed),
                     routes: s.stats.snapshot(),
                 };
                 match serde_json::to_vec_pretty(&body) {

@@ -138,9 +138,16 @@ struct BenchArgs {
     outputs: Vec<u64>,
     #[arg(long, default_value_t = 50)]
     prompts_per_bucket: usize,
-    /// Skip measuring this client's own overhead against an in-process zero-cost engine.
+    /// Skip measuring this client's own overhead against a server that answers at once.
     #[arg(long)]
     no_calibrate: bool,
+    /// Send identical prompts through two experiment arms in ABBA order, choosing the arm with
+    /// this request header (tokentap's `experiment.route_header`, e.g. x-tokentap-route).
+    #[arg(long)]
+    route_header: Option<String>,
+    /// The two arm (route) names for --route-header.
+    #[arg(long, value_delimiter = ',', default_value = "direct,gateway")]
+    arms: Vec<String>,
 }
 
 #[derive(Args)]
@@ -167,6 +174,9 @@ struct ReportArgs {
     /// Split the per-key table by experiment arm.
     #[arg(long)]
     by_arm: bool,
+    /// The experiment arms compared in the gateway-hop section: GATEWAY,DIRECT.
+    #[arg(long, value_delimiter = ',', default_value = "gateway,direct")]
+    hop_arms: Vec<String>,
 }
 
 fn run_report(a: ReportArgs) -> ExitCode {
@@ -198,7 +208,14 @@ fn run_report(a: ReportArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let rep = report::compute(&records, &slos, a.top, a.by_arm);
+    let (g, d) = match a.hop_arms.as_slice() {
+        [g, d] => (g.as_str(), d.as_str()),
+        _ => {
+            eprintln!("tokentap: --hop-arms takes two arm names: GATEWAY,DIRECT");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let rep = report::compute_with_arms(&records, &slos, a.top, a.by_arm, (g, d));
     let text = report::render(&rep, a.format);
     match &a.out {
         Some(p) => {
@@ -392,8 +409,18 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         outputs: [o0, o1, o2],
         prompts_per_bucket: a.prompts_per_bucket,
         calibrate: !a.no_calibrate,
+        arms: if a.route_header.is_some() {
+            a.arms.iter().map(|n| (n.clone(), String::new())).collect()
+        } else {
+            Vec::new()
+        },
+        route_header: a.route_header,
         ..Default::default()
     };
+    if cfg.route_header.is_some() && cfg.arms.len() != 2 {
+        eprintln!("tokentap: --arms takes exactly two route names");
+        return ExitCode::from(EXIT_CONFIG);
+    }
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(c) => return c,

@@ -72,6 +72,28 @@ pub fn rewrite_model(body: &[u8], new_model: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Insert `"key":"value"` as the first member of a top-level JSON object, leaving every other
+/// byte untouched. `None` when the body is not an object or already has `key`.
+pub fn insert_field(body: &[u8], key: &str, value: &str) -> Option<Vec<u8>> {
+    let start = skip_ws(body, 0);
+    if body.get(start) != Some(&b'{') || top_level_string_span(body, key.as_bytes()).is_some() {
+        return None;
+    }
+    let after = skip_ws(body, start + 1);
+    let empty = body.get(after) == Some(&b'}');
+    let member = format!(
+        "{}:{}{}",
+        serde_json::to_string(key).ok()?,
+        serde_json::to_string(value).ok()?,
+        if empty { "" } else { "," }
+    );
+    let mut out = Vec::with_capacity(body.len() + member.len());
+    out.extend_from_slice(&body[..=start]);
+    out.extend_from_slice(member.as_bytes());
+    out.extend_from_slice(&body[start + 1..]);
+    Some(out)
+}
+
 /// Byte span (quotes included) of the string value of top-level key `key` in a JSON object.
 fn top_level_string_span(body: &[u8], key: &[u8]) -> Option<(usize, usize)> {
     let mut i = skip_ws(body, 0);

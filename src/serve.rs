@@ -96,6 +96,8 @@ pub async fn run(
         clients,
         keys: KeyIdentity::new(config.key_aliases.clone()),
         limit: Arc::new(Semaphore::new(config.limits.max_concurrent)),
+        shadow: Arc::new(Semaphore::new(config.experiment.max_shadow_in_flight)),
+        rng: std::sync::Mutex::new(fastrand::Rng::with_seed(config.experiment.seed)),
     });
 
     let admin = Arc::new(Admin {

@@ -55,6 +55,9 @@ pub struct BenchConfig {
     /// Two arms (name, path prefix under the target) to alternate in ABBA order on identical
     /// prompts; empty = one arm, the target itself.
     pub arms: Vec<(String, String)>,
+    /// Choose the arm with this request header (tokentap's experiment route header) instead of
+    /// a path prefix: each request carries `header: arm-name`.
+    pub route_header: Option<String>,
     pub quiet: bool,
 }
 
@@ -79,6 +82,7 @@ impl Default for BenchConfig {
             calibrate: true,
             headers: Vec::new(),
             arms: Vec::new(),
+            route_header: None,
             quiet: false,
         }
     }

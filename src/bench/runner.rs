@@ -73,6 +73,7 @@ impl Target {
         method: &str,
         path: &str,
         body: Bytes,
+        extra: Option<(&str, &str)>,
     ) -> Result<Request<Full<Bytes>>, String> {
         let mut b = Request::builder()
             .method(method)
@@ -86,12 +87,15 @@ impl Target {
         for (k, v) in &self.headers {
             b = b.header(k.as_str(), v.as_str());
         }
+        if let Some((k, v)) = extra {
+            b = b.header(k, v);
+        }
         b.body(Full::new(body)).map_err(|e| e.to_string())
     }
 
     /// The first model the target lists (`GET /v1/models`).
     pub async fn first_model(&self) -> Result<String, String> {
-        let req = self.request("GET", "/v1/models", Bytes::new())?;
+        let req = self.request("GET", "/v1/models", Bytes::new(), None)?;
         let resp = tokio::time::timeout(Duration::from_secs(30), self.client.request(req))
             .await
             .map_err(|_| "GET /v1/models timed out".to_string())?
@@ -125,6 +129,7 @@ impl Target {
         conc: usize,
         stop: &AtomicBool,
         arm: Option<(&str, &str, String)>,
+        route_header: Option<&str>,
     ) -> RequestRecord {
         let mut body = serde_json::json!({
             "model": model,
@@ -166,8 +171,9 @@ impl Target {
             concurrency: Some(conc as u64),
         };
         let route = arm.as_ref().map(|a| a.0).unwrap_or("bench").to_owned();
+        let extra = route_header.zip(arm.as_ref().map(|a| a.0));
         let (ctx, mut meter, end) = self
-            .exchange(ctx, &endpoint, body)
+            .exchange(ctx, &endpoint, body, extra)
             .await
             .into_parts(stop)
             .await;
@@ -181,10 +187,16 @@ impl Target {
         )
     }
 
-    async fn exchange(&self, mut ctx: Ctx, path: &str, body: Bytes) -> Exchange {
+    async fn exchange(
+        &self,
+        mut ctx: Ctx,
+        path: &str,
+        body: Bytes,
+        extra: Option<(&str, &str)>,
+    ) -> Exchange {
         let t0 = Instant::now();
         let mut meter = Meter::new(t0);
-        let req = match self.request("POST", path, body) {
+        let req = match self.request("POST", path, body, extra) {
             Ok(r) => r,
             Err(e) => return Exchange::Done(ctx, meter, End::Outcome(Outcome::Rejected, e)),
         };
@@ -317,6 +329,7 @@ pub async fn run_cell(
                     conc,
                     stop,
                     arm,
+                    cfg.route_header.as_deref(),
                 )
                 .await;
             if i >= cfg.warmup {
@@ -453,6 +466,7 @@ pub async fn client_overhead() -> Overhead {
                 "calibration",
                 1,
                 &never,
+                None,
                 None,
             )
             .await;

@@ -36,6 +36,8 @@ pub struct Inflight {
     pub sink: Arc<Sink>,
     /// Held for the request's life; released when it is finalized.
     pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Run once the record is written, with the status and outcome (paired experiment copies).
+    pub after: Option<Box<dyn FnOnce(u16, Outcome) + Send>>,
 }
 
 /// Owns the in-progress request and finalizes it exactly once (at the latest on drop).
@@ -66,9 +68,13 @@ impl Finalizer {
                 meter,
                 sink,
                 permit,
+                after,
             } = *inflight;
-            sink.finish(ctx, meter, end, Instant::now());
+            let (status, outcome) = sink.finish(ctx, meter, end, Instant::now());
             drop(permit);
+            if let Some(after) = after {
+                after(status, outcome);
+            }
         }
     }
 }

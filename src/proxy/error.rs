@@ -20,6 +20,8 @@ pub enum ProxyError {
     Overloaded(usize),
     #[error("the request could not be forwarded: {0}")]
     BadRequest(&'static str),
+    #[error("this key may not force the direct arm: it is not in experiment.direct_keys")]
+    ForcedDirect,
     #[error("upstream {0} unreachable: {1}")]
     Connect(String, String),
     #[error("upstream {0} failed before responding: {1}")]
@@ -34,6 +36,7 @@ impl ProxyError {
             ProxyError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::BodyRead | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
+            ProxyError::ForcedDirect => StatusCode::FORBIDDEN,
             ProxyError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Connect(..) | ProxyError::Upstream(..) => StatusCode::BAD_GATEWAY,
             ProxyError::Timeout(..) => StatusCode::GATEWAY_TIMEOUT,
@@ -55,6 +58,7 @@ impl ProxyError {
             ProxyError::BodyRead => ("invalid_request_error", "bad_request_body"),
             ProxyError::BadRequest(_) => ("invalid_request_error", "bad_request"),
             ProxyError::NoRoute => ("invalid_request_error", "no_route"),
+            ProxyError::ForcedDirect => ("permission_error", "forced_direct_not_allowed"),
             ProxyError::Overloaded(_) => ("server_error", "overloaded"),
             ProxyError::Connect(..) => ("upstream_error", "upstream_unreachable"),
             ProxyError::Upstream(..) => ("upstream_error", "upstream_failed"),

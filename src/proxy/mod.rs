@@ -24,9 +24,10 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::config::Mode;
 use crate::keys::KeyIdentity;
 use crate::meter::body::{BodyError, End, Finalizer, Inflight, MeteredBody};
-use crate::meter::{Ctx, Meter};
+use crate::meter::{Ctx, Experiment, Meter};
 use crate::openai;
 use crate::route::RouteTable;
 use crate::sink::Sink;
@@ -41,6 +42,10 @@ pub struct State {
     pub clients: Vec<UpstreamClient>,
     pub keys: KeyIdentity,
     pub limit: Arc<Semaphore>,
+    /// Shadow copies in flight (experiment mirror/paired).
+    pub shadow: Arc<Semaphore>,
+    /// Arm choice and pair ids (seeded).
+    pub rng: std::sync::Mutex<fastrand::Rng>,
 }
 
 impl State {
@@ -126,14 +131,97 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     cur.to_string()
 }
 
+/// The client's request as received (hop-by-hop and route headers already removed).
+struct Incoming2 {
+    method: http::Method,
+    /// Path (prefix stripped) and query to send upstream.
+    upstream_pq: String,
+    headers: http::HeaderMap,
+}
+
 pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody> {
     let t0 = Instant::now();
     let (ts, id) = Sink::stamp();
     let (mut parts, body) = req.into_parts();
     let cfg = &state.config;
+    let exp = &cfg.experiment;
 
+    // NB: the route header is removed whatever happens next: it never reaches an upstream.
+    let forced = parts.headers.remove(&exp.route_header);
+    let key_id = state.keys.key_id(&parts.headers);
     let picked = state.routes.pick(parts.uri.path());
-    let route_idx = picked.map(|(i, _)| i).unwrap_or_else(|| state.unrouted());
+    let mut route_idx = picked.map(|(i, _)| i).unwrap_or_else(|| state.unrouted());
+    let upstream_path = picked.map(|(_, p)| p.to_owned());
+
+    // Experiment: which arm serves this request, and whether a copy goes to the other one.
+    let mut experiment = None;
+    let mut copy_to = None;
+    let mut refuse = None;
+    let in_experiment = picked.is_some() && exp.mode != Mode::Off && exp.arms.contains(&route_idx);
+    let direct_ok = key_id.as_ref().is_some_and(|k| exp.direct_keys.contains(k));
+    if let (Some(v), true) = (forced.as_ref(), exp.allow_forcing && picked.is_some()) {
+        let name = v.to_str().unwrap_or("");
+        match exp
+            .arms
+            .iter()
+            .copied()
+            .find(|&i| cfg.routes[i].name == name)
+        {
+            None => {
+                refuse = Some(ProxyError::BadRequest(
+                    "the route header names no experiment arm",
+                ))
+            }
+            Some(i) if i != exp.gateway && !direct_ok => refuse = Some(ProxyError::ForcedDirect),
+            Some(i) => {
+                route_idx = i;
+                experiment = Some(Experiment {
+                    arm: cfg.routes[i].name.clone(),
+                    pair_id: None,
+                });
+            }
+        }
+    } else if in_experiment {
+        let rng = state
+            .rng
+            .lock()
+            .map(|mut r| (r.f64(), r.u64(..)))
+            .unwrap_or((0.5, 0));
+        match exp.mode {
+            Mode::Split => {
+                let w = exp.weights[0] / (exp.weights[0] + exp.weights[1]);
+                let arm = if rng.0 < w { exp.arms[0] } else { exp.arms[1] };
+                // NB: the direct arm is never a way around the gateway's authentication.
+                route_idx = if arm != exp.gateway && !direct_ok {
+                    exp.gateway
+                } else {
+                    arm
+                };
+                experiment = Some(Experiment {
+                    arm: cfg.routes[route_idx].name.clone(),
+                    pair_id: None,
+                });
+            }
+            Mode::Mirror | Mode::Paired => {
+                route_idx = exp.primary;
+                let pair = (rng.0 < exp.sample).then(|| format!("{:016x}", rng.1));
+                if let Some(pair) = &pair {
+                    let other = if exp.arms[0] == exp.primary {
+                        exp.arms[1]
+                    } else {
+                        exp.arms[0]
+                    };
+                    copy_to = Some((other, pair.clone()));
+                }
+                experiment = Some(Experiment {
+                    arm: cfg.routes[route_idx].name.clone(),
+                    pair_id: pair,
+                });
+            }
+            Mode::Off => {}
+        }
+    }
+
     let in_flight = state.sink.admit(route_idx);
     let permit = state.limit.clone().try_acquire_owned().ok();
     let have_permit = permit.is_some();
@@ -141,12 +229,12 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
         id,
         ts,
         route: route_idx,
-        experiment: None,
+        experiment,
         method: parts.method.as_str().to_owned(),
         endpoint: parts.uri.path().chars().take(256).collect(),
         model: None,
         upstream_model: None,
-        key_id: state.keys.key_id(&parts.headers),
+        key_id,
         stream: false,
         max_tokens: None,
         request_bytes: 0,
@@ -161,31 +249,17 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
         meter: Meter::new(t0),
         sink: state.sink.clone(),
         permit,
+        after: None,
     });
     if !have_permit {
         return local_error(fin, ProxyError::Overloaded(cfg.limits.max_concurrent));
     }
-    let Some((_, upstream_path)) = picked else {
+    let Some(upstream_path) = upstream_path else {
         return local_error(fin, ProxyError::NoRoute);
     };
-    let route = &cfg.routes[route_idx];
-
-    // Upstream URI: the route's scheme and authority, its base path, then the request's path.
-    let mut pq = String::with_capacity(route.base_path.len() + parts.uri.path().len() + 16);
-    pq.push_str(&route.base_path);
-    pq.push_str(upstream_path);
-    if let Some(q) = parts.uri.query() {
-        pq.push('?');
-        pq.push_str(q);
+    if let Some(e) = refuse {
+        return local_error(fin, e);
     }
-    let mut uri_parts = route.upstream.clone().into_parts();
-    uri_parts.path_and_query = match pq.parse() {
-        Ok(p) => Some(p),
-        Err(_) => return local_error(fin, ProxyError::BadRequest("invalid request path")),
-    };
-    let Ok(uri) = Uri::from_parts(uri_parts) else {
-        return local_error(fin, ProxyError::BadRequest("invalid request path"));
-    };
 
     // Read the body, bounded: it is needed whole to learn model/stream/max_tokens.
     let max = cfg.limits.max_request_bytes;
@@ -197,7 +271,7 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
     if declared.is_some_and(|n| n > max as u64) {
         return local_error(fin, ProxyError::BodyTooLarge(max));
     }
-    let mut body_bytes = match Limited::new(body, max).collect().await {
+    let body_bytes = match Limited::new(body, max).collect().await {
         Ok(c) => c.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return local_error(fin, ProxyError::BodyTooLarge(max));
@@ -216,6 +290,100 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
                 .map(|body| ProxyBody::Local { body });
         }
     };
+    headers::request_headers(&mut parts.headers);
+    let mut upstream_pq = upstream_path;
+    if let Some(q) = parts.uri.query() {
+        upstream_pq.push('?');
+        upstream_pq.push_str(q);
+    }
+    let req = Incoming2 {
+        method: parts.method,
+        upstream_pq,
+        headers: parts.headers,
+    };
+
+    // The copy: mirror sends it once the primary answered with success, paired once the
+    // primary's response ended well. NB: the direct arm never sees a request the gateway refused.
+    let salt = |pair: &str, arm: usize| {
+        exp.cache_salt
+            .then(|| format!("{pair}-{}", cfg.routes[arm].name))
+    };
+    let mut mirror = None;
+    let mut primary_salt = None;
+    if let Some((arm, pair)) = copy_to {
+        primary_salt = salt(&pair, route_idx);
+        let plan = CopyPlan {
+            salt: salt(&pair, arm),
+            arm,
+            pair,
+            method: req.method.clone(),
+            upstream_pq: req.upstream_pq.clone(),
+            headers: req.headers.clone(),
+            body: body_bytes.clone(),
+        };
+        if exp.mode == Mode::Paired {
+            if let Some(inf) = fin.get_mut() {
+                let st = state.clone();
+                inf.after = Some(Box::new(
+                    move |status: u16, outcome: crate::meter::Outcome| {
+                        if outcome == crate::meter::Outcome::Ok && (200..400).contains(&status) {
+                            spawn_copy(st, plan);
+                        }
+                    },
+                ));
+            }
+        } else {
+            mirror = Some(plan);
+        }
+    }
+    forward(
+        &state,
+        route_idx,
+        req,
+        body_bytes,
+        fin,
+        t0,
+        primary_salt,
+        mirror,
+    )
+    .await
+}
+
+/// What a copy needs: the client's request as received, and its pair.
+struct CopyPlan {
+    salt: Option<String>,
+    arm: usize,
+    pair: String,
+    method: http::Method,
+    upstream_pq: String,
+    headers: http::HeaderMap,
+    body: Bytes,
+}
+
+/// Send one request to a route and hand back its metered response. The request's record is
+/// finished by the returned body (or here, for a response tokentap makes itself).
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    state: &Arc<State>,
+    route_idx: usize,
+    req: Incoming2,
+    mut body_bytes: Bytes,
+    mut fin: Finalizer,
+    t0: Instant,
+    salt: Option<String>,
+    mirror: Option<CopyPlan>,
+) -> Response<ProxyBody> {
+    let cfg = &state.config;
+    let route = &cfg.routes[route_idx];
+    // Upstream URI: the route's scheme and authority, its base path, then the request's path.
+    let mut uri_parts = route.upstream.clone().into_parts();
+    uri_parts.path_and_query = match format!("{}{}", route.base_path, req.upstream_pq).parse() {
+        Ok(p) => Some(p),
+        Err(_) => return local_error(fin, ProxyError::BadRequest("invalid request path")),
+    };
+    let Ok(uri) = Uri::from_parts(uri_parts) else {
+        return local_error(fin, ProxyError::BadRequest("invalid request path"));
+    };
     let info = openai::peek_request(&body_bytes);
     if let Some(inf) = fin.get_mut() {
         inf.meter.timeline.body_read = Some(Instant::now());
@@ -230,17 +398,21 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
                 }
             }
         }
+        if let Some(salt) = &salt {
+            if let Some(salted) = openai::insert_field(&body_bytes, "cache_salt", salt) {
+                body_bytes = Bytes::from(salted);
+            }
+        }
         inf.ctx.model = info.model;
     }
-
-    headers::request_headers(&mut parts.headers);
+    let mut headers = req.headers;
     for (name, value) in &route.set_headers {
-        parts.headers.insert(name.clone(), value.expose().clone());
+        headers.insert(name.clone(), value.expose().clone());
     }
     let mut up_req = Request::new(Full::new(body_bytes));
-    *up_req.method_mut() = parts.method;
+    *up_req.method_mut() = req.method;
     *up_req.uri_mut() = uri;
-    *up_req.headers_mut() = parts.headers;
+    *up_req.headers_mut() = headers;
 
     let total = cfg.timeouts.total;
     let deadline = (!total.is_zero()).then(|| t0 + total);
@@ -268,6 +440,11 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
     };
 
     let (mut rparts, rbody) = resp.into_parts();
+    if let Some(plan) = mirror {
+        if rparts.status.is_success() {
+            spawn_copy(state.clone(), plan);
+        }
+    }
     let Some(mut inflight) = fin.take() else {
         // Unreachable: nothing above finished the request without returning.
         return Response::new(ProxyBody::Local {
@@ -293,6 +470,72 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
     headers::response_headers(&mut rparts.headers);
     let body = MeteredBody::new(rbody, inflight, cfg.timeouts.idle, deadline);
     Response::from_parts(rparts, ProxyBody::Metered { body })
+}
+
+/// Send the shadow copy of a request to the other arm, read its response to the end, measure it,
+/// discard it. Bounded: over `max_shadow_in_flight` the copy is skipped and counted, never
+/// queued. It runs on its own task: the client's response never waits for it.
+fn spawn_copy(state: Arc<State>, plan: CopyPlan) {
+    let Ok(permit) = state.shadow.clone().try_acquire_owned() else {
+        state
+            .sink
+            .shadow_skipped
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return;
+    };
+    tokio::spawn(async move {
+        let t0 = Instant::now();
+        let (ts, id) = Sink::stamp();
+        let cfg = &state.config;
+        let ctx = Ctx {
+            id,
+            ts,
+            route: plan.arm,
+            experiment: Some(Experiment {
+                arm: cfg.routes[plan.arm].name.clone(),
+                pair_id: Some(plan.pair),
+            }),
+            method: plan.method.as_str().to_owned(),
+            endpoint: plan
+                .upstream_pq
+                .split('?')
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(256)
+                .collect(),
+            model: None,
+            upstream_model: None,
+            key_id: state.keys.key_id(&plan.headers),
+            stream: false,
+            max_tokens: None,
+            request_bytes: 0,
+            in_flight: state.sink.admit(plan.arm),
+            status: 0,
+            gateway_overhead_ms: None,
+            bucket: None,
+            concurrency: None,
+        };
+        let fin = Finalizer::new(Inflight {
+            ctx,
+            meter: Meter::new(t0),
+            sink: state.sink.clone(),
+            permit: Some(permit),
+            after: None,
+        });
+        let req = Incoming2 {
+            method: plan.method,
+            upstream_pq: plan.upstream_pq,
+            headers: plan.headers,
+        };
+        let resp = forward(&state, plan.arm, req, plan.body, fin, t0, plan.salt, None).await;
+        let mut body = resp.into_body();
+        while let Some(frame) = body.frame().await {
+            if frame.is_err() {
+                break;
+            }
+        }
+    });
 }
 
 /// The proxy as a `tower::Service`, for hyper's server through `TowerToHyperService`.

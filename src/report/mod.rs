@@ -4,6 +4,7 @@
 //! file with SVG charts. Percentiles come from exact sorted values, so merging files gives the
 //! same answer as one file with the same records.
 
+pub mod hop;
 mod render;
 mod svg;
 
@@ -268,6 +269,8 @@ pub struct Report {
     pub in_flight: Dist,
     pub provisioning: Vec<Provision>,
     pub keys: Vec<KeyRow>,
+    /// Present when records carry the two experiment arms.
+    pub gateway_hop: Option<hop::GatewayHop>,
 }
 
 fn ok(r: &RequestRecord) -> bool {
@@ -283,7 +286,18 @@ fn tok_s(r: &RequestRecord) -> Option<f64> {
 }
 
 /// Compute the whole report. `top` keys; `by_arm` splits the key table by experiment arm.
+/// The gateway-hop section compares the arms named `gateway` and `direct`.
 pub fn compute(records: &[RequestRecord], slos: &Slos, top: usize, by_arm: bool) -> Report {
+    compute_with_arms(records, slos, top, by_arm, ("gateway", "direct"))
+}
+
+pub fn compute_with_arms(
+    records: &[RequestRecord],
+    slos: &Slos,
+    top: usize,
+    by_arm: bool,
+    arms: (&str, &str),
+) -> Report {
     let arm = |r: &RequestRecord| r.experiment.as_ref().map(|e| e.arm.clone());
     let mut groups: BTreeMap<(String, Option<String>, u64, String), Vec<&RequestRecord>> =
         BTreeMap::new();
@@ -482,6 +496,7 @@ pub fn compute(records: &[RequestRecord], slos: &Slos, top: usize, by_arm: bool)
         (false, true) => "live",
         _ => "mixed",
     };
+    let gateway_hop = hop::compute(records, arms.0, arms.1);
     Report {
         records: records.len(),
         sources,
@@ -490,6 +505,7 @@ pub fn compute(records: &[RequestRecord], slos: &Slos, top: usize, by_arm: bool)
         in_flight,
         provisioning,
         keys,
+        gateway_hop,
     }
 }
 

@@ -166,6 +166,57 @@ fn key_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
     (head, rows)
 }
 
+fn hop_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    let h = r.gateway_hop.as_ref()?;
+    let head = vec![
+        "scope",
+        "pairs",
+        "metric",
+        "median",
+        "p95",
+        "p99",
+        "95% CI of median",
+    ];
+    let mut rows = Vec::new();
+    let mut add = |scope: &str, set: &super::hop::HopSet| {
+        for (name, d) in [
+            ("TTFT", &set.ttft_ms),
+            ("headers", &set.upstream_headers_ms),
+            ("TPOT", &set.tpot_ms),
+            ("E2E", &set.e2e_ms),
+        ] {
+            rows.push(vec![
+                scope.to_string(),
+                set.pairs.to_string(),
+                name.to_string(),
+                n(d.median, 2),
+                n(d.p95, 2),
+                n(d.p99, 2),
+                d.ci95
+                    .map(|[a, b]| format!("[{a:.2}, {b:.2}]"))
+                    .unwrap_or_else(|| "-".into()),
+            ]);
+        }
+    };
+    add("overall", &h.overall);
+    for (b, set) in &h.by_bucket {
+        add(b, set);
+    }
+    Some((head, rows))
+}
+
+fn hop_title(r: &Report) -> String {
+    r.gateway_hop
+        .as_ref()
+        .map(|h| {
+            format!(
+                "Gateway hop: {} − {} (paired, ms)",
+                h.gateway_arm, h.direct_arm
+            )
+        })
+        .unwrap_or_default()
+}
+
 fn text_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
     let mut w: Vec<usize> = head.iter().map(|h| h.as_ref().chars().count()).collect();
     for r in rows {
@@ -249,6 +300,11 @@ pub fn render(r: &Report, f: Format) -> String {
             for line in readings(r) {
                 s += &format!("- {line}\n");
             }
+            if let (Some((h, rows)), Some(hop)) = (hop_rows(r), &r.gateway_hop) {
+                s += &format!("\n{}\n", hop_title(r));
+                s += &text_table(&h, &rows);
+                s += &format!("- {}\n", hop.summary);
+            }
             s += "\nPer key (top by requests)\n";
             let (h, rows) = key_rows(r);
             s += &text_table(&h, &rows);
@@ -270,6 +326,11 @@ pub fn render(r: &Report, f: Format) -> String {
             s += "\n";
             for line in readings(r) {
                 s += &format!("- {line}\n");
+            }
+            if let (Some((h, rows)), Some(hop)) = (hop_rows(r), &r.gateway_hop) {
+                s += &format!("\n## {}\n\n", hop_title(r));
+                s += &md_table(&h, &rows);
+                s += &format!("\n{}\n", hop.summary);
             }
             s += "\n## Per key\n\n";
             let (h, rows) = key_rows(r);
@@ -393,7 +454,13 @@ fn html(r: &Report) -> String {
     for line in readings(r) {
         let _ = write!(s, "<li>{}</li>", svg::escape(&line));
     }
-    s.push_str("</ul><h2>Per key</h2>");
+    s.push_str("</ul>");
+    if let (Some((h, rows)), Some(hop)) = (hop_rows(r), &r.gateway_hop) {
+        let _ = write!(s, "<h2>{}</h2>", svg::escape(&hop_title(r)));
+        s += &html_table(&h, &rows);
+        let _ = write!(s, "<p>{}</p>", svg::escape(&hop.summary));
+    }
+    s.push_str("<h2>Per key</h2>");
     let (h, rows) = key_rows(r);
     s += &html_table(&h, &rows);
     s.push_str("</body></html>\n");

@@ -29,6 +29,7 @@ pub const RECORDS_DROPPED: &str = "tokentap_records_dropped_total";
 pub const LOG_WRITE_ERRORS: &str = "tokentap_log_write_errors_total";
 pub const PARSE_ERRORS: &str = "tokentap_sse_parse_errors_total";
 pub const OVERSIZE_EVENTS: &str = "tokentap_sse_oversize_events_total";
+pub const SHADOW_SKIPPED: &str = "tokentap_shadow_skipped_total";
 
 /// Latency buckets (seconds) for TTFT, E2E and header time: every SLO threshold of the write-up
 /// (0.1, 0.2, 0.5, 1 s) is an edge, and steps of 10–20 ms below 0.2 s tell 80 ms from 120 ms.
@@ -218,8 +219,10 @@ impl Metrics {
     }
 
     /// Bring the log counters (kept as atomics by the sink and the writer) into the exposition.
-    pub fn sync_counters(&self, dropped: u64, write_errors: u64) {
+    pub fn sync_counters(&self, dropped: u64, write_errors: u64, shadow_skipped: u64) {
         let r = &self.recorder;
+        r.register_counter(&Self::key(SHADOW_SKIPPED, vec![]), &META)
+            .absolute(shadow_skipped);
         r.register_counter(&Self::key(RECORDS_DROPPED, vec![]), &META)
             .absolute(dropped);
         r.register_counter(&Self::key(LOG_WRITE_ERRORS, vec![]), &META)

@@ -37,6 +37,8 @@ pub struct Sink {
     pub log_counters: Arc<log::LogCounters>,
     pub records_dropped: AtomicU64,
     pub records_total: AtomicU64,
+    /// Experiment copies skipped because `max_shadow_in_flight` were already running.
+    pub shadow_skipped: AtomicU64,
     /// Set when the shutdown grace period is over: streams dropped after this were cut by us.
     pub shutdown_cut: AtomicBool,
 }
@@ -72,6 +74,7 @@ impl Sink {
             log_counters,
             records_dropped: AtomicU64::new(0),
             records_total: AtomicU64::new(0),
+            shadow_skipped: AtomicU64::new(0),
             shutdown_cut: AtomicBool::new(false),
         })
     }
@@ -81,6 +84,7 @@ impl Sink {
         self.metrics.sync_counters(
             self.records_dropped.load(Ordering::Relaxed),
             self.log_counters.write_errors.load(Ordering::Relaxed),
+            self.shadow_skipped.load(Ordering::Relaxed),
         );
         self.metrics.render()
     }
@@ -107,7 +111,7 @@ impl Sink {
     }
 
     /// Finalize one request. Called exactly once per request (see `meter::body::Finalizer`).
-    pub fn finish(&self, ctx: Ctx, mut meter: Meter, end: End, now: Instant) {
+    pub fn finish(&self, ctx: Ctx, mut meter: Meter, end: End, now: Instant) -> (u16, Outcome) {
         let end = match end {
             End::Dropped if !meter.done && self.shutdown_cut.load(Ordering::Relaxed) => {
                 End::Outcome(
@@ -135,10 +139,12 @@ impl Sink {
         self.metrics.observe(&rec, meter.itl_samples());
         self.stats.observe(route_idx, &rec, meter.itl_samples());
         self.records_total.fetch_add(1, Ordering::Relaxed);
+        let result = (rec.status, rec.outcome);
         if let Some(tx) = &self.log_tx {
             if tx.try_send(log::LogMsg::Record(Box::new(rec))).is_err() {
                 self.records_dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+        result
     }
 }

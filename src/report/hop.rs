@@ -1,0 +1,296 @@
+//! The gateway-hop section: paired differences gateway − direct (same pair id, both ok) of TTFT,
+//! response-header time, TPOT and E2E, with a bootstrap 95 % interval for the median; for split
+//! traffic (no pairs), the difference of the two arms' percentiles with bootstrap intervals; and
+//! a test for an order effect (a prompt's second copy hitting a warm prefix cache).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::bench::summary::pct;
+use crate::meter::{Outcome, RequestRecord};
+
+const RESAMPLES: usize = 2000;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffStats {
+    pub n: usize,
+    pub median: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+    /// Bootstrap 95 % confidence interval of the median, [low, high].
+    pub ci95: Option<[f64; 2]>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HopSet {
+    pub pairs: usize,
+    pub ttft_ms: DiffStats,
+    pub upstream_headers_ms: DiffStats,
+    pub tpot_ms: DiffStats,
+    pub e2e_ms: DiffStats,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SplitStats {
+    pub gateway_n: usize,
+    pub direct_n: usize,
+    /// Percentile of gateway − same percentile of direct, with bootstrap 95 % intervals.
+    pub ttft_ms: BTreeMap<&'static str, (Option<f64>, Option<[f64; 2]>)>,
+    pub tpot_ms: BTreeMap<&'static str, (Option<f64>, Option<[f64; 2]>)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OrderEffect {
+    /// Median TTFT difference when the gateway copy went first, and when the direct one did.
+    pub gateway_first_median: Option<f64>,
+    pub direct_first_median: Option<f64>,
+    /// (gateway first − direct first) with its bootstrap interval.
+    pub difference: Option<f64>,
+    pub ci95: Option<[f64; 2]>,
+    pub present: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GatewayHop {
+    pub gateway_arm: String,
+    pub direct_arm: String,
+    #[serde(flatten)]
+    pub overall: HopSet,
+    pub by_bucket: BTreeMap<String, HopSet>,
+    pub order_effect: Option<OrderEffect>,
+    pub split: Option<SplitStats>,
+    pub summary: String,
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.retain(|x| x.is_finite());
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// Bootstrap 95 % interval of a statistic of `v` (seeded: the same data give the same interval).
+fn bootstrap(v: &[f64], stat: impl Fn(&[f64]) -> Option<f64>) -> Option<[f64; 2]> {
+    if v.len() < 2 {
+        return None;
+    }
+    let mut rng = fastrand::Rng::with_seed(0x7153_11a5);
+    let mut stats = Vec::with_capacity(RESAMPLES);
+    let mut sample = vec![0.0; v.len()];
+    for _ in 0..RESAMPLES {
+        for s in sample.iter_mut() {
+            *s = v[rng.usize(..v.len())];
+        }
+        sample.sort_by(f64::total_cmp);
+        if let Some(x) = stat(&sample) {
+            stats.push(x);
+        }
+    }
+    let stats = sorted(stats);
+    Some([pct(&stats, 0.025)?, pct(&stats, 0.975)?])
+}
+
+fn diff_stats(v: Vec<f64>) -> DiffStats {
+    let v = sorted(v);
+    DiffStats {
+        n: v.len(),
+        median: pct(&v, 0.5),
+        p95: pct(&v, 0.95),
+        p99: pct(&v, 0.99),
+        ci95: bootstrap(&v, |s| pct(s, 0.5)),
+    }
+}
+
+type Pair<'a> = (&'a RequestRecord, &'a RequestRecord);
+
+fn hop_set(pairs: &[Pair<'_>]) -> HopSet {
+    let d = |f: &dyn Fn(&RequestRecord) -> Option<f64>| -> Vec<f64> {
+        pairs
+            .iter()
+            .filter_map(|(g, d)| Some(f(g)? - f(d)?))
+            .collect()
+    };
+    HopSet {
+        pairs: pairs.len(),
+        ttft_ms: diff_stats(d(&|r| r.ttft_ms)),
+        upstream_headers_ms: diff_stats(d(&|r| r.upstream_headers_ms)),
+        tpot_ms: diff_stats(d(&|r| r.tpot_ms)),
+        e2e_ms: diff_stats(d(&|r| Some(r.e2e_ms))),
+    }
+}
+
+fn percentile_diff(g: &[f64], d: &[f64], p: f64) -> (Option<f64>, Option<[f64; 2]>) {
+    let point = pct(g, p).zip(pct(d, p)).map(|(a, b)| a - b);
+    if g.len() < 2 || d.len() < 2 {
+        return (point, None);
+    }
+    let mut rng = fastrand::Rng::with_seed(0x5b17);
+    let mut stats = Vec::with_capacity(RESAMPLES);
+    for _ in 0..RESAMPLES {
+        let rs = |v: &[f64], rng: &mut fastrand::Rng| {
+            sorted((0..v.len()).map(|_| v[rng.usize(..v.len())]).collect())
+        };
+        let (a, b) = (rs(g, &mut rng), rs(d, &mut rng));
+        if let (Some(x), Some(y)) = (pct(&a, p), pct(&b, p)) {
+            stats.push(x - y);
+        }
+    }
+    let stats = sorted(stats);
+    (
+        point,
+        pct(&stats, 0.025)
+            .zip(pct(&stats, 0.975))
+            .map(|(a, b)| [a, b]),
+    )
+}
+
+fn fmt_ci(d: &DiffStats) -> String {
+    match (d.median, d.ci95) {
+        (Some(m), Some([lo, hi])) => {
+            format!("{m:+.1} ms (95% CI [{lo:+.1}, {hi:+.1}], {} pairs)", d.n)
+        }
+        (Some(m), None) => format!("{m:+.1} ms ({} pair)", d.n),
+        _ => "no data".into(),
+    }
+}
+
+fn covers_zero(d: &DiffStats) -> bool {
+    d.ci95.is_some_and(|[lo, hi]| lo <= 0.0 && hi >= 0.0)
+}
+
+/// The section, when records carry two arms named `gateway` and `direct`.
+pub fn compute(records: &[RequestRecord], gateway: &str, direct: &str) -> Option<GatewayHop> {
+    fn arm(r: &RequestRecord) -> Option<&str> {
+        r.experiment.as_ref().map(|e| e.arm.as_str())
+    }
+    let g_recs: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| arm(r) == Some(gateway) && r.outcome == Outcome::Ok)
+        .collect();
+    let d_recs: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| arm(r) == Some(direct) && r.outcome == Outcome::Ok)
+        .collect();
+    if g_recs.is_empty() || d_recs.is_empty() {
+        return None;
+    }
+    let mut by_pair: BTreeMap<&str, (Option<&RequestRecord>, Option<&RequestRecord>)> =
+        BTreeMap::new();
+    for r in &g_recs {
+        if let Some(p) = r.experiment.as_ref().and_then(|e| e.pair_id.as_deref()) {
+            by_pair.entry(p).or_default().0 = Some(r);
+        }
+    }
+    for r in &d_recs {
+        if let Some(p) = r.experiment.as_ref().and_then(|e| e.pair_id.as_deref()) {
+            by_pair.entry(p).or_default().1 = Some(r);
+        }
+    }
+    let pairs: Vec<Pair<'_>> = by_pair
+        .values()
+        .filter_map(|(g, d)| Some(((*g)?, (*d)?)))
+        .collect();
+    let overall = hop_set(&pairs);
+    let mut buckets: BTreeMap<String, Vec<Pair<'_>>> = BTreeMap::new();
+    for p in &pairs {
+        buckets
+            .entry(p.0.bucket.clone().unwrap_or_else(|| "unknown".into()))
+            .or_default()
+            .push(*p);
+    }
+    let by_bucket = buckets
+        .into_iter()
+        .map(|(b, ps)| (b, hop_set(&ps)))
+        .collect();
+
+    // Order effect: did the gateway copy or the direct copy start first?
+    let t = |r: &RequestRecord| humantime::parse_rfc3339(&r.ts).ok();
+    let (mut gf, mut df) = (Vec::new(), Vec::new());
+    for (g, d) in &pairs {
+        if let (Some(tg), Some(td), Some(a), Some(b)) = (t(g), t(d), g.ttft_ms, d.ttft_ms) {
+            if tg <= td {
+                gf.push(a - b);
+            } else {
+                df.push(a - b);
+            }
+        }
+    }
+    let order_effect = (gf.len() >= 5 && df.len() >= 5).then(|| {
+        let (gs, ds) = (sorted(gf), sorted(df));
+        let (difference, ci95) = percentile_diff(&gs, &ds, 0.5);
+        OrderEffect {
+            gateway_first_median: pct(&gs, 0.5),
+            direct_first_median: pct(&ds, 0.5),
+            difference,
+            ci95,
+            // Present when the interval excludes 0 and the shift is more than a millisecond.
+            present: ci95.is_some_and(|[lo, hi]| lo > 0.0 || hi < 0.0)
+                && difference.is_some_and(|d| d.abs() > 1.0),
+        }
+    });
+
+    let split = pairs.is_empty().then(|| {
+        let g_ttft = sorted(g_recs.iter().filter_map(|r| r.ttft_ms).collect());
+        let d_ttft = sorted(d_recs.iter().filter_map(|r| r.ttft_ms).collect());
+        let g_tpot = sorted(g_recs.iter().filter_map(|r| r.tpot_ms).collect());
+        let d_tpot = sorted(d_recs.iter().filter_map(|r| r.tpot_ms).collect());
+        let ps = [("p50", 0.5), ("p95", 0.95), ("p99", 0.99)];
+        SplitStats {
+            gateway_n: g_recs.len(),
+            direct_n: d_recs.len(),
+            ttft_ms: ps
+                .iter()
+                .map(|(n, p)| (*n, percentile_diff(&g_ttft, &d_ttft, *p)))
+                .collect(),
+            tpot_ms: ps
+                .iter()
+                .map(|(n, p)| (*n, percentile_diff(&g_tpot, &d_tpot, *p)))
+                .collect(),
+        }
+    });
+
+    let summary = if pairs.is_empty() {
+        let s = split.as_ref();
+        let p50 = s.and_then(|s| s.ttft_ms.get("p50")).and_then(|x| x.0);
+        format!(
+            "No paired requests: split traffic compares two distributions (gateway n={}, direct n={}); TTFT p50 differs by {}. Paired or forced (bench --route-header) runs give a measurement per prompt.",
+            g_recs.len(),
+            d_recs.len(),
+            p50.map(|v| format!("{v:+.1} ms")).unwrap_or_else(|| "-".into())
+        )
+    } else {
+        let body = if covers_zero(&overall.tpot_ms) {
+            "its interval covers 0: no measurable tax on the body"
+        } else if overall.tpot_ms.median.is_some_and(|m| m < 0.0) {
+            "the gateway arm streamed slightly faster (an engine-batching effect, not a hop cost)"
+        } else {
+            "its interval excludes 0: the hop also taxes the body"
+        };
+        let mut s = format!(
+            "The gateway hop taxes the front of the request: TTFT {}; response headers {}. TPOT {}; {body}.",
+            fmt_ci(&overall.ttft_ms),
+            fmt_ci(&overall.upstream_headers_ms),
+            fmt_ci(&overall.tpot_ms),
+        );
+        if let Some(o) = &order_effect {
+            if o.present {
+                s.push_str(&format!(
+                    " ORDER EFFECT: the difference depends on which copy went first ({:+.1} ms) — likely a prefix-cache hit on the second copy; use cache_salt or ABBA order.",
+                    o.difference.unwrap_or(0.0)
+                ));
+            } else {
+                s.push_str(" No order effect detected.");
+            }
+        }
+        s
+    };
+    Some(GatewayHop {
+        gateway_arm: gateway.into(),
+        direct_arm: direct.into(),
+        overall,
+        by_bucket,
+        order_effect,
+        split,
+        summary,
+    })
+}

@@ -1,0 +1,420 @@
+//! Gateway-hop experiments: the measured hop recovers a known injected delay; the direct arm is
+//! never a way around the gateway; shadow copies never touch the client's response.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::*;
+use tokentap::bench::{self, BenchConfig};
+use tokentap::keys::fingerprint;
+use tokentap::meter::Outcome;
+use tokentap::report::{self, Slos};
+use tokentap::sim::{HopDelay, Profile, Sim};
+
+const MS: fn(u64) -> Duration = Duration::from_millis;
+
+fn fast() -> Profile {
+    Profile {
+        prefill_base_ms: 8.0,
+        prefill_per_token_ms: 0.005,
+        prefill_per_seq_ms: 1.0,
+        step_base_ms: 3.0,
+        step_per_seq_ms: 0.2,
+        ..Profile::v100()
+    }
+}
+
+/// Sim engine + hop, tokentap with `direct` and `gateway` routes and forcing allowed for the
+/// bench key; bench sends identical prompts through both arms (ABBA) with the route header.
+async fn measure_hop(hop: &str) -> report::hop::GatewayHop {
+    let (el, hl) = (
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    );
+    let sim = Sim::start(
+        fast(),
+        "sim",
+        3,
+        el,
+        Some((hl, hop.parse::<HopDelay>().unwrap())),
+    )
+    .await
+    .unwrap();
+    let key = "sk-bench-key";
+    let px = proxy_toml(&format!(
+        "[experiment]\narms = [\"direct\", \"gateway\"]\nallow_forcing = true\ndirect_keys = [\"{}\"]\n\
+         [[routes]]\nname = \"direct\"\nupstream = \"http://{}\"\n[[routes]]\nname = \"gateway\"\nupstream = \"http://{}\"\npath_prefix = \"/gateway\"\n",
+        fingerprint(key.as_bytes()),
+        sim.engine,
+        sim.hop.unwrap()
+    ))
+    .await;
+    let dir = scratch("hop");
+    let cfg = BenchConfig {
+        target: format!("http://{}", px.addr),
+        out: dir.clone(),
+        concurrency: vec![1],
+        requests: 40,
+        warmup: 2,
+        outputs: [6, 6, 6],
+        prompts_per_bucket: 10,
+        calibrate: false,
+        quiet: true,
+        api_key: Some(tokentap::keys::Secret::new(key.to_owned())),
+        arms: vec![
+            ("direct".into(), String::new()),
+            ("gateway".into(), String::new()),
+        ],
+        route_header: Some("x-tokentap-route".into()),
+        ..BenchConfig::default()
+    };
+    bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    // The proxy's own records carry the arm too; the report reads bench's.
+    let proxied = px.records(3 * 42 + 1).await;
+    assert!(proxied
+        .iter()
+        .filter(|r| r.stream)
+        .all(|r| r.experiment.is_some()));
+    let recs = report::load(&[dir], &mut |w| panic!("{w}")).unwrap();
+    let r = report::compute(&recs, &Slos::default(), 10, false);
+    r.gateway_hop.expect("both arms present")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_measured_hop_recovers_the_injected_delay() {
+    let h = measure_hop("100±10").await;
+    eprintln!("injected 100±10: {}", h.summary);
+    assert_eq!(h.overall.pairs, 60);
+    let t = &h.overall.ttft_ms;
+    let m = t.median.unwrap();
+    let [lo, hi] = t.ci95.unwrap();
+    assert!((97.0..106.0).contains(&m), "median {m}");
+    assert!(
+        lo <= 100.0 && hi >= 100.0,
+        "CI [{lo}, {hi}] does not cover 100"
+    );
+    let tpot = h.overall.tpot_ms.median.unwrap();
+    assert!(tpot.abs() < 1.0, "TPOT difference {tpot}");
+    assert!(h.summary.contains("taxes the front of the request"));
+    assert_eq!(h.by_bucket.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_hop_measures_as_nothing() {
+    let h = measure_hop("0").await;
+    eprintln!("injected 0: {} CI {:?}", h.summary, h.overall.ttft_ms.ci95);
+    let m = h.overall.ttft_ms.median.unwrap();
+    // What is left is the hop's own forwarding (a real extra HTTP hop on loopback).
+    assert!(m.abs() < 2.0, "median {m}");
+    let [lo, _] = h.overall.ttft_ms.ci95.unwrap();
+    assert!(lo < 2.0);
+}
+
+fn exp_proxy_toml(mode: &str, gateway: &str, direct: &str, extra: &str) -> String {
+    format!(
+        "[experiment]\nmode = \"{mode}\"\narms = [\"direct\", \"gateway\"]\n{extra}\n\
+         [[routes]]\nname = \"gateway\"\nupstream = \"{gateway}\"\n[[routes]]\nname = \"direct\"\nupstream = \"{direct}\"\npath_prefix = \"/direct\"\n"
+    )
+}
+
+#[tokio::test]
+async fn a_request_the_gateway_rejects_is_never_copied_to_the_direct_arm() {
+    let gw = Upstream::spawn(|r: &Received| {
+        if r.header("authorization").as_deref() == Some("Bearer good") {
+            Script::chat_stream(MS(5), MS(1), 3, true)
+        } else {
+            Script::json(
+                401,
+                r#"{"error":{"message":"no","type":"auth_error","param":null,"code":"401"}}"#,
+            )
+        }
+    })
+    .await;
+    let direct = Upstream::spawn(|_| Script::chat_stream(MS(5), MS(1), 3, true)).await;
+    let px = proxy_toml(&exp_proxy_toml("mirror", &gw.url(), &direct.url(), "")).await;
+    let c = client();
+    let got = send(
+        &c,
+        "POST",
+        &px.url("/v1/chat/completions"),
+        &[("authorization", "Bearer bad")],
+        chat_body("m", true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 401);
+    let got = send(
+        &c,
+        "POST",
+        &px.url("/v1/chat/completions"),
+        &[("authorization", "Bearer good")],
+        chat_body("m", true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 200);
+    let recs = px.records(3).await;
+    assert_eq!(
+        recs.len(),
+        3,
+        "rejected original + accepted original + its copy"
+    );
+    assert_eq!(
+        direct.requests().len(),
+        1,
+        "only the accepted request was copied"
+    );
+    let pair: Vec<_> = recs.iter().filter(|r| r.outcome == Outcome::Ok).collect();
+    assert_eq!(pair.len(), 2);
+    assert_eq!(
+        pair[0].experiment.as_ref().unwrap().pair_id,
+        pair[1].experiment.as_ref().unwrap().pair_id
+    );
+    let arms: Vec<&str> = pair
+        .iter()
+        .map(|r| r.experiment.as_ref().unwrap().arm.as_str())
+        .collect();
+    assert!(arms.contains(&"gateway") && arms.contains(&"direct"));
+    assert_eq!(
+        direct.requests()[0].body,
+        chat_body("m", true),
+        "identical body"
+    );
+}
+
+#[tokio::test]
+async fn forcing_the_direct_arm_needs_a_listed_key_and_the_header_never_leaks() {
+    let gw = Upstream::spawn(|_| Script::json(200, "{}")).await;
+    let direct = Upstream::spawn(|_| Script::json(200, "{}")).await;
+    let allowed = fingerprint(b"sk-allowed");
+    let px = proxy_toml(&exp_proxy_toml(
+        "off",
+        &gw.url(),
+        &direct.url(),
+        &format!("allow_forcing = true\ndirect_keys = [\"{allowed}\"]"),
+    ))
+    .await;
+    let c = client();
+    let url = px.url("/v1/chat/completions");
+    let got = send(
+        &c,
+        "POST",
+        &url,
+        &[
+            ("authorization", "Bearer sk-other"),
+            ("x-tokentap-route", "direct"),
+        ],
+        chat_body("m", false),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 403);
+    let j: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+    assert_eq!(j["error"]["code"], "forced_direct_not_allowed");
+    assert!(!String::from_utf8_lossy(&got.body).contains("sk-other"));
+    let got = send(
+        &c,
+        "POST",
+        &url,
+        &[
+            ("authorization", "Bearer sk-allowed"),
+            ("x-tokentap-route", "direct"),
+        ],
+        chat_body("m", false),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 200);
+    let got = send(
+        &c,
+        "POST",
+        &url,
+        &[
+            ("authorization", "Bearer sk-other"),
+            ("x-tokentap-route", "gateway"),
+        ],
+        chat_body("m", false),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 200);
+    assert_eq!(direct.requests().len(), 1);
+    assert_eq!(gw.requests().len(), 1);
+    for r in direct.requests().iter().chain(gw.requests().iter()) {
+        assert!(
+            r.header("x-tokentap-route").is_none(),
+            "route header reached an upstream"
+        );
+    }
+    let recs = px.records(3).await;
+    assert_eq!(
+        recs.iter()
+            .filter(|r| r.outcome == Outcome::Rejected && r.status == 403)
+            .count(),
+        1
+    );
+
+    // Forcing disabled: the header is ignored and still stripped.
+    let px2 = proxy_toml(&exp_proxy_toml("off", &gw.url(), &direct.url(), "")).await;
+    send(
+        &c,
+        "POST",
+        &px2.url("/v1/chat/completions"),
+        &[("x-tokentap-route", "direct")],
+        chat_body("m", false),
+    )
+    .await
+    .unwrap();
+    assert_eq!(gw.requests().len(), 2, "went to its own route");
+    assert!(gw.requests()[1].header("x-tokentap-route").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_shadow_arm_changes_nothing_for_the_client() {
+    let gw = Upstream::spawn(|_| Script::chat_stream(MS(40), MS(5), 10, true)).await;
+    // The direct arm answers nothing for 3 s.
+    let direct = Upstream::spawn(|_| Script {
+        head_delay: MS(3000),
+        ..Script::chat_stream(MS(1), MS(1), 1, false)
+    })
+    .await;
+    let px = proxy_toml(&exp_proxy_toml(
+        "mirror",
+        &gw.url(),
+        &direct.url(),
+        "max_shadow_in_flight = 2",
+    ))
+    .await;
+    let c = client();
+    let t = tokio::time::Instant::now();
+    for _ in 0..4 {
+        let got = send(
+            &c,
+            "POST",
+            &px.url("/v1/chat/completions"),
+            &[],
+            chat_body("m", true),
+        )
+        .await
+        .unwrap();
+        assert!(got.body.ends_with(b"data: [DONE]\n\n"));
+    }
+    assert!(
+        t.elapsed() < MS(1500),
+        "the client waited for the shadow: {:?}",
+        t.elapsed()
+    );
+    let recs = px.records(4).await;
+    let primaries: Vec<_> = recs.iter().filter(|r| r.route == "gateway").collect();
+    assert_eq!(primaries.len(), 4);
+    for r in &primaries {
+        let ttft = r.ttft_ms.unwrap();
+        assert!((40.0..60.0).contains(&ttft), "client TTFT {ttft} moved");
+    }
+    // Two copies stalled in flight; the other two were skipped (never queued), and counted.
+    tokio::time::sleep(MS(100)).await;
+    assert_eq!(direct.requests().len(), 2);
+    let (_, stats) = px.admin_get("/stats").await;
+    let j: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(j["shadow_skipped"], 2, "{j}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paired_copies_go_after_the_primary_ended_with_cache_salt() {
+    let gw = Upstream::spawn(|_| Script::chat_stream(MS(20), MS(5), 5, true)).await;
+    let direct = Upstream::spawn(|_| Script::chat_stream(MS(10), MS(5), 5, true)).await;
+    let px = proxy_toml(&exp_proxy_toml(
+        "paired",
+        &gw.url(),
+        &direct.url(),
+        "cache_salt = true",
+    ))
+    .await;
+    send(
+        &client(),
+        "POST",
+        &px.url("/v1/chat/completions"),
+        &[],
+        chat_body("m", true),
+    )
+    .await
+    .unwrap();
+    let recs = px.records(2).await;
+    assert_eq!(recs.len(), 2);
+    let (p, c) = (&recs[0], &recs[1]);
+    assert_eq!((p.route.as_str(), c.route.as_str()), ("gateway", "direct"));
+    let start = |r: &tokentap::meter::RequestRecord| humantime::parse_rfc3339(&r.ts).unwrap();
+    let primary_end = start(p) + Duration::from_secs_f64(p.e2e_ms / 1000.0);
+    assert!(
+        start(c) >= primary_end - MS(1),
+        "the copy started before the primary ended"
+    );
+    // Each arm got its own salt; nothing else changed.
+    let (gb, db) = (
+        String::from_utf8(gw.requests()[0].body.clone()).unwrap(),
+        String::from_utf8(direct.requests()[0].body.clone()).unwrap(),
+    );
+    let pair = p.experiment.as_ref().unwrap().pair_id.clone().unwrap();
+    assert!(
+        gb.starts_with(&format!("{{\"cache_salt\":\"{pair}-gateway\",")),
+        "{gb}"
+    );
+    assert!(
+        db.starts_with(&format!("{{\"cache_salt\":\"{pair}-direct\",")),
+        "{db}"
+    );
+    assert_eq!(
+        gb.replace(&format!("\"cache_salt\":\"{pair}-gateway\","), ""),
+        String::from_utf8(chat_body("m", true)).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn split_sends_only_listed_keys_to_the_direct_arm() {
+    let gw = Upstream::spawn(|_| Script::json(200, "{}")).await;
+    let direct = Upstream::spawn(|_| Script::json(200, "{}")).await;
+    let listed = fingerprint(b"sk-listed");
+    let px = proxy_toml(&exp_proxy_toml(
+        "split",
+        &gw.url(),
+        &direct.url(),
+        &format!("direct_keys = [\"{listed}\"]\nseed = 5"),
+    ))
+    .await;
+    let c = client();
+    for _ in 0..20 {
+        send(
+            &c,
+            "POST",
+            &px.url("/v1/chat/completions"),
+            &[("authorization", "Bearer sk-unlisted")],
+            chat_body("m", false),
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(direct.requests().len(), 0);
+    for _ in 0..40 {
+        send(
+            &c,
+            "POST",
+            &px.url("/v1/chat/completions"),
+            &[("authorization", "Bearer sk-listed")],
+            chat_body("m", false),
+        )
+        .await
+        .unwrap();
+    }
+    let d = direct.requests().len();
+    assert!((8..32).contains(&d), "{d} of 40 to direct at 50/50");
+    let recs = px.records(60).await;
+    assert!(recs
+        .iter()
+        .all(|r| r.experiment.as_ref().is_some_and(|e| e.arm == r.route)));
+}
