@@ -105,6 +105,7 @@ pub struct RawTimeouts {
     pub idle_ms: Option<u64>,
     pub total_ms: Option<u64>,
     pub shutdown_grace_ms: Option<u64>,
+    pub header_read_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -233,6 +234,8 @@ pub struct Timeouts {
     /// Zero = no limit.
     pub total: Duration,
     pub shutdown_grace: Duration,
+    /// A client gets this long to send a complete request head (slowloris).
+    pub header_read: Duration,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -514,11 +517,13 @@ impl RawConfig {
             idle: ms(t.idle_ms, 120_000),
             total: ms(t.total_ms, 0),
             shutdown_grace: ms(t.shutdown_grace_ms, 30_000),
+            header_read: ms(t.header_read_ms, 30_000),
         };
         for (v, k) in [
             (timeouts.connect, "timeouts.connect_ms"),
             (timeouts.first_byte, "timeouts.first_byte_ms"),
             (timeouts.idle, "timeouts.idle_ms"),
+            (timeouts.header_read, "timeouts.header_read_ms"),
         ] {
             if v.is_zero() {
                 return Err(err(file, k, "must be greater than 0"));

@@ -23,8 +23,6 @@ use tokio_rustls::TlsAcceptor;
 use crate::config::TlsFiles;
 use crate::proxy::{Proxy, State};
 
-/// Slow clients get this long to send a request head (slowloris).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
@@ -59,11 +57,11 @@ pub fn tls_acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
     Ok(TlsAcceptor::from(Arc::new(cfg)))
 }
 
-fn builder() -> auto::Builder<TokioExecutor> {
+fn builder(header_read: Duration) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(header_read)
         .max_buf_size(256 * 1024);
     b.http2()
         .timer(TokioTimer::new())
@@ -83,7 +81,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) {
-    let builder = Arc::new(builder());
+    let builder = Arc::new(builder(state.config.timeouts.header_read));
     let graceful = GracefulShutdown::new();
     let mut conns = JoinSet::new();
     tokio::pin!(shutdown);
