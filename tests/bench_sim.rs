@@ -285,3 +285,38 @@ async fn bench_client_overhead_is_well_under_a_millisecond() {
     assert_eq!(o.n, 50);
     assert!(o.p50 > 0.0 && o.p50.is_finite());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_a_sweep_keeps_what_was_measured() {
+    let s = sim().await;
+    let dir = scratch("interrupt");
+    let cfg = BenchConfig {
+        target: format!("http://{}", s.engine),
+        out: dir.clone(),
+        concurrency: vec![1, 2, 4],
+        requests: 50,
+        warmup: 0,
+        outputs: [20, 20, 20],
+        calibrate: false,
+        quiet: true,
+        ..BenchConfig::default()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        flag.store(true, std::sync::atomic::Ordering::Relaxed); // what Ctrl-C does
+    });
+    let t = tokio::time::Instant::now();
+    let info = bench::run(&cfg, stop).await.unwrap();
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(5),
+        "stopped promptly"
+    );
+    assert!(info.interrupted);
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["interrupted"], true);
+    let recs = read_records(&dir.join("requests.jsonl"));
+    assert!(!recs.is_empty() && recs.len() < 150, "{}", recs.len());
+}

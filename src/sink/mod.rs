@@ -81,6 +81,12 @@ impl Sink {
 
     /// The Prometheus exposition, with the writer's counters brought up to date.
     pub fn render_metrics(&self) -> String {
+        // NB: the gauge is read from the counters at scrape time; setting it per request from
+        // racing finishes could leave it stale.
+        for r in &self.routes {
+            self.metrics
+                .set_in_flight(&r.name, r.in_flight.load(Ordering::Relaxed));
+        }
         self.metrics.sync_counters(
             self.records_dropped.load(Ordering::Relaxed),
             self.log_counters.write_errors.load(Ordering::Relaxed),
@@ -98,9 +104,7 @@ impl Sink {
 
     /// Admit a request on a route: returns the in-flight count including it.
     pub fn admit(&self, route: usize) -> u64 {
-        let n = self.routes[route].in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        self.metrics.set_in_flight(&self.routes[route].name, n);
-        n
+        self.routes[route].in_flight.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Wall-clock `ts` and a fresh id for a request arriving now.
@@ -130,12 +134,9 @@ impl Sink {
             &self.routes[route_idx].name,
             &self.config.buckets,
         );
-        let route = &self.routes[route_idx];
-        let left = route
+        self.routes[route_idx]
             .in_flight
-            .fetch_sub(1, Ordering::Relaxed)
-            .saturating_sub(1);
-        self.metrics.set_in_flight(&route.name, left);
+            .fetch_sub(1, Ordering::Relaxed);
         self.metrics.observe(&rec, meter.itl_samples());
         self.stats.observe(route_idx, &rec, meter.itl_samples());
         self.records_total.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,476 @@
+//! End-to-end overhead of a proxy on the same streaming load, interleaved so drift cancels:
+//! direct to an in-process SSE upstream, through tokentap, and (when installed) through nginx
+//! and HAProxy. Prints added TTFT and ITL, throughput, proxy CPU per 1,000 chunks and memory.
+//!
+//!   scripts/overhead.sh            # installs nginx + haproxy, pins cores, runs this
+//!   cargo bench --bench overhead   # whatever proxies are on PATH
+//!
+//! Env: OVERHEAD_PROXY_CPU (core for the proxies, via taskset), OVERHEAD_STREAMS (slow streams
+//! for the memory phase, default 10000; 0 skips it), OVERHEAD_QUICK=1 (fewer rounds).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const EVENTS: usize = 64;
+const EVENT: &str = "data: {\"id\":\"chatcmpl-overhead\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"}}]}\n\n";
+
+/// The upstream: `/paced` = first event after 20 ms then 1 ms apart; `/fast` = all at once;
+/// `/slow` = one event then silence for a minute.
+async fn upstream() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let _ = s.set_nodelay(true);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 8192];
+                loop {
+                    let head_end = loop {
+                        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break p + 4;
+                        }
+                        match s.read(&mut tmp).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+                    buf.drain(..head_end);
+                    let mode = head.split(' ').nth(1).unwrap_or("/fast").to_owned();
+                    let chunk = format!("{:x}\r\n{EVENT}\r\n", EVENT.len());
+                    if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n").await.is_err() {
+                        return;
+                    }
+                    if mode.contains("fast") {
+                        let all = chunk.repeat(EVENTS) + "0\r\n\r\n";
+                        if s.write_all(all.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    if mode.contains("slow") {
+                        let _ = s.write_all(chunk.as_bytes()).await;
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        return;
+                    }
+                    let start = tokio::time::Instant::now();
+                    for i in 0..EVENTS {
+                        tokio::time::sleep_until(start + Duration::from_millis(20 + i as u64))
+                            .await;
+                        if s.write_all(chunk.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    if s.write_all(b"0\r\n\r\n").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+struct Proxy {
+    name: &'static str,
+    addr: SocketAddr,
+    child: Option<Child>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn which(cmd: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(cmd))
+        .find(|p| p.is_file())
+        .or_else(|| {
+            ["/usr/sbin", "/sbin"]
+                .iter()
+                .map(|d| Path::new(d).join(cmd))
+                .find(|p| p.is_file())
+        })
+}
+
+fn spawn(cmd: &Path, args: &[String]) -> Child {
+    let mut c = match std::env::var("OVERHEAD_PROXY_CPU") {
+        Ok(cpu) => {
+            let mut c = Command::new("taskset");
+            c.arg("-c").arg(cpu).arg(cmd);
+            c
+        }
+        Err(_) => Command::new(cmd),
+    };
+    c.args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn proxy")
+}
+
+async fn wait_up(addr: SocketAddr) {
+    for _ in 0..200 {
+        if TcpStream::connect(addr).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{addr} never came up");
+}
+
+async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
+    let mut v = Vec::new();
+    let port = free_port();
+    let tt = PathBuf::from(env!("CARGO_BIN_EXE_tokentap"));
+    let args: Vec<String> = [
+        "serve",
+        "--upstream",
+        &format!("http://{up}"),
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--admin",
+        "off",
+        "--log",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(std::iter::once(
+        dir.join("tokentap.jsonl").display().to_string(),
+    ))
+    .collect();
+    v.push(Proxy {
+        name: "tokentap",
+        addr: format!("127.0.0.1:{port}").parse().unwrap(),
+        child: Some(spawn(&tt, &args)),
+    });
+    if let Some(nginx) = which("nginx") {
+        let port = free_port();
+        let d = dir.display();
+        let conf = format!(
+            "worker_processes 1; daemon off; error_log {d}/nginx.err warn; pid {d}/nginx.pid;\n\
+             events {{ worker_connections 30000; }}\n\
+             http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n\
+               upstream up {{ server {up}; keepalive 1024; }}\n\
+               server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; proxy_request_buffering off; }} }} }}\n"
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let args = vec![
+            "-c".into(),
+            dir.join("nginx.conf").display().to_string(),
+            "-p".into(),
+            dir.display().to_string(),
+        ];
+        v.push(Proxy {
+            name: "nginx",
+            addr: format!("127.0.0.1:{port}").parse().unwrap(),
+            child: Some(spawn(&nginx, &args)),
+        });
+    }
+    if let Some(haproxy) = which("haproxy") {
+        let port = free_port();
+        let conf = format!(
+            "global\n  maxconn 30000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n\
+             frontend f\n  bind 127.0.0.1:{port}\n  default_backend b\nbackend b\n  server s1 {up}\n"
+        );
+        std::fs::write(dir.join("haproxy.cfg"), conf).unwrap();
+        let args = vec![
+            "-db".into(),
+            "-f".into(),
+            dir.join("haproxy.cfg").display().to_string(),
+        ];
+        v.push(Proxy {
+            name: "haproxy",
+            addr: format!("127.0.0.1:{port}").parse().unwrap(),
+            child: Some(spawn(&haproxy, &args)),
+        });
+    }
+    for p in &v {
+        wait_up(p.addr).await;
+    }
+    v
+}
+
+/// CPU seconds used by a process so far (utime + stime).
+fn cpu_s(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+/// Resident memory of a process and its children (nginx and HAProxy may fork), in KiB.
+fn rss_kb(pid: u32) -> u64 {
+    let one = |p: u32| {
+        std::fs::read_to_string(format!("/proc/{p}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("VmRSS:")
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let mut total = one(pid);
+    if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+        for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            total += one(c);
+        }
+    }
+    total
+}
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+fn client() -> HttpClient {
+    let mut c = HttpConnector::new();
+    c.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(4096)
+        .build(c)
+}
+
+#[derive(Default)]
+struct Samples {
+    ttft_us: Vec<f64>,
+    itl_us: Vec<f64>,
+}
+
+/// One streamed request: TTFT (first body frame) and the gaps between frames, in µs.
+async fn one(c: &HttpClient, addr: SocketAddr, path: &str, s: &mut Samples) -> usize {
+    let t0 = Instant::now();
+    let req = http::Request::get(format!("http://{addr}{path}"))
+        .body(Empty::new())
+        .unwrap();
+    let Ok(resp) = c.request(req).await else {
+        return 0;
+    };
+    let mut body = resp.into_body();
+    let mut prev: Option<Instant> = None;
+    let mut bytes = 0;
+    while let Some(Ok(f)) = body.frame().await {
+        if let Some(d) = f.data_ref() {
+            let now = Instant::now();
+            match prev {
+                None => s.ttft_us.push((now - t0).as_secs_f64() * 1e6),
+                Some(p) => s.itl_us.push((now - p).as_secs_f64() * 1e6),
+            }
+            prev = Some(now);
+            bytes += d.len();
+        }
+    }
+    bytes / EVENT.len()
+}
+
+async fn closed_loop(
+    addr: SocketAddr,
+    path: &'static str,
+    conc: usize,
+    requests: usize,
+) -> Samples {
+    let c = client();
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..conc {
+        let (c, next) = (c.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut s = Samples::default();
+            while next.fetch_add(1, Ordering::Relaxed) < requests as u64 {
+                one(&c, addr, path, &mut s).await;
+            }
+            s
+        }));
+    }
+    let mut all = Samples::default();
+    for t in tasks {
+        let s = t.await.unwrap();
+        all.ttft_us.extend(s.ttft_us);
+        all.itl_us.extend(s.itl_us);
+    }
+    all
+}
+
+/// Full speed for `secs`: requests/s and events (chunks)/s.
+async fn throughput(addr: SocketAddr, conc: usize, secs: f64) -> (f64, f64) {
+    let c = client();
+    let stop = Instant::now() + Duration::from_secs_f64(secs);
+    let reqs = Arc::new(AtomicU64::new(0));
+    let chunks = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..conc {
+        let (c, reqs, chunks) = (c.clone(), reqs.clone(), chunks.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut s = Samples::default();
+            while Instant::now() < stop {
+                let n = one(&c, addr, "/fast", &mut s).await;
+                s.itl_us.clear();
+                s.ttft_us.clear();
+                reqs.fetch_add(1, Ordering::Relaxed);
+                chunks.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let el = t0.elapsed().as_secs_f64();
+    (
+        reqs.load(Ordering::Relaxed) as f64 / el,
+        chunks.load(Ordering::Relaxed) as f64 / el,
+    )
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+/// Open `n` slow streams through `addr` (raw sockets, first event read), return the proxy's RSS.
+async fn slow_streams(addr: SocketAddr, n: usize, pid: u32) -> (u64, u64) {
+    let idle = rss_kb(pid);
+    let mut socks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let Ok(mut s) = TcpStream::connect(addr).await else {
+            break;
+        };
+        if s.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .is_err()
+        {
+            break;
+        }
+        socks.push(s);
+    }
+    let mut buf = [0u8; 1024];
+    for s in socks.iter_mut() {
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await;
+    }
+    let loaded = rss_kb(pid);
+    drop(socks);
+    (idle, loaded)
+}
+
+fn main() {
+    // `cargo test --all-targets` runs bench targets too: only `cargo bench` (which passes
+    // --bench) runs the measurement.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("overhead: run with `cargo bench --bench overhead` or scripts/overhead.sh");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let quick = std::env::var("OVERHEAD_QUICK").is_ok();
+        let streams: usize = std::env::var("OVERHEAD_STREAMS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+        let dir = std::env::temp_dir().join(format!("tokentap-overhead-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let up = upstream().await;
+        let proxies = start_proxies(up, &dir).await;
+        println!("upstream: SSE, {EVENTS} events of {} bytes; paced = 20 ms to the first event, 1 ms apart", EVENT.len());
+        println!("proxies: {}", proxies.iter().map(|p| p.name).collect::<Vec<_>>().join(", "));
+
+        // Latency: interleaved rounds, rotating the order of targets each round.
+        let rounds = if quick { 2 } else { 6 };
+        let mut targets: Vec<(&str, SocketAddr)> = vec![("direct", up)];
+        targets.extend(proxies.iter().map(|p| (p.name, p.addr)));
+        println!("\nadded latency vs direct (µs), paced stream, {rounds} interleaved rounds");
+        println!("{:<9} {:>4} | {:>10} {:>10} | {:>10} {:>10}", "proxy", "C", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99");
+        for conc in [1usize, 8, 64] {
+            let mut acc: Vec<Samples> = targets.iter().map(|_| Samples::default()).collect();
+            for r in 0..rounds {
+                for k in 0..targets.len() {
+                    let i = (k + r) % targets.len();
+                    let s = closed_loop(targets[i].1, "/paced", conc, conc * 4).await;
+                    acc[i].ttft_us.extend(s.ttft_us);
+                    acc[i].itl_us.extend(s.itl_us);
+                }
+            }
+            let (mut dt, mut di) = (acc[0].ttft_us.clone(), acc[0].itl_us.clone());
+            let base = (pct(&mut dt, 0.5), pct(&mut dt, 0.99), pct(&mut di, 0.5), pct(&mut di, 0.99));
+            for (i, (name, _)) in targets.iter().enumerate().skip(1) {
+                let (mut t, mut g) = (acc[i].ttft_us.clone(), acc[i].itl_us.clone());
+                println!(
+                    "{name:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}",
+                    pct(&mut t, 0.5) - base.0,
+                    pct(&mut t, 0.99) - base.1,
+                    pct(&mut g, 0.5) - base.2,
+                    pct(&mut g, 0.99) - base.3
+                );
+            }
+            println!("{:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3);
+        }
+
+        // Throughput and CPU per chunk.
+        let secs = if quick { 1.5 } else { 4.0 };
+        println!("\nfull speed ({secs} s per cell, upstream sends all {EVENTS} events at once)");
+        println!("{:<9} {:>4} | {:>9} {:>11} | {:>14} {:>10}", "proxy", "C", "req/s", "chunks/s", "CPU µs/chunk", "RSS MiB");
+        for conc in [64usize, 256] {
+            let (rps, cps) = throughput(up, conc, secs).await;
+            println!("{:<9} {conc:>4} | {rps:>9.0} {cps:>11.0} | {:>14} {:>10}", "direct", "-", "-");
+            for p in &proxies {
+                let pid = p.child.as_ref().map(|c| c.id()).unwrap_or(0);
+                let c0 = cpu_s(pid);
+                let (rps, cps) = throughput(p.addr, conc, secs).await;
+                let cpu = cpu_s(pid) - c0;
+                let per_chunk = cpu * 1e6 / (cps * secs).max(1.0);
+                println!("{:<9} {conc:>4} | {rps:>9.0} {cps:>11.0} | {per_chunk:>14.2} {:>10.1}", p.name, rss_kb(pid) as f64 / 1024.0);
+            }
+        }
+
+        if streams > 0 {
+            println!("\nmemory: {streams} concurrent slow streams (one event, then silence)");
+            println!("{:<9} | {:>10} {:>12} {:>14}", "proxy", "idle MiB", "loaded MiB", "KiB/stream");
+            for p in &proxies {
+                let pid = p.child.as_ref().map(|c| c.id()).unwrap_or(0);
+                let (idle, loaded) = slow_streams(p.addr, streams, pid).await;
+                println!(
+                    "{:<9} | {:>10.1} {:>12.1} {:>14.1}",
+                    p.name,
+                    idle as f64 / 1024.0,
+                    loaded as f64 / 1024.0,
+                    loaded.saturating_sub(idle) as f64 / streams as f64
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        drop(proxies);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The proxy-overhead benchmark, side by side with nginx and HAProxy (Debian packages, installed
+# here if missing): same in-process SSE upstream, same load, interleaved rounds. The proxies run
+# pinned to core 1, the load generator and upstream to core 0 (on a 2-core machine).
+#   scripts/overhead.sh                 # full run (~3 min)
+#   OVERHEAD_QUICK=1 OVERHEAD_STREAMS=2000 scripts/overhead.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v nginx >/dev/null || ! command -v haproxy >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy >/dev/null \
+    || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy >/dev/null
+fi
+ulimit -n 65536 || true
+cores=$(nproc)
+if [ "$cores" -ge 2 ]; then
+  export OVERHEAD_PROXY_CPU=1
+  exec taskset -c 0 cargo bench --locked --bench overhead
+else
+  exec cargo bench --locked --bench overhead
+fi
