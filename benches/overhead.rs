@@ -6,7 +6,7 @@
 //!   cargo bench --bench overhead   # whatever proxies are on PATH
 //!
 //! Env: OVERHEAD_PROXY_CPU (core for the proxies, via taskset), OVERHEAD_STREAMS (slow streams
-//! for the memory phase, default 10000; 0 skips it), OVERHEAD_QUICK=1 (fewer rounds).
+//! for the memory phase, default 9000 — a proxy holds two sockets per stream and the fd limit here is 20000; 0 skips it), OVERHEAD_QUICK=1 (fewer rounds).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -151,6 +151,8 @@ async fn wait_up(addr: SocketAddr) {
 async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
     let mut v = Vec::new();
     let port = free_port();
+    let only =
+        std::env::var("OVERHEAD_PROXIES").unwrap_or_else(|_| "tokentap,nginx,haproxy".into());
     let tt = PathBuf::from(env!("CARGO_BIN_EXE_tokentap"));
     let args: Vec<String> = [
         "serve",
@@ -173,12 +175,12 @@ async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
         addr: format!("127.0.0.1:{port}").parse().unwrap(),
         child: Some(spawn(&tt, &args)),
     });
-    if let Some(nginx) = which("nginx") {
+    if let Some(nginx) = which("nginx").filter(|_| only.contains("nginx")) {
         let port = free_port();
         let d = dir.display();
         let conf = format!(
             "worker_processes 1; daemon off; error_log {d}/nginx.err warn; pid {d}/nginx.pid;\n\
-             events {{ worker_connections 30000; }}\n\
+             events {{ worker_connections 19500; }}\n\
              http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n\
                upstream up {{ server {up}; keepalive 1024; }}\n\
                server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; proxy_request_buffering off; }} }} }}\n"
@@ -196,11 +198,11 @@ async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
             child: Some(spawn(&nginx, &args)),
         });
     }
-    if let Some(haproxy) = which("haproxy") {
+    if let Some(haproxy) = which("haproxy").filter(|_| only.contains("haproxy")) {
         let port = free_port();
         let conf = format!(
-            "global\n  maxconn 30000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n\
-             frontend f\n  bind 127.0.0.1:{port}\n  default_backend b\nbackend b\n  server s1 {up}\n"
+            "global\n  maxconn 9500\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n\
+             frontend f\n  bind 127.0.0.1:{port}\n  option http-no-delay\n  default_backend b\nbackend b\n  option http-no-delay\n  server s1 {up}\n"
         );
         std::fs::write(dir.join("haproxy.cfg"), conf).unwrap();
         let args = vec![
@@ -398,7 +400,7 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let quick = std::env::var("OVERHEAD_QUICK").is_ok();
-        let streams: usize = std::env::var("OVERHEAD_STREAMS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+        let streams: usize = std::env::var("OVERHEAD_STREAMS").ok().and_then(|v| v.parse().ok()).unwrap_or(9_000);
         let dir = std::env::temp_dir().join(format!("tokentap-overhead-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let up = upstream().await;

@@ -10,7 +10,7 @@ if ! command -v nginx >/dev/null || ! command -v haproxy >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy >/dev/null \
     || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy >/dev/null
 fi
-ulimit -n 65536 || true
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 cores=$(nproc)
 if [ "$cores" -ge 2 ]; then
   export OVERHEAD_PROXY_CPU=1

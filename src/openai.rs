@@ -223,8 +223,7 @@ pub struct ChunkInfo {
 
 #[derive(Deserialize)]
 struct RawChunk<'a> {
-    #[serde(borrow)]
-    choices: Option<Vec<RawChoice<'a>>>,
+    choices: Option<ChoicesOutput>,
     usage: Option<RawUsage>,
     #[serde(borrow)]
     error: Option<&'a RawValue>,
@@ -232,28 +231,108 @@ struct RawChunk<'a> {
     metrics: Option<&'a RawValue>,
 }
 
+// NB: the per-event path. The views below decide "does this carry output?" while parsing,
+// without allocating, and read strings as raw bytes (no UTF-8 validation: an event's bytes are
+// forwarded, never interpreted as text).
+
 #[derive(Deserialize)]
-struct RawChoice<'a> {
-    #[serde(borrow)]
-    delta: Option<RawDelta<'a>>,
-    #[serde(borrow)]
-    text: Option<&'a RawValue>,
-    #[serde(borrow)]
-    message: Option<RawDelta<'a>>,
+struct RawChoice {
+    delta: Option<RawDelta>,
+    text: Option<NonEmpty>,
+    message: Option<RawDelta>,
 }
 
 #[derive(Deserialize)]
-struct RawDelta<'a> {
-    #[serde(borrow)]
-    content: Option<&'a RawValue>,
-    #[serde(borrow)]
-    reasoning_content: Option<&'a RawValue>,
-    #[serde(borrow)]
-    reasoning: Option<&'a RawValue>,
-    #[serde(borrow)]
-    tool_calls: Option<&'a RawValue>,
-    #[serde(borrow)]
-    function_call: Option<&'a RawValue>,
+struct RawDelta {
+    content: Option<NonEmpty>,
+    reasoning_content: Option<NonEmpty>,
+    reasoning: Option<NonEmpty>,
+    tool_calls: Option<NonEmptyAny>,
+    function_call: Option<NonEmptyAny>,
+}
+
+impl RawDelta {
+    fn has_output(&self) -> bool {
+        [&self.content, &self.reasoning_content, &self.reasoning]
+            .iter()
+            .any(|v| v.as_ref().is_some_and(|n| n.0))
+            || [&self.tool_calls, &self.function_call]
+                .iter()
+                .any(|v| v.as_ref().is_some_and(|n| n.0))
+    }
+}
+
+/// Whether any choice of the event carries output.
+struct ChoicesOutput(bool);
+
+impl<'de> Deserialize<'de> for ChoicesOutput {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ChoicesOutput;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ChoicesOutput, A::Error> {
+                let mut any = false;
+                while let Some(c) = seq.next_element::<RawChoice>()? {
+                    any |= c.delta.as_ref().is_some_and(RawDelta::has_output)
+                        || c.text.as_ref().is_some_and(|t| t.0)
+                        || c.message.as_ref().is_some_and(RawDelta::has_output);
+                }
+                Ok(ChoicesOutput(any))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// A JSON string (or array) that is not empty, read as raw bytes.
+struct NonEmpty(bool);
+
+impl<'de> Deserialize<'de> for NonEmpty {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = NonEmpty;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(!v.is_empty()))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(!v.is_empty()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<NonEmpty, A::Error> {
+                let mut n = 0usize;
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    n += 1;
+                }
+                Ok(NonEmpty(n > 0))
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
+
+/// Any JSON value that is not null, `""`, `[]` or `{}`.
+struct NonEmptyAny(bool);
+
+impl<'de> Deserialize<'de> for NonEmptyAny {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = <&RawValue>::deserialize(d)?;
+        Ok(NonEmptyAny(!matches!(
+            v.get().trim(),
+            "null" | "\"\"" | "[]" | "{}"
+        )))
+    }
 }
 
 #[derive(Deserialize)]
@@ -269,31 +348,94 @@ fn lenient_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D:
     Ok(raw_as(v))
 }
 
-/// A JSON string that is not `""`, or a non-empty array / object.
-fn non_empty(raw: Option<&RawValue>) -> bool {
-    match raw.map(|r| r.get().trim()) {
-        None | Some("null" | "\"\"" | "[]" | "{}") => false,
-        Some(s) => !s.is_empty(),
+/// The common event — one token of text, nothing else — recognised without a JSON parse.
+///
+/// NB: sound because in valid JSON the bytes `"content":"` (or `"text":"`) can only be an object
+/// key followed by a string value: inside a string every `"` is escaped. A non-`"` byte after it
+/// means the string is not empty. Events that mention usage, an error or server metrics, use
+/// other spacing, or carry only empty text take the full parse.
+fn fast_content(p: &[u8]) -> Option<ChunkInfo> {
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    static SKIP: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| {
+        [
+            Finder::new(b"\"usage\""),
+            Finder::new(b"\"error\""),
+            Finder::new(b"\"metrics\""),
+        ]
+    });
+    static KEYS: LazyLock<[Finder<'static>; 2]> =
+        LazyLock::new(|| [Finder::new(b"\"content\":\""), Finder::new(b"\"text\":\"")]);
+    if p.first() != Some(&b'{') || SKIP.iter().any(|f| f.find(p).is_some()) {
+        return None;
     }
+    let mut hit = false;
+    'keys: for f in KEYS.iter() {
+        let mut from = 0;
+        while let Some(i) = f.find(&p[from..]) {
+            let after = from + i + f.needle().len();
+            if p.get(after).is_some_and(|b| *b != b'"') {
+                hit = true;
+                break 'keys;
+            }
+            from = after;
+        }
+    }
+    (hit && balanced(p)).then(|| ChunkInfo {
+        content: true,
+        ..ChunkInfo::default()
+    })
 }
 
-fn delta_has_output(d: &RawDelta<'_>) -> bool {
-    non_empty(d.content)
-        || non_empty(d.reasoning_content)
-        || non_empty(d.reasoning)
-        || non_empty(d.tool_calls)
-        || non_empty(d.function_call)
+/// Braces balance outside strings and the object ends where the payload does: a cheap
+/// structural check so that truncated events still count as parse errors.
+fn balanced(p: &[u8]) -> bool {
+    let mut depth = 0i32;
+    let mut i = 0;
+    while let Some(off) = memchr::memchr3(b'"', b'{', b'}', &p[i..]) {
+        let at = i + off;
+        match p[at] {
+            b'"' => {
+                // Skip the string: to the next quote that is not escaped.
+                let mut j = at + 1;
+                loop {
+                    let Some(rest) = p.get(j..) else { return false };
+                    match memchr::memchr2(b'"', b'\\', rest) {
+                        None => return false,
+                        Some(o) if rest[o] == b'\\' => j += o + 2,
+                        Some(o) => {
+                            j += o + 1;
+                            break;
+                        }
+                    }
+                }
+                i = j;
+                continue;
+            }
+            b'{' => depth += 1,
+            _ => {
+                depth -= 1;
+                if depth == 0 {
+                    return p[at + 1..].iter().all(u8::is_ascii_whitespace);
+                }
+                if depth < 0 {
+                    return false;
+                }
+            }
+        }
+        i = at + 1;
+    }
+    false
 }
 
 /// Interpret one JSON payload. `Err` means it is not a JSON object we can read (counted as a
 /// parse error by the caller; the bytes were forwarded regardless).
 pub fn inspect_chunk(payload: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
+    if let Some(info) = fast_content(payload) {
+        return Ok(info);
+    }
     let raw: RawChunk<'_> = serde_json::from_slice(payload)?;
-    let content = raw.choices.as_deref().unwrap_or_default().iter().any(|c| {
-        c.delta.as_ref().is_some_and(delta_has_output)
-            || non_empty(c.text)
-            || c.message.as_ref().is_some_and(delta_has_output)
-    });
+    let content = raw.choices.is_some_and(|c| c.0);
     Ok(ChunkInfo {
         content,
         usage: raw.usage.map(|u| Usage {
@@ -358,5 +500,56 @@ fn server_timings(json: &str) -> ServerTimings {
             mean_itl_ms: ms(t.mean_itl_ms),
         },
         Err(_) => ServerTimings::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast path never disagrees with the full parse, on every real event in the fixtures
+    /// and on spacing/escaping variants of them.
+    #[test]
+    fn fast_path_agrees_with_the_full_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sse");
+        let mut checked = 0;
+        let mut fast = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_none_or(|x| x != "sse") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            for ev in text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
+                let variants = [
+                    ev.to_owned(),
+                    ev.replace("\":", "\": "),
+                    ev.replace("\"content\":\"", "\"content\":\"\\\""),
+                ];
+                for v in variants {
+                    let full = serde_json::from_slice::<RawChunk<'_>>(v.as_bytes()).ok();
+                    if let Some(f) = fast_content(v.as_bytes()) {
+                        fast += 1;
+                        let full =
+                            full.unwrap_or_else(|| panic!("fast path accepted unparsable {v}"));
+                        assert!(f.content && full.choices.is_some_and(|c| c.0), "{v}");
+                        assert!(
+                            full.usage.is_none() && full.error.is_none() && full.metrics.is_none()
+                        );
+                    }
+                    checked += 1;
+                }
+            }
+        }
+        assert!(fast > 100 && checked > fast, "{fast} of {checked}");
+        assert!(
+            fast_content(br#"{"choices":[{"delta":{"content":"ok"}}"#).is_none(),
+            "truncated"
+        );
+        assert!(
+            fast_content(br#"{"choices":[{"delta":{"content":""}}]}"#).is_none(),
+            "empty"
+        );
+        assert!(fast_content(br#"{"choices":[{"delta":{"reasoning_content":"x"}}]}"#).is_none());
     }
 }

@@ -416,3 +416,13 @@ proptest! {
         prop_assert_eq!(info.model, Some(model));
     }
 }
+
+#[test]
+fn chunk_view_survives_truncation_at_every_byte() {
+    // Every prefix of real events (and one ending in a lone backslash) parses or errors — no panic.
+    let ev = br#"{"choices":[{"index":0,"delta":{"content":" a \"quoted\" \\ word"}}],"id":"x"}"#;
+    for cut in 0..=ev.len() {
+        let _ = tokentap::openai::inspect_chunk(&ev[..cut]);
+    }
+    assert!(tokentap::openai::inspect_chunk(br#"{"choices":[{"delta":{"content":"a\"#).is_err());
+}
