@@ -94,10 +94,42 @@ struct Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         if let Some(c) = self.child.as_mut() {
+            // TERM first: nginx's and HAProxy's masters stop their workers on it; a KILL would
+            // orphan them.
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            for _ in 0..50 {
+                if matches!(c.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
     }
+}
+
+/// A process and its direct children (found by parent pid in /proc).
+fn family(pid: u32) -> Vec<u32> {
+    let mut v = vec![pid];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|x| x.1.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u32>().ok());
+            if ppid == Some(pid) {
+                v.push(p);
+            }
+        }
+    }
+    v
 }
 
 fn free_port() -> u16 {
@@ -244,13 +276,7 @@ fn rss_kb(pid: u32) -> u64 {
             })
             .unwrap_or(0)
     };
-    let mut total = one(pid);
-    if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
-        for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-            total += one(c);
-        }
-    }
-    total
+    family(pid).into_iter().map(one).sum()
 }
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;

@@ -103,13 +103,13 @@ fn nice_max(v: f64) -> f64 {
     10.0 * mag
 }
 
-/// One line per series over categorical x values; `None` leaves a gap.
-pub fn lines(
+/// The frame of a chart scaled to its series: the SVG so far and the y maximum.
+fn start(
     title: &str,
     y_label: &str,
     xs: &[String],
     series: &[(String, Vec<Option<f64>>)],
-) -> String {
+) -> (String, f64) {
     let ymax = nice_max(
         series
             .iter()
@@ -118,6 +118,17 @@ pub fn lines(
     );
     let mut out = String::new();
     frame(&mut out, title, y_label, ymax, xs);
+    (out, ymax)
+}
+
+/// One line per series over categorical x values; `None` leaves a gap.
+pub fn lines(
+    title: &str,
+    y_label: &str,
+    xs: &[String],
+    series: &[(String, Vec<Option<f64>>)],
+) -> String {
+    let (mut out, ymax) = start(title, y_label, xs, series);
     let (pw, ph) = (W - L - R, H - T - B);
     for (si, (name, ys)) in series.iter().enumerate() {
         let color = COLORS[si % COLORS.len()];
@@ -167,14 +178,7 @@ pub fn bars(
     xs: &[String],
     series: &[(String, Vec<Option<f64>>)],
 ) -> String {
-    let ymax = nice_max(
-        series
-            .iter()
-            .flat_map(|s| s.1.iter().flatten())
-            .fold(0.0, |a, b| a.max(*b)),
-    );
-    let mut out = String::new();
-    frame(&mut out, title, y_label, ymax, xs);
+    let (mut out, ymax) = start(title, y_label, xs, series);
     let (pw, ph) = (W - L - R, H - T - B);
     let slot = pw / xs.len().max(1) as f64;
     let bw = slot * 0.8 / series.len().max(1) as f64;
