@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: format, lints, then every test.
-# Needs only the Rust toolchain; opt-in suites against real vLLM/LiteLLM are in scripts/rig-test.sh.
+# The whole test suite, as CI runs it: format, lints, then every test target (benches run in
+# test mode, once each). Needs only the Rust toolchain; the opt-in suites against real software
+# are scripts/rig-test.sh (vLLM + LiteLLM) and scripts/report-screenshot.sh (Chromium).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
-cargo test --locked --all-targets
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --locked --all-targets 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+passed=$(grep -E '^test result:' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+failed=$(grep -E '^test result:' "$log" | grep -oE '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+echo "tests: $passed passed, $failed failed"
+exit "$status"
