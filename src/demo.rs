@@ -166,6 +166,10 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
             .map(|o| o.p50)
             .unwrap_or(f64::NAN)
     );
+    println!(
+        "full report with SLO verdicts, provisioning and charts: tokentap report {} --format html --out report.html",
+        bench_cfg.out.display()
+    );
     println!("\nReading it like the write-up: TTFT grows with prompt length and with concurrency (prefill");
     println!("competes for compute); per-stream tok/s barely moves (decode is bandwidth-bound); E2E is set by");
     println!("how much was asked for. The gateway hop taxes the front of the request (TTFT), not the body (TPOT).");

@@ -61,7 +61,7 @@ enum Command {
     /// Request records (bench folders, proxy logs, rotated files, several replicas) → tables,
     /// SLO verdicts, provisioning answers, per-key accounting, charts.
     ///
-    /// Try: tokentap report tokentap-demo --format html --out report.html
+    /// Try: tokentap report tokentap-demo/bench --format html --out report.html
     Report(ReportArgs),
     /// Print the key fingerprint (sha256:<hex>) of an API key read from standard input, for
     /// `[keys.aliases]`. The key itself is never printed.
