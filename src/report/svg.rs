@@ -121,6 +121,19 @@ fn start(
     (out, ymax)
 }
 
+/// The legend entry of series `si`, right of the plot.
+fn legend(out: &mut String, si: usize, name: &str, color: &str) {
+    let ly = T + 14.0 * si as f64;
+    let _ = write!(
+        out,
+        r#"<rect x="{:.1}" y="{ly:.1}" width="10" height="10" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+        W - R + 10.0,
+        W - R + 24.0,
+        ly + 9.0,
+        escape(name)
+    );
+}
+
 /// One line per series over categorical x values; `None` leaves a gap.
 pub fn lines(
     title: &str,
@@ -156,16 +169,7 @@ pub fn lines(
                 r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{color}"/>"#
             );
         }
-        let ly = T + 14.0 * si as f64;
-        let _ = write!(
-            out,
-            r#"<rect x="{:.1}" y="{:.1}" width="10" height="10" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            W - R + 10.0,
-            ly,
-            W - R + 24.0,
-            ly + 9.0,
-            escape(name)
-        );
+        legend(&mut out, si, name, color);
     }
     out.push_str("</svg>");
     out
@@ -197,16 +201,7 @@ pub fn bars(
                 );
             }
         }
-        let ly = T + 14.0 * si as f64;
-        let _ = write!(
-            out,
-            r#"<rect x="{:.1}" y="{:.1}" width="10" height="10" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            W - R + 10.0,
-            ly,
-            W - R + 24.0,
-            ly + 9.0,
-            escape(name)
-        );
+        legend(&mut out, si, name, color);
     }
     out.push_str("</svg>");
     out
