@@ -475,8 +475,14 @@ fn main() {
             for p in &proxies {
                 let pid = p.child.as_ref().map(|c| c.id()).unwrap_or(0);
                 let c0 = cpu_s(pid);
+                if std::env::var("OVERHEAD_DEBUG").is_ok() {
+                    eprintln!("{}: pid {pid} family {:?}", p.name, family(pid));
+                }
                 let (rps, cps) = throughput(p.addr, conc, secs).await;
                 let cpu = cpu_s(pid) - c0;
+                if std::env::var("OVERHEAD_DEBUG").is_ok() {
+                    eprintln!("{}: cpu {c0} -> {}", p.name, c0 + cpu);
+                }
                 let per_chunk = cpu * 1e6 / (cps * secs).max(1.0);
                 println!("{:<9} {conc:>4} | {rps:>9.0} {cps:>11.0} | {per_chunk:>14.2} {:>10.1}", p.name, rss_kb(pid) as f64 / 1024.0);
             }
