@@ -254,14 +254,21 @@ async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
     v
 }
 
-/// CPU seconds used by a process so far (utime + stime).
+/// CPU seconds used so far (utime + stime) by a process and its children.
 fn cpu_s(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    ticks / 100.0
+    // The process and its children: nginx's and HAProxy's work happens in workers.
+    let one = |p: u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        let after = stat
+            .rsplit_once(')')
+            .map(|x| x.1.to_owned())
+            .unwrap_or_default();
+        let f: Vec<&str> = after.split_whitespace().collect();
+        let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+            + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        ticks / 100.0
+    };
+    family(pid).into_iter().map(one).sum()
 }
 
 /// Resident memory of a process and its children (nginx and HAProxy may fork), in KiB.
