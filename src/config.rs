@@ -332,10 +332,6 @@ impl Config {
     pub fn from_flags(over: &Overrides) -> Result<Config, ConfigError> {
         RawConfig::default().validate("(command line)", over)
     }
-
-    pub fn route(&self, name: &str) -> Option<&RouteConfig> {
-        self.routes.iter().find(|r| r.name == name)
-    }
 }
 
 /// Expand `${NAME}` from the environment; `$$` is a literal `$`.

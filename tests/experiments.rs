@@ -336,15 +336,7 @@ async fn paired_copies_go_after_the_primary_ended_with_cache_salt() {
         "cache_salt = true",
     ))
     .await;
-    send(
-        &client(),
-        "POST",
-        &px.url("/v1/chat/completions"),
-        &[],
-        chat_body("m", true),
-    )
-    .await
-    .unwrap();
+    px.chat().await;
     let recs = px.records(2).await;
     assert_eq!(recs.len(), 2);
     let (p, c) = (&recs[0], &recs[1]);

@@ -27,28 +27,17 @@ fn rss_kb() -> u64 {
         .unwrap_or(0)
 }
 
-async fn raw_request(addr: std::net::SocketAddr, body: &[u8]) -> TcpStream {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let head = format!("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(body).await.unwrap();
-    s
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_cancellations_leak_nothing() {
     let up = Upstream::spawn(|_| Script::chat_stream(MS(2), MS(5), 400, false)).await;
     let px = proxy(&up.url(), "").await;
-    let body = chat_body("m", true);
     let round = |n: usize| {
-        let body = body.clone();
         let addr = px.addr;
         async move {
             let mut tasks = Vec::new();
             for _ in 0..n {
-                let body = body.clone();
                 tasks.push(tokio::spawn(async move {
-                    let mut s = raw_request(addr, &body).await;
+                    let mut s = raw_chat(addr).await;
                     let mut buf = [0u8; 2048];
                     let mut seen = 0;
                     while seen < 400 {
@@ -164,15 +153,7 @@ async fn a_slow_reader_back_pressures_the_upstream_and_others_are_unaffected() {
     }
     // Others are served normally meanwhile.
     let t = tokio::time::Instant::now();
-    let got = send(
-        &client(),
-        "POST",
-        &px.url("/v1/chat/completions"),
-        &[],
-        chat_body("m", true),
-    )
-    .await
-    .unwrap();
+    let got = px.chat().await;
     assert!(got.body.ends_with(b"data: [DONE]\n\n"));
     assert!(t.elapsed() < MS(500));
     // The upstream is still blocked: most of the 8 MB never left it (socket buffers only).
@@ -290,15 +271,7 @@ async fn h2_rapid_reset_is_bounded_and_recorded() {
     assert!(opened > 0);
     tokio::time::sleep(MS(500)).await;
     // The proxy is alive and serving; every stream that became a request was recorded once.
-    let got = send(
-        &client(),
-        "POST",
-        &px.url("/v1/chat/completions"),
-        &[],
-        chat_body("m", true),
-    )
-    .await
-    .unwrap();
+    let got = px.chat().await;
     assert_eq!(got.status, 200);
     let (_, stats) = px.admin_get("/stats").await;
     let j: serde_json::Value = serde_json::from_str(&stats).unwrap();

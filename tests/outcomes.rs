@@ -16,15 +16,7 @@ const MS: fn(u64) -> Duration = Duration::from_millis;
 async fn streaming_ok_with_usage_and_exact_timing() {
     let up = Upstream::spawn(|_| Script::chat_stream(MS(60), MS(10), 20, true)).await;
     let px = proxy(&up.url(), "").await;
-    let got = send(
-        &client(),
-        "POST",
-        &px.url("/v1/chat/completions"),
-        &[],
-        chat_body("m", true),
-    )
-    .await
-    .unwrap();
+    let got = px.chat().await;
     assert_eq!(got.status, 200);
     let r = &px.records(1).await[0];
     assert_eq!(r.outcome, Outcome::Ok);
@@ -85,15 +77,7 @@ async fn upstream_error_status_is_passed_through_verbatim() {
         })
         .await;
         let px = proxy(&up.url(), "").await;
-        let got = send(
-            &client(),
-            "POST",
-            &px.url("/v1/chat/completions"),
-            &[],
-            chat_body("m", true),
-        )
-        .await
-        .unwrap();
+        let got = px.chat().await;
         assert_eq!(got.status, status);
         assert_eq!(got.body, body.as_bytes());
         assert_eq!(got.headers["retry-after"], "3");
@@ -117,15 +101,7 @@ async fn connect_refused_is_502_json() {
         .unwrap()
         .port();
     let px = proxy(&format!("http://127.0.0.1:{port}"), "").await;
-    let got = send(
-        &client(),
-        "POST",
-        &px.url("/v1/chat/completions"),
-        &[],
-        chat_body("m", true),
-    )
-    .await
-    .unwrap();
+    let got = px.chat().await;
     assert_eq!(got.status, 502);
     let j: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
     assert_eq!(j["error"]["code"], "upstream_unreachable");
@@ -143,15 +119,7 @@ async fn first_byte_timeout_is_504() {
     })
     .await;
     let px = proxy(&up.url(), "[timeouts]\nfirst_byte_ms = 150\n").await;
-    let got = send(
-        &client(),
-        "POST",
-        &px.url("/v1/chat/completions"),
-        &[],
-        chat_body("m", true),
-    )
-    .await
-    .unwrap();
+    let got = px.chat().await;
     assert_eq!(got.status, 504);
     let r = &px.records(1).await[0];
     assert_eq!(r.outcome, Outcome::Timeout);
@@ -168,15 +136,7 @@ async fn idle_timeout_cuts_the_stream_and_keeps_tokens_seen() {
     })
     .await;
     let px = proxy(&up.url(), "[timeouts]\nidle_ms = 200\n").await;
-    let got = send(
-        &client(),
-        "POST",
-        &px.url("/v1/chat/completions"),
-        &[],
-        chat_body("m", true),
-    )
-    .await
-    .unwrap();
+    let got = px.chat().await;
     assert_eq!(got.status, 200);
     assert!(got.body_error, "the client's stream is cut");
     let r = &px.records(1).await[0];
@@ -195,15 +155,7 @@ async fn upstream_reset_mid_stream_cuts_the_client_stream() {
     })
     .await;
     let px = proxy(&up.url(), "").await;
-    let got = send(
-        &client(),
-        "POST",
-        &px.url("/v1/chat/completions"),
-        &[],
-        chat_body("m", true),
-    )
-    .await
-    .unwrap();
+    let got = px.chat().await;
     assert!(
         got.body_error,
         "the client sees the stream end as the upstream's did"
@@ -226,15 +178,7 @@ async fn stream_without_done_is_incomplete() {
     })
     .await;
     let px = proxy(&up.url(), "").await;
-    let got = send(
-        &client(),
-        "POST",
-        &px.url("/v1/chat/completions"),
-        &[],
-        chat_body("m", true),
-    )
-    .await
-    .unwrap();
+    let got = px.chat().await;
     assert!(!got.body_error);
     assert_eq!(px.records(1).await[0].outcome, Outcome::Incomplete);
 }
@@ -244,12 +188,8 @@ async fn client_cancel_drops_the_upstream_at_once() {
     let up = Upstream::spawn(|_| Script::chat_stream(MS(10), MS(10), 500, false)).await;
     let px = proxy(&up.url(), "").await;
     // A raw client that reads the head and a little body, then disconnects.
-    let mut s = tokio::net::TcpStream::connect(px.addr).await.unwrap();
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let body = chat_body("m", true);
-    let head = format!("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(&body).await.unwrap();
+    use tokio::io::AsyncReadExt;
+    let mut s = raw_chat(px.addr).await;
     let mut buf = vec![0u8; 4096];
     let mut seen = 0;
     while seen < 600 {
@@ -558,15 +498,8 @@ async fn hanging_up_right_after_done_is_a_complete_request() {
     })
     .await;
     let px = proxy(&up.url(), "").await;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(px.addr).await.unwrap();
-    let body = chat_body("m", true);
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(&body).await.unwrap();
+    use tokio::io::AsyncReadExt;
+    let mut s = raw_chat(px.addr).await;
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&got).contains("data: [DONE]") {

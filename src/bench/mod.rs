@@ -297,7 +297,6 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         path: run_path.display().to_string(),
         source,
     })?;
-    progress.finish();
     if !cfg.quiet {
         println!("{}", summary::table(&all, &info));
     }

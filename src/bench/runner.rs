@@ -526,5 +526,4 @@ impl Progress {
             eprintln!("{s}");
         }
     }
-    pub fn finish(&self) {}
 }

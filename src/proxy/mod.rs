@@ -132,7 +132,7 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The client's request as received (hop-by-hop and route headers already removed).
-struct Incoming2 {
+struct UpstreamRequest {
     method: http::Method,
     /// Path (prefix stripped) and query to send upstream.
     upstream_pq: String,
@@ -296,7 +296,7 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
         upstream_pq.push('?');
         upstream_pq.push_str(q);
     }
-    let req = Incoming2 {
+    let req = UpstreamRequest {
         method: parts.method,
         upstream_pq,
         headers: parts.headers,
@@ -366,7 +366,7 @@ struct CopyPlan {
 async fn forward(
     state: &Arc<State>,
     route_idx: usize,
-    req: Incoming2,
+    req: UpstreamRequest,
     mut body_bytes: Bytes,
     mut fin: Finalizer,
     t0: Instant,
@@ -523,7 +523,7 @@ fn spawn_copy(state: Arc<State>, plan: CopyPlan) {
             permit: Some(permit),
             after: None,
         });
-        let req = Incoming2 {
+        let req = UpstreamRequest {
             method: plan.method,
             upstream_pq: plan.upstream_pq,
             headers: plan.headers,

@@ -475,6 +475,19 @@ impl TestProxy {
         wait_records(&self.log, n).await
     }
 
+    /// A streamed chat completion through the proxy, with a fresh client.
+    pub async fn chat(&self) -> Got {
+        send(
+            &client(),
+            "POST",
+            &self.url("/v1/chat/completions"),
+            &[],
+            chat_body("m", true),
+        )
+        .await
+        .unwrap()
+    }
+
     pub async fn admin_get(&self, path: &str) -> (u16, String) {
         let r = send(
             &client(),
@@ -573,6 +586,20 @@ pub async fn send(
         frame_times,
         body_error,
     })
+}
+
+/// A raw TCP client that has sent a complete streamed chat request to `addr` (for tests that
+/// read partially, hang up, or need the wire).
+pub async fn raw_chat(addr: std::net::SocketAddr) -> TcpStream {
+    let body = chat_body("m", true);
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body).await.unwrap();
+    s
 }
 
 /// A chat request body.
