@@ -115,14 +115,12 @@ impl Admin {
     }
 }
 
-/// Serve the admin endpoints until `shutdown` resolves. Also runs the metrics upkeep.
+/// Serve the admin endpoints until `shutdown` resolves.
 pub async fn run(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
-    let mut upkeep = tokio::time::interval(Duration::from_secs(5));
     loop {
         let stream = tokio::select! {
             () = &mut shutdown => return,
-            _ = upkeep.tick() => { admin.sink.metrics.run_upkeep(); continue; }
             a = listener.accept() => match a {
                 Ok((s, _)) => s,
                 Err(_) => { tokio::time::sleep(Duration::from_millis(50)).await; continue; }

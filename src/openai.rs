@@ -348,84 +348,78 @@ fn lenient_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D:
     Ok(raw_as(v))
 }
 
-/// The common event — one token of text, nothing else — recognised without a JSON parse.
+/// The common event — one token of text, nothing else — recognised without a JSON parse, in
+/// one pass over the bytes.
 ///
-/// NB: sound because in valid JSON the bytes `"content":"` (or `"text":"`) can only be an object
-/// key followed by a string value: inside a string every `"` is escaped. A non-`"` byte after it
-/// means the string is not empty. Events that mention usage, an error or server metrics, use
-/// other spacing, or carry only empty text take the full parse.
+/// NB: sound because in valid JSON a string followed by `:` is an object key, and inside a
+/// string every `"` is escaped. A `content` or `text` key whose value starts `"` + a non-`"`
+/// byte has non-empty text. Events with a `usage`, `error` or `metrics` key (at any depth, any
+/// spacing), an escaped key, other spacing after `content`, only empty text, or unbalanced
+/// braces take the full parse.
 fn fast_content(p: &[u8]) -> Option<ChunkInfo> {
-    use memchr::memmem::Finder;
-    use std::sync::LazyLock;
-    static SKIP: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| {
-        [
-            Finder::new(b"\"usage\""),
-            Finder::new(b"\"error\""),
-            Finder::new(b"\"metrics\""),
-        ]
-    });
-    static KEYS: LazyLock<[Finder<'static>; 2]> =
-        LazyLock::new(|| [Finder::new(b"\"content\":\""), Finder::new(b"\"text\":\"")]);
-    if p.first() != Some(&b'{') || SKIP.iter().any(|f| f.find(p).is_some()) {
+    if p.first() != Some(&b'{') {
         return None;
     }
-    let mut hit = false;
-    'keys: for f in KEYS.iter() {
-        let mut from = 0;
-        while let Some(i) = f.find(&p[from..]) {
-            let after = from + i + f.needle().len();
-            if p.get(after).is_some_and(|b| *b != b'"') {
-                hit = true;
-                break 'keys;
-            }
-            from = after;
-        }
-    }
-    (hit && balanced(p)).then(|| ChunkInfo {
-        content: true,
-        ..ChunkInfo::default()
-    })
-}
-
-/// Braces balance outside strings and the object ends where the payload does: a cheap
-/// structural check so that truncated events still count as parse errors.
-fn balanced(p: &[u8]) -> bool {
+    let n = p.len();
     let mut depth = 0i32;
+    let mut hit = false;
     let mut i = 0;
-    while let Some(off) = memchr::memchr3(b'"', b'{', b'}', &p[i..]) {
-        let at = i + off;
-        match p[at] {
+    while i < n {
+        match p[i] {
             b'"' => {
-                // Skip the string: to the next quote that is not escaped.
-                let mut j = at + 1;
+                let start = i + 1;
+                let mut j = start;
+                let mut escaped = false;
                 loop {
-                    let Some(rest) = p.get(j..) else { return false };
-                    match memchr::memchr2(b'"', b'\\', rest) {
-                        None => return false,
-                        Some(o) if rest[o] == b'\\' => j += o + 2,
-                        Some(o) => {
-                            j += o + 1;
-                            break;
+                    match p.get(j)? {
+                        b'\\' => {
+                            escaped = true;
+                            j += 2;
                         }
+                        b'"' => break,
+                        _ => j += 1,
                     }
                 }
-                i = j;
+                let s = &p[start..j];
+                i = j + 1;
+                let mut k = i;
+                while p.get(k).is_some_and(u8::is_ascii_whitespace) {
+                    k += 1;
+                }
+                if p.get(k) == Some(&b':') {
+                    if escaped {
+                        return None;
+                    }
+                    match s {
+                        b"usage" | b"error" | b"metrics" => return None,
+                        b"content" | b"text"
+                            if k == i
+                                && p.get(k + 1) == Some(&b'"')
+                                && p.get(k + 2).is_some_and(|b| *b != b'"') =>
+                        {
+                            hit = true;
+                        }
+                        _ => {}
+                    }
+                }
                 continue;
             }
             b'{' => depth += 1,
-            _ => {
+            b'}' => {
                 depth -= 1;
                 if depth == 0 {
-                    return p[at + 1..].iter().all(u8::is_ascii_whitespace);
-                }
-                if depth < 0 {
-                    return false;
+                    let rest_blank = p[i + 1..].iter().all(u8::is_ascii_whitespace);
+                    return (hit && rest_blank).then(|| ChunkInfo {
+                        content: true,
+                        ..ChunkInfo::default()
+                    });
                 }
             }
+            _ => {}
         }
-        i = at + 1;
+        i += 1;
     }
-    false
+    None
 }
 
 /// Interpret one JSON payload. `Err` means it is not a JSON object we can read (counted as a
@@ -551,5 +545,18 @@ mod tests {
             "empty"
         );
         assert!(fast_content(br#"{"choices":[{"delta":{"reasoning_content":"x"}}]}"#).is_none());
+        for bail in [
+            &br#"{"choices":[{"delta":{"content":"x"}}],"usage" : {"completion_tokens":1}}"#[..],
+            br#"{"choices":[{"delta":{"content":"x"}}],"us\u0061ge":{"completion_tokens":1}}"#,
+            br#"{"choices":[{"delta":{"content":"x"}}],"error":null}"#,
+            br#"{"choices":[{"delta":{"content":"x"}}]}}"#,
+        ] {
+            assert!(
+                fast_content(bail).is_none(),
+                "{}",
+                String::from_utf8_lossy(bail)
+            );
+        }
+        assert!(fast_content(br#"{"choices":[{"delta":{"content":"a \"q\" {"}}]}"#).is_some());
     }
 }

@@ -113,6 +113,18 @@ pub async fn run(
         }))
     });
 
+    // Histogram values wait in the recorder until an upkeep folds them in: run it whether or not
+    // anything scrapes, so memory stays flat with the admin listener off.
+    let upkeep = {
+        let sink = sink.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                sink.metrics.run_upkeep();
+            }
+        })
+    };
     tracing::info!(
         listen = %main.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         routes = config.routes.len(),
@@ -133,6 +145,7 @@ pub async fn run(
     )
     .await;
 
+    upkeep.abort();
     // Every request is finished now; let the writer empty its queue and stop.
     sink.close_log().await;
     drop(state);

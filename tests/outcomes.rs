@@ -412,7 +412,28 @@ async fn admin_endpoints() {
     assert!(m.contains("outcome=\"ok\""));
     assert!(m.contains("tokentap_output_tokens_total{"));
     assert!(m.contains("tokentap_in_flight_requests{route=\"default\"} 0"));
-    assert!(m.contains("tokentap_inter_token_latency_seconds_bucket"));
+    // Five events 5 ms apart: four gaps, none under 1 ms; the one ITL family is rendered once.
+    let itl = |s: &str| format!("tokentap_inter_token_latency_seconds_{s}");
+    assert!(
+        m.contains(&format!(
+            "{}{{route=\"default\",model=\"m\"}} 4",
+            itl("count")
+        )),
+        "{m}"
+    );
+    assert!(m.contains(&format!(
+        "{}{{route=\"default\",model=\"m\",le=\"0.001\"}} 0",
+        itl("bucket")
+    )));
+    assert!(m.contains(&format!(
+        "{}{{route=\"default\",model=\"m\",le=\"+Inf\"}} 4",
+        itl("bucket")
+    )));
+    assert_eq!(
+        m.matches("# TYPE tokentap_inter_token_latency_seconds")
+            .count(),
+        1
+    );
     assert!(m.contains(&format!("key=\"{}\"", tokentap::keys::fingerprint(b"k1"))));
     let (s, stats) = px.admin_get("/stats").await;
     assert_eq!(s, 200);

@@ -22,7 +22,7 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
 
 /// Prepare client request headers for the upstream. `Host` goes (the client set it for us; the
 /// upstream's comes from the config), and so does `Content-Length` (set again from the body
-/// actually sent).
+/// actually sent). `Expect` goes too: the body was read whole before forwarding.
 pub fn request_headers(h: &mut HeaderMap) {
     for name in &HOP_BY_HOP {
         h.remove(name);
@@ -30,6 +30,7 @@ pub fn request_headers(h: &mut HeaderMap) {
     h.remove(header::UPGRADE);
     h.remove(header::HOST);
     h.remove(header::CONTENT_LENGTH);
+    h.remove(header::EXPECT);
 }
 
 /// Prepare upstream response headers for the client: only hop-by-hop headers go; framing is the

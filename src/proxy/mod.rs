@@ -7,6 +7,7 @@
 
 pub mod client;
 pub mod error;
+pub mod h1;
 pub mod headers;
 
 use std::convert::Infallible;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, Uri};
+use http::{HeaderValue, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -31,7 +32,7 @@ use crate::meter::{Ctx, Experiment, Meter};
 use crate::openai;
 use crate::route::RouteTable;
 use crate::sink::Sink;
-use client::UpstreamClient;
+use client::{UpstreamBody, UpstreamClient};
 pub use error::ProxyError;
 
 /// Everything requests share.
@@ -59,7 +60,7 @@ pin_project_lite::pin_project! {
     /// The body of every response the proxy returns.
     #[project = ProxyBodyProj]
     pub enum ProxyBody {
-        Metered { #[pin] body: MeteredBody<Incoming> },
+        Metered { #[pin] body: MeteredBody<UpstreamBody> },
         Local { #[pin] body: Full<Bytes> },
     }
 }
@@ -106,20 +107,6 @@ fn local_error(mut fin: Finalizer, err: ProxyError) -> Response<ProxyBody> {
     }
     fin.finish(End::Outcome(err.outcome(), err.record_text()));
     resp.map(|body| ProxyBody::Local { body })
-}
-
-/// Does the chain of `err`'s sources contain an I/O timeout?
-fn is_timeout(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::TimedOut {
-                return true;
-            }
-        }
-        cur = e.source();
-    }
-    false
 }
 
 /// Root cause text of an error chain, for diagnostics (never contains request data).
@@ -375,15 +362,12 @@ async fn forward(
 ) -> Response<ProxyBody> {
     let cfg = &state.config;
     let route = &cfg.routes[route_idx];
-    // Upstream URI: the route's scheme and authority, its base path, then the request's path.
-    let mut uri_parts = route.upstream.clone().into_parts();
-    uri_parts.path_and_query = match format!("{}{}", route.base_path, req.upstream_pq).parse() {
-        Ok(p) => Some(p),
-        Err(_) => return local_error(fin, ProxyError::BadRequest("invalid request path")),
-    };
-    let Ok(uri) = Uri::from_parts(uri_parts) else {
+    // Upstream target: the route's base path, then the request's path (the route's scheme and
+    // authority are the client's).
+    let target = format!("{}{}", route.base_path, req.upstream_pq);
+    if target.parse::<http::uri::PathAndQuery>().is_err() {
         return local_error(fin, ProxyError::BadRequest("invalid request path"));
-    };
+    }
     let info = openai::peek_request(&body_bytes);
     if let Some(inf) = fin.get_mut() {
         inf.meter.timeline.body_read = Some(Instant::now());
@@ -409,10 +393,6 @@ async fn forward(
     for (name, value) in &route.set_headers {
         headers.insert(name.clone(), value.expose().clone());
     }
-    let mut up_req = Request::new(Full::new(body_bytes));
-    *up_req.method_mut() = req.method;
-    *up_req.uri_mut() = uri;
-    *up_req.headers_mut() = headers;
 
     let total = cfg.timeouts.total;
     let deadline = (!total.is_zero()).then(|| t0 + total);
@@ -421,13 +401,17 @@ async fn forward(
         wait = wait.min(d.saturating_duration_since(Instant::now()));
     }
     let upstream_name = route.name.clone();
-    let sent = tokio::time::timeout(wait, state.clients[route_idx].request(up_req)).await;
+    let sent = tokio::time::timeout(
+        wait,
+        state.clients[route_idx].send(&req.method, &target, &headers, &body_bytes),
+    )
+    .await;
     let resp = match sent {
         Err(_) => {
             return local_error(fin, ProxyError::Timeout(upstream_name, wait.as_millis()));
         }
         Ok(Err(e)) => {
-            let err = if e.is_connect() && is_timeout(&e) {
+            let err = if e.is_timeout() {
                 ProxyError::Timeout(upstream_name, cfg.timeouts.connect.as_millis())
             } else if e.is_connect() {
                 ProxyError::Connect(upstream_name, root_cause(&e))

@@ -5,8 +5,10 @@
 //! capped sets: at most `limits.max_key_labels` keys and `limits.max_model_labels` models get
 //! their own label value, the rest are `other`. No label is ever a raw request string.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{
@@ -77,9 +79,51 @@ impl Capped {
     }
 }
 
+/// A histogram with fixed buckets held in atomics: constant memory however many values it takes.
+/// Used for the per-token ITL (the recorder's histograms keep every value until the next upkeep:
+/// fine at one value per request, not at one per token).
+struct FixedHist {
+    /// Per bucket of `TOKEN_BUCKETS`, then `+Inf` (not cumulative).
+    counts: Vec<AtomicU64>,
+    sum_us: AtomicU64,
+}
+
+impl FixedHist {
+    fn new() -> Self {
+        FixedHist {
+            counts: (0..=TOKEN_BUCKETS.len())
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            sum_us: AtomicU64::new(0),
+        }
+    }
+
+    fn record_us(&self, us: &[u32]) {
+        let mut sum = 0u64;
+        for &v in us {
+            let s = f64::from(v) / 1e6;
+            let i = TOKEN_BUCKETS.partition_point(|b| *b < s);
+            if let Some(c) = self.counts.get(i) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+            sum += u64::from(v);
+        }
+        self.sum_us.fetch_add(sum, Ordering::Relaxed);
+    }
+}
+
+/// Prometheus label value escaping.
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 pub struct Metrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
+    /// ITL histograms by rendered `route="…",model="…"` labels.
+    itl: Mutex<HashMap<String, Arc<FixedHist>>>,
     keys: Capped,
     models: Capped,
 }
@@ -102,7 +146,7 @@ impl Metrics {
         let mut builder = PrometheusBuilder::new();
         for (names, buckets) in [
             (&[TTFT, E2E, UPSTREAM_HEADERS][..], LATENCY_BUCKETS),
-            (&[TPOT, ITL][..], TOKEN_BUCKETS),
+            (&[TPOT][..], TOKEN_BUCKETS),
         ] {
             for name in names {
                 builder = builder.set_buckets_for_metric(Matcher::Full((*name).into()), buckets)?;
@@ -134,12 +178,6 @@ impl Metrics {
             TPOT,
             Some(Unit::Seconds),
             "Time per output token after the first: (E2E - TTFT) / (tokens - 1).",
-            'h',
-        );
-        describe(
-            ITL,
-            Some(Unit::Seconds),
-            "Gap between consecutive content events.",
             'h',
         );
         describe(
@@ -194,6 +232,7 @@ impl Metrics {
         Ok(Self {
             recorder,
             handle,
+            itl: Mutex::new(HashMap::new()),
             keys: Capped::new(config.limits.max_key_labels),
             models: Capped::new(config.limits.max_model_labels),
         })
@@ -202,7 +241,35 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         self.handle.run_upkeep();
-        self.handle.render()
+        let mut out = self.handle.render();
+        let itl: Vec<(String, Arc<FixedHist>)> = match self.itl.lock() {
+            Ok(m) => {
+                let mut v: Vec<_> = m.iter().map(|(k, h)| (k.clone(), h.clone())).collect();
+                v.sort_by(|a, b| a.0.cmp(&b.0));
+                v
+            }
+            Err(_) => Vec::new(),
+        };
+        if !itl.is_empty() {
+            let _ = writeln!(
+                out,
+                "# HELP {ITL} Gap between consecutive content events.\n# TYPE {ITL} histogram"
+            );
+            for (labels, h) in itl {
+                let mut cum = 0u64;
+                for (i, c) in h.counts.iter().enumerate() {
+                    cum += c.load(Ordering::Relaxed);
+                    let le = TOKEN_BUCKETS
+                        .get(i)
+                        .map_or_else(|| "+Inf".to_owned(), |b| b.to_string());
+                    let _ = writeln!(out, "{ITL}_bucket{{{labels},le=\"{le}\"}} {cum}");
+                }
+                let sum = h.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+                let _ = writeln!(out, "{ITL}_sum{{{labels}}} {sum}");
+                let _ = writeln!(out, "{ITL}_count{{{labels}}} {cum}");
+            }
+        }
+        out
     }
 
     pub fn run_upkeep(&self) {
@@ -259,10 +326,21 @@ impl Metrics {
                 .record(v / 1000.0);
         }
         if !itl_us.is_empty() {
-            let h =
-                r.register_histogram(&Self::key(ITL, vec![route.clone(), model.clone()]), &META);
-            for gap in itl_us {
-                h.record(f64::from(*gap) / 1e6);
+            let labels = format!(
+                "route=\"{}\",model=\"{}\"",
+                escape_label(route.value()),
+                escape_label(model.value())
+            );
+            let h = match self.itl.lock() {
+                Ok(mut m) => Some(
+                    m.entry(labels)
+                        .or_insert_with(|| Arc::new(FixedHist::new()))
+                        .clone(),
+                ),
+                Err(_) => None,
+            };
+            if let Some(h) = h {
+                h.record_us(itl_us);
             }
         }
         if let Some(n) = rec.input_tokens {
