@@ -297,8 +297,10 @@ impl Upstream {
         Ok(Io::new(conn))
     }
 
-    /// Send one request and read the response head. A pooled connection the upstream closed in
-    /// the meantime (it failed before a single response byte) is replaced by a new one.
+    /// Send one request and read the response head. When a pooled connection fails before a
+    /// single response byte (the upstream closed it as the request went out), the request is
+    /// sent once more, on a new connection — as browsers and nginx do for kept-alive
+    /// connections; a new connection that fails is an error at once.
     pub async fn send(
         self: &Arc<Self>,
         method: &Method,
@@ -314,14 +316,17 @@ impl Upstream {
             body.len(),
         );
         wire.extend_from_slice(body);
+        // At most one retry, and on a new connection: a request is never sent three times.
+        let mut fresh = false;
         loop {
-            let (mut io, reused) = match self.checkout() {
+            let pooled = if fresh { None } else { self.checkout() };
+            let (mut io, reused) = match pooled {
                 Some(io) => (io, true),
                 None => (self.connect().await?, false),
             };
             match exchange(&mut io, &wire).await {
                 Ok(head) => return self.response(io, method, head),
-                Err(e) if reused && io.got == 0 && retryable(&e) => continue,
+                Err(e) if reused && io.got == 0 && retryable(&e) => fresh = true,
                 Err(e) => return Err(e),
             }
         }
@@ -334,6 +339,11 @@ impl Upstream {
         head: h1::Head,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let (framing, reuse) = h1::framing(method, &head)?;
+        let mut headers = head.headers;
+        if framing == Framing::Chunked {
+            // A Content-Length beside chunked coding is not the body's length (RFC 9112 §6.3).
+            headers.remove(http::header::CONTENT_LENGTH);
+        }
         let mut body = UpstreamBody {
             io: Some(io),
             dec: Decoder::new(framing),
@@ -347,7 +357,7 @@ impl Upstream {
         let mut resp = Response::new(body);
         *resp.status_mut() = head.status;
         *resp.version_mut() = Version::HTTP_11;
-        *resp.headers_mut() = head.headers;
+        *resp.headers_mut() = headers;
         Ok(resp)
     }
 }

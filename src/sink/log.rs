@@ -2,7 +2,8 @@
 //!
 //! The data path only `try_send`s (see `Sink::finish`); the writer never blocks it. Disk errors
 //! are counted and reported once, and the writer keeps trying: traffic is never affected.
-//! On close, everything queued is written and flushed before the writer exits.
+//! Records are written in batches (at most `BATCH_WAIT` after they end). On close, everything
+//! queued is written and flushed before the writer exits.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -14,6 +15,9 @@ use tokio::sync::mpsc;
 
 use crate::config::LogConfig;
 use crate::meter::RequestRecord;
+
+/// How long the writer lets records gather after the first of a batch arrives.
+const BATCH_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// What the writer is sent.
 pub enum LogMsg {
@@ -73,6 +77,11 @@ impl Writer {
             let Some(first) = rx.blocking_recv() else {
                 break;
             };
+            // Let a batch gather before writing: one wake-up and one write per batch, and the
+            // writer's work never lands in the moment a request ends and the next one begins.
+            if !matches!(first, LogMsg::Close) {
+                std::thread::sleep(BATCH_WAIT);
+            }
             let mut msg = Some(first);
             // Drain what is already queued, then flush once: records land promptly, in batches.
             while let Some(m) = msg.take() {

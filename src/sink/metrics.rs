@@ -119,11 +119,27 @@ fn escape_label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// The handles of one (route, model, key) label set, looked up once and kept: a request then
+/// costs one map lookup instead of one registry lookup (and label vector) per metric.
+struct Handles {
+    ttft: metrics::Histogram,
+    tpot: metrics::Histogram,
+    e2e: metrics::Histogram,
+    headers: metrics::Histogram,
+    input: metrics::Counter,
+    output: metrics::Counter,
+    itl: Arc<FixedHist>,
+    /// `tokentap_requests_total` by (outcome, status class).
+    requests: Mutex<Vec<(&'static str, &'static str, metrics::Counter)>>,
+}
+
 pub struct Metrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
     /// ITL histograms by rendered `route="…",model="…"` labels.
     itl: Mutex<HashMap<String, Arc<FixedHist>>>,
+    /// By `route \0 model \0 key` (label values after capping): bounded by the caps.
+    handles: Mutex<HashMap<String, Arc<Handles>>>,
     keys: Capped,
     models: Capped,
 }
@@ -233,6 +249,7 @@ impl Metrics {
             recorder,
             handle,
             itl: Mutex::new(HashMap::new()),
+            handles: Mutex::new(HashMap::new()),
             keys: Capped::new(config.limits.max_key_labels),
             models: Capped::new(config.limits.max_model_labels),
         })
@@ -296,67 +313,103 @@ impl Metrics {
             .absolute(write_errors);
     }
 
+    /// The handles of a label set, registered on first use.
+    fn handles(&self, route: &str, model: String, key: String) -> Option<Arc<Handles>> {
+        let id = format!("{route}\0{model}\0{key}");
+        if let Some(h) = self.handles.lock().ok()?.get(&id) {
+            return Some(h.clone());
+        }
+        let r = &self.recorder;
+        let (route, model, key) = (
+            Label::new("route", route.to_owned()),
+            Label::new("model", model),
+            Label::new("key", key),
+        );
+        let rmk = || vec![route.clone(), model.clone(), key.clone()];
+        let itl_labels = format!(
+            "route=\"{}\",model=\"{}\"",
+            escape_label(route.value()),
+            escape_label(model.value())
+        );
+        let itl = self
+            .itl
+            .lock()
+            .ok()?
+            .entry(itl_labels)
+            .or_insert_with(|| Arc::new(FixedHist::new()))
+            .clone();
+        let h = Arc::new(Handles {
+            ttft: r.register_histogram(&Self::key(TTFT, rmk()), &META),
+            tpot: r.register_histogram(&Self::key(TPOT, rmk()), &META),
+            e2e: r.register_histogram(&Self::key(E2E, rmk()), &META),
+            headers: r.register_histogram(
+                &Self::key(UPSTREAM_HEADERS, vec![route.clone(), model.clone()]),
+                &META,
+            ),
+            input: r.register_counter(&Self::key(INPUT_TOKENS, rmk()), &META),
+            output: r.register_counter(&Self::key(OUTPUT_TOKENS, rmk()), &META),
+            itl,
+            requests: Mutex::new(Vec::new()),
+        });
+        self.handles.lock().ok()?.insert(id, h.clone());
+        Some(h)
+    }
+
     /// Feed one finished request.
     pub fn observe(&self, rec: &RequestRecord, itl_us: &[u32]) {
-        let route = Label::new("route", rec.route.clone());
-        let model = Label::new("model", self.models.label(rec.model.as_deref()));
-        let key = Label::new("key", self.keys.label(rec.key_id.as_deref()));
-        let rmk = || vec![route.clone(), model.clone(), key.clone()];
-        let r = &self.recorder;
-
-        let mut l = rmk();
-        l.push(Label::new("outcome", rec.outcome.as_str()));
-        l.push(Label::new("status_class", status_class(rec.status)));
-        r.register_counter(&Self::key(REQUESTS, l), &META)
-            .increment(1);
-
-        if let Some(v) = rec.ttft_ms {
-            r.register_histogram(&Self::key(TTFT, rmk()), &META)
-                .record(v / 1000.0);
-        }
-        if let Some(v) = rec.tpot_ms {
-            r.register_histogram(&Self::key(TPOT, rmk()), &META)
-                .record(v / 1000.0);
-        }
-        r.register_histogram(&Self::key(E2E, rmk()), &META)
-            .record(rec.e2e_ms / 1000.0);
-        if let Some(v) = rec.upstream_headers_ms {
-            let l = vec![route.clone(), model.clone()];
-            r.register_histogram(&Self::key(UPSTREAM_HEADERS, l), &META)
-                .record(v / 1000.0);
-        }
-        if !itl_us.is_empty() {
-            let labels = format!(
-                "route=\"{}\",model=\"{}\"",
-                escape_label(route.value()),
-                escape_label(model.value())
-            );
-            let h = match self.itl.lock() {
-                Ok(mut m) => Some(
-                    m.entry(labels)
-                        .or_insert_with(|| Arc::new(FixedHist::new()))
-                        .clone(),
-                ),
-                Err(_) => None,
-            };
-            if let Some(h) = h {
-                h.record_us(itl_us);
+        let model = self.models.label(rec.model.as_deref());
+        let key = self.keys.label(rec.key_id.as_deref());
+        let Some(h) = self.handles(&rec.route, model, key) else {
+            return;
+        };
+        let (outcome, class) = (rec.outcome.as_str(), status_class(rec.status));
+        if let Ok(mut reqs) = h.requests.lock() {
+            match reqs.iter().find(|(o, c, _)| *o == outcome && *c == class) {
+                Some((_, _, c)) => c.increment(1),
+                None => {
+                    let mut l = vec![
+                        Label::new("route", rec.route.clone()),
+                        Label::new("model", self.models.label(rec.model.as_deref())),
+                        Label::new("key", self.keys.label(rec.key_id.as_deref())),
+                    ];
+                    l.push(Label::new("outcome", outcome));
+                    l.push(Label::new("status_class", class));
+                    let c = self
+                        .recorder
+                        .register_counter(&Self::key(REQUESTS, l), &META);
+                    c.increment(1);
+                    reqs.push((outcome, class, c));
+                }
             }
         }
+        if let Some(v) = rec.ttft_ms {
+            h.ttft.record(v / 1000.0);
+        }
+        if let Some(v) = rec.tpot_ms {
+            h.tpot.record(v / 1000.0);
+        }
+        h.e2e.record(rec.e2e_ms / 1000.0);
+        if let Some(v) = rec.upstream_headers_ms {
+            h.headers.record(v / 1000.0);
+        }
+        if !itl_us.is_empty() {
+            h.itl.record_us(itl_us);
+        }
         if let Some(n) = rec.input_tokens {
-            r.register_counter(&Self::key(INPUT_TOKENS, rmk()), &META)
-                .increment(n);
+            h.input.increment(n);
         }
         if let Some(n) = rec.output_tokens {
-            r.register_counter(&Self::key(OUTPUT_TOKENS, rmk()), &META)
-                .increment(n);
+            h.output.increment(n);
         }
+        let route = Label::new("route", rec.route.clone());
         if rec.parse_errors > 0 {
-            r.register_counter(&Self::key(PARSE_ERRORS, vec![route.clone()]), &META)
+            self.recorder
+                .register_counter(&Self::key(PARSE_ERRORS, vec![route.clone()]), &META)
                 .increment(rec.parse_errors);
         }
         if rec.oversize_events > 0 {
-            r.register_counter(&Self::key(OVERSIZE_EVENTS, vec![route]), &META)
+            self.recorder
+                .register_counter(&Self::key(OVERSIZE_EVENTS, vec![route]), &META)
                 .increment(rec.oversize_events);
         }
     }
