@@ -5,8 +5,11 @@
 //!   scripts/overhead.sh            # installs nginx + haproxy, pins cores, runs this
 //!   cargo bench --bench overhead   # whatever proxies are on PATH
 //!
-//! Env: OVERHEAD_PROXY_CPU (core for the proxies, via taskset), OVERHEAD_STREAMS (slow streams
-//! for the memory phase, default 9000 — a proxy holds two sockets per stream and the fd limit here is 20000; 0 skips it), OVERHEAD_QUICK=1 (fewer rounds).
+//! Env: OVERHEAD_PROXY_CPU (core for the proxies, via taskset); OVERHEAD_STREAMS (slow streams
+//! for the memory phase, default 9000 — a proxy holds two sockets per stream and the open-file
+//! limit here is a hard 20000; 0 skips it); OVERHEAD_QUICK=1 (fewer rounds); OVERHEAD_PROXIES
+//! (comma list, default `tokentap,nginx,haproxy`); OVERHEAD_TOKENTAP_LOG=off (tokentap without
+//! its request log, to see what the log costs); OVERHEAD_DEBUG=1 (process family, CPU readings).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -63,8 +66,12 @@ async fn upstream() -> SocketAddr {
                         continue;
                     }
                     if mode.contains("slow") {
+                        // Silence until the proxy hangs up (or a minute): the socket is freed
+                        // as soon as the proxy lets go, so the next proxy's phase has the fds.
                         let _ = s.write_all(chunk.as_bytes()).await;
-                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        let mut sink = [0u8; 64];
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(60), s.read(&mut sink)).await;
                         return;
                     }
                     let start = tokio::time::Instant::now();
@@ -186,6 +193,10 @@ async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
     let only =
         std::env::var("OVERHEAD_PROXIES").unwrap_or_else(|_| "tokentap,nginx,haproxy".into());
     let tt = PathBuf::from(env!("CARGO_BIN_EXE_tokentap"));
+    let log = match std::env::var("OVERHEAD_TOKENTAP_LOG") {
+        Ok(v) if v == "off" => v,
+        _ => dir.join("tokentap.jsonl").display().to_string(),
+    };
     let args: Vec<String> = [
         "serve",
         "--upstream",
@@ -198,9 +209,7 @@ async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
     ]
     .iter()
     .map(|s| s.to_string())
-    .chain(std::iter::once(
-        dir.join("tokentap.jsonl").display().to_string(),
-    ))
+    .chain(std::iter::once(log))
     .collect();
     v.push(Proxy {
         name: "tokentap",
@@ -340,6 +349,8 @@ async fn closed_loop(
     for _ in 0..conc {
         let (c, next) = (c.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
+            // One unmeasured request first: the client's connection is open before sampling.
+            one(&c, addr, path, &mut Samples::default()).await;
             let mut s = Samples::default();
             while next.fetch_add(1, Ordering::Relaxed) < requests as u64 {
                 one(&c, addr, path, &mut s).await;
@@ -452,7 +463,7 @@ fn main() {
             for r in 0..rounds {
                 for k in 0..targets.len() {
                     let i = (k + r) % targets.len();
-                    let s = closed_loop(targets[i].1, "/paced", conc, conc * 4).await;
+                    let s = closed_loop(targets[i].1, "/paced", conc, (conc * 4).max(16)).await;
                     acc[i].ttft_us.extend(s.ttft_us);
                     acc[i].itl_us.extend(s.itl_us);
                 }

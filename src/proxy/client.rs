@@ -30,8 +30,10 @@ use crate::config::RouteConfig;
 
 pub type UpstreamClient = Arc<Upstream>;
 
-/// Read buffer of one upstream connection; grows (to `h1::MAX_HEAD`) only for a long head.
-const READ_BUF: usize = 16 * 1024;
+/// Read buffer of one upstream connection to start with: enough for a slow stream's events.
+const READ_BUF: usize = 4 * 1024;
+/// A read that fills the buffer doubles it, up to this (bulk transfers).
+const READ_BUF_BULK: usize = 64 * 1024;
 /// Largest frame one poll hands on.
 const MAX_FRAME: usize = 256 * 1024;
 /// Pooled connections idle longer than this are closed.
@@ -207,12 +209,16 @@ impl Io {
                 )));
             }
         }
+        let room = self.buf.len() - self.end;
         let mut rb = ReadBuf::new(&mut self.buf[self.end..]);
         match self.conn.poll_read(cx, &mut rb) {
             Poll::Ready(Ok(())) => {
                 let n = rb.filled().len();
                 self.end += n;
                 self.got += n;
+                if n == room && self.buf.len() < READ_BUF_BULK {
+                    self.buf.resize(self.buf.len() * 2, 0);
+                }
                 Poll::Ready(Ok(n))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
