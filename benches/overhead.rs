@@ -460,7 +460,23 @@ fn main() {
         println!("{:<9} {:>4} | {:>10} {:>10} | {:>10} {:>10}", "proxy", "C", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99");
         for conc in [1usize, 8, 64] {
             let mut acc: Vec<Samples> = targets.iter().map(|_| Samples::default()).collect();
+            if conc == 1 {
+                // One at a time: interleave request by request, so drift cancels per request.
+                let clients: Vec<HttpClient> = targets.iter().map(|_| client()).collect();
+                for (i, t) in targets.iter().enumerate() {
+                    one(&clients[i], t.1, "/paced", &mut Samples::default()).await;
+                }
+                for r in 0..rounds * 16 {
+                    for k in 0..targets.len() {
+                        let i = (k + r) % targets.len();
+                        one(&clients[i], targets[i].1, "/paced", &mut acc[i]).await;
+                    }
+                }
+            }
             for r in 0..rounds {
+                if conc == 1 {
+                    break;
+                }
                 for k in 0..targets.len() {
                     let i = (k + r) % targets.len();
                     let s = closed_loop(targets[i].1, "/paced", conc, (conc * 4).max(16)).await;

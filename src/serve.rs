@@ -115,13 +115,19 @@ pub async fn run(
 
     // Histogram values wait in the recorder until an upkeep folds them in: run it whether or not
     // anything scrapes, so memory stays flat with the admin listener off.
+    // Pooled upstream connections the upstream closed are let go on the same tick.
     let upkeep = {
         let sink = sink.clone();
+        let clients = state.clients.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            tick.tick().await; // the first tick is immediate: nothing to do yet
             loop {
                 tick.tick().await;
                 sink.metrics.run_upkeep();
+                for c in &clients {
+                    c.prune();
+                }
             }
         })
     };

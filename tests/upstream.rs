@@ -289,3 +289,43 @@ async fn broken_framing_is_a_502_before_the_head_and_a_cut_after_it() {
     assert_eq!(r.outcome, Outcome::UpstreamReset);
     assert_eq!(r.output_tokens, Some(1));
 }
+
+/// Sockets connected to `port` in TCP state CLOSE_WAIT (the peer closed, we have not), from
+/// /proc/net/tcp.
+fn close_wait_to(port: u16) -> usize {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    tcp.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3
+                && f[3] == "08"
+                && f[2]
+                    .rsplit(':')
+                    .next()
+                    .is_some_and(|p| u16::from_str_radix(p, 16) == Ok(port))
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn pooled_connections_the_upstream_closed_are_let_go_without_new_traffic() {
+    let up = raw_upstream(vec![Act::AnswerThenClose(OK_JSON)]).await;
+    let px = proxy(&up.url(), "").await;
+    assert_eq!(post(&px).await.status, 200);
+    tokio::time::sleep(MS(100)).await;
+    assert_eq!(
+        close_wait_to(up.addr.port()),
+        1,
+        "pooled, closed by the upstream"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while close_wait_to(up.addr.port()) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(MS(50)).await;
+    }
+    assert_eq!(
+        close_wait_to(up.addr.port()),
+        0,
+        "closed on the next upkeep tick"
+    );
+}

@@ -282,6 +282,16 @@ impl Upstream {
         }
     }
 
+    /// Close pooled connections that expired or that the upstream closed (so they do not sit in
+    /// CLOSE_WAIT until the next checkout). Returns how many are left.
+    pub fn prune(&self) -> usize {
+        let Ok(mut idle) = self.idle.lock() else {
+            return 0;
+        };
+        idle.retain(|c| c.since.elapsed() < IDLE_TIMEOUT && !c.io.conn.is_stale());
+        idle.len()
+    }
+
     async fn connect(&self) -> Result<Io, UpstreamError> {
         let tcp = tokio::time::timeout(
             self.connect_timeout,
