@@ -84,6 +84,8 @@ pub struct Meter {
     /// Gaps between consecutive content events, in microseconds.
     itl_us: Vec<u32>,
     itl_max_us: u64,
+    /// The stream's last plain token event, to classify the next ones cheaply.
+    shape: openai::Shape,
 }
 
 impl Meter {
@@ -100,6 +102,7 @@ impl Meter {
             error_event: None,
             parse_errors: 0,
             oversize_events: 0,
+            shape: openai::Shape::default(),
             itl_us: Vec::new(),
             itl_max_us: 0,
         }
@@ -183,7 +186,7 @@ impl Meter {
             self.timeline.end.get_or_insert(now);
             return;
         }
-        match openai::inspect_chunk(data) {
+        match openai::inspect_chunk_in(&mut self.shape, data) {
             Ok(info) => {
                 if info.content {
                     self.content_events += 1;
