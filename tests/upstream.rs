@@ -26,6 +26,8 @@ enum Act {
     AnswerThenClose(&'static str),
     /// Close without a byte of response.
     Close,
+    /// Write these bytes, wait, then write the chunked terminator (LiteLLM's late end).
+    AnswerLateEnd(&'static str, Duration),
 }
 
 struct Raw {
@@ -94,6 +96,15 @@ async fn raw_upstream(acts: Vec<Act>) -> Raw {
                             return;
                         }
                         Act::Close => return,
+                        Act::AnswerLateEnd(bytes, wait) => {
+                            if s.write_all(bytes.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            tokio::time::sleep(*wait).await;
+                            if s.write_all(b"0\r\n\r\n").await.is_err() {
+                                return;
+                            }
+                        }
                     }
                 }
             });
@@ -328,4 +339,60 @@ async fn pooled_connections_the_upstream_closed_are_let_go_without_new_traffic()
         0,
         "closed on the next upkeep tick"
     );
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection() {
+    // The openai client closes as soon as it has `data: [DONE]`; the terminator comes later.
+    let wire = concat!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+        "31\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"one\"}}]}\n\n\r\n",
+        "e\r\ndata: [DONE]\n\n\r\n",
+    );
+    let up = raw_upstream(vec![Act::AnswerLateEnd(wire, MS(300))]).await;
+    let px = proxy(&up.url(), "").await;
+    for _ in 0..2 {
+        let mut s = raw_chat(px.addr).await;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&got).contains("[DONE]") {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "stream ended early");
+            got.extend_from_slice(&buf[..n]);
+        }
+        drop(s);
+        tokio::time::sleep(MS(500)).await; // the terminator arrives; the connection is pooled
+    }
+    let recs = px.records(2).await;
+    assert!(recs
+        .iter()
+        .all(|r| r.outcome == Outcome::Ok && r.output_tokens == Some(1)));
+    assert_eq!(
+        up.connections.load(Ordering::SeqCst),
+        1,
+        "drained and reused"
+    );
+
+    // A client that leaves before [DONE] still closes the upstream connection at once.
+    let wire = concat!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+        "31\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"one\"}}]}\n\n\r\n",
+    );
+    let up = raw_upstream(vec![Act::AnswerLateEnd(wire, MS(2000))]).await;
+    let px = proxy(&up.url(), "").await;
+    for _ in 0..2 {
+        let mut s = raw_chat(px.addr).await;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&got).contains("one") {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        drop(s);
+        tokio::time::sleep(MS(100)).await;
+    }
+    let recs = px.records(2).await;
+    assert!(recs.iter().all(|r| r.outcome == Outcome::ClientCancelled));
+    assert_eq!(up.connections.load(Ordering::SeqCst), 2, "not kept");
 }

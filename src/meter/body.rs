@@ -85,6 +85,12 @@ impl Drop for Finalizer {
     }
 }
 
+/// What a metered body tells the body it wraps.
+pub trait StreamHint {
+    /// The stream is complete for its consumer (`[DONE]` was seen); what follows is framing.
+    fn complete(self: Pin<&mut Self>);
+}
+
 /// Errors a metered body can yield to the client connection (which then cuts the stream).
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
@@ -130,7 +136,7 @@ impl<B> MeteredBody<B> {
 
 impl<B> Body for MeteredBody<B>
 where
-    B: Body<Data = Bytes>,
+    B: Body<Data = Bytes> + StreamHint,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     type Data = Bytes;
@@ -150,7 +156,11 @@ where
                 let now = Instant::now();
                 *this.last_activity = now;
                 if let (Some(data), Some(inf)) = (frame.data_ref(), this.fin.get_mut()) {
+                    let was_done = inf.meter.done;
                     inf.meter.on_data(data, now);
+                    if inf.meter.done && !was_done {
+                        this.inner.as_mut().complete();
+                    }
                 }
                 if this.inner.is_end_stream() {
                     this.fin.finish(End::Complete);

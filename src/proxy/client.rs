@@ -40,6 +40,10 @@ const MAX_FRAME: usize = 256 * 1024;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Most idle connections kept per route.
 const MAX_IDLE: usize = 1024;
+/// A connection whose client left after the stream's end (`[DONE]`) is read to its end in the
+/// background for at most this long and this many bytes, then pooled.
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+const DRAIN_MAX: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -366,6 +370,7 @@ impl Upstream {
             pool: reuse.then(|| self.clone()),
             err: None,
             err_waits: false,
+            drain: false,
         };
         if framing == Framing::Empty {
             body.release();
@@ -429,6 +434,59 @@ pub struct UpstreamBody {
     /// The error waits one turn after that data, so the client connection writes the data out
     /// before the error cuts it.
     err_waits: bool,
+    /// The stream is complete for its consumer (`[DONE]` seen): if the body is dropped now, the
+    /// rest of the response is drained in the background and the connection kept.
+    drain: bool,
+}
+
+impl crate::meter::body::StreamHint for UpstreamBody {
+    fn complete(self: Pin<&mut Self>) {
+        self.get_mut().drain = true;
+    }
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        if !self.drain || self.err.is_some() {
+            return; // the connection closes with `io` (a client that left mid-stream)
+        }
+        let (Some(io), Some(pool)) = (self.io.take(), self.pool.take()) else {
+            return;
+        };
+        let dec = std::mem::replace(&mut self.dec, Decoder::new(Framing::Empty));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(drain(io, dec, pool));
+        }
+    }
+}
+
+/// Read what is left of a response and pool the connection, within `DRAIN_WAIT`/`DRAIN_MAX`.
+async fn drain(mut io: Io, mut dec: Decoder, pool: Arc<Upstream>) {
+    let rest = async {
+        let mut discard = BytesMut::new();
+        let mut total = 0;
+        loop {
+            if !io.filled().is_empty() {
+                let n = dec.decode(io.filled(), &mut discard).ok()?;
+                io.consume(n);
+                total += discard.len();
+                discard.clear();
+                if dec.is_done() {
+                    return Some(io);
+                }
+                if total > DRAIN_MAX {
+                    return None;
+                }
+            }
+            match io.fill().await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    };
+    if let Ok(Some(io)) = tokio::time::timeout(DRAIN_WAIT, rest).await {
+        pool.put(io);
+    }
 }
 
 impl UpstreamBody {
