@@ -28,6 +28,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const EVENTS: usize = 64;
+
+/// When the upstream had each request's head, by the request's `id` query parameter: the request
+/// leg (client send → upstream arrival) is measured in one process, on one clock.
+static ARRIVALS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u64, Instant>>> =
+    std::sync::LazyLock::new(Default::default);
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 const EVENT: &str = "data: {\"id\":\"chatcmpl-overhead\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"}}]}\n\n";
 
 /// The upstream: `/paced` = first event after 20 ms then 1 ms apart; `/fast` = all at once;
@@ -51,9 +57,13 @@ async fn upstream() -> SocketAddr {
                             Ok(n) => buf.extend_from_slice(&tmp[..n]),
                         }
                     };
+                    let arrived = Instant::now();
                     let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
                     buf.drain(..head_end);
                     let mode = head.split(' ').nth(1).unwrap_or("/fast").to_owned();
+                    if let Some(id) = mode.split("id=").nth(1).and_then(|v| v.parse::<u64>().ok()) {
+                        ARRIVALS.lock().unwrap().insert(id, arrived);
+                    }
                     let chunk = format!("{:x}\r\n{EVENT}\r\n", EVENT.len());
                     if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n").await.is_err() {
                         return;
@@ -309,17 +319,23 @@ fn client() -> HttpClient {
 struct Samples {
     ttft_us: Vec<f64>,
     itl_us: Vec<f64>,
+    /// Client send → upstream arrival of the request head.
+    req_us: Vec<f64>,
 }
 
 /// One streamed request: TTFT (first body frame) and the gaps between frames, in µs.
 async fn one(c: &HttpClient, addr: SocketAddr, path: &str, s: &mut Samples) -> usize {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let t0 = Instant::now();
-    let req = http::Request::get(format!("http://{addr}{path}"))
+    let req = http::Request::get(format!("http://{addr}{path}?id={id}"))
         .body(Empty::new())
         .unwrap();
     let Ok(resp) = c.request(req).await else {
         return 0;
     };
+    if let Some(at) = ARRIVALS.lock().unwrap().remove(&id) {
+        s.req_us.push((at - t0).as_secs_f64() * 1e6);
+    }
     let mut body = resp.into_body();
     let mut prev: Option<Instant> = None;
     let mut bytes = 0;
@@ -363,6 +379,7 @@ async fn closed_loop(
         let s = t.await.unwrap();
         all.ttft_us.extend(s.ttft_us);
         all.itl_us.extend(s.itl_us);
+        all.req_us.extend(s.req_us);
     }
     all
 }
@@ -456,8 +473,8 @@ fn main() {
         let rounds = if quick { 2 } else { 6 };
         let mut targets: Vec<(&str, SocketAddr)> = vec![("direct", up)];
         targets.extend(proxies.iter().map(|p| (p.name, p.addr)));
-        println!("\nadded latency vs direct (µs), paced stream, {rounds} interleaved rounds");
-        println!("{:<9} {:>4} | {:>10} {:>10} | {:>10} {:>10}", "proxy", "C", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99");
+        println!("\nadded latency vs direct (µs), paced stream, {rounds} interleaved rounds; req = client send → upstream has the request");
+        println!("{:<9} {:>4} | {:>10} {:>10} | {:>10} {:>10} | {:>10} {:>10}", "proxy", "C", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "req p50", "req p99");
         for conc in [1usize, 8, 64] {
             let mut acc: Vec<Samples> = targets.iter().map(|_| Samples::default()).collect();
             if conc == 1 {
@@ -482,21 +499,25 @@ fn main() {
                     let s = closed_loop(targets[i].1, "/paced", conc, (conc * 4).max(16)).await;
                     acc[i].ttft_us.extend(s.ttft_us);
                     acc[i].itl_us.extend(s.itl_us);
+                    acc[i].req_us.extend(s.req_us);
                 }
             }
-            let (mut dt, mut di) = (acc[0].ttft_us.clone(), acc[0].itl_us.clone());
+            let (mut dt, mut di, mut dr) = (acc[0].ttft_us.clone(), acc[0].itl_us.clone(), acc[0].req_us.clone());
             let base = (pct(&mut dt, 0.5), pct(&mut dt, 0.99), pct(&mut di, 0.5), pct(&mut di, 0.99));
+            let req_base = (pct(&mut dr, 0.5), pct(&mut dr, 0.99));
             for (i, (name, _)) in targets.iter().enumerate().skip(1) {
-                let (mut t, mut g) = (acc[i].ttft_us.clone(), acc[i].itl_us.clone());
+                let (mut t, mut g, mut q) = (acc[i].ttft_us.clone(), acc[i].itl_us.clone(), acc[i].req_us.clone());
                 println!(
-                    "{name:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}",
+                    "{name:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}",
                     pct(&mut t, 0.5) - base.0,
                     pct(&mut t, 0.99) - base.1,
                     pct(&mut g, 0.5) - base.2,
-                    pct(&mut g, 0.99) - base.3
+                    pct(&mut g, 0.99) - base.3,
+                    pct(&mut q, 0.5) - req_base.0,
+                    pct(&mut q, 0.99) - req_base.1
                 );
             }
-            println!("{:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3);
+            println!("{:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3, req_base.0, req_base.1);
         }
 
         // Throughput and CPU per chunk.
