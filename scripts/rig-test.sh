@@ -51,6 +51,7 @@ cleanup() {
 trap cleanup EXIT
 for _ in $(seq 50); do grep -q "listen=" "$WORK/tokentap.err" && break; sleep 0.1; done
 ADDR=$(sed -n 's/.*listen=\([^ ]*\).*/\1/p' "$WORK/tokentap.err" | head -1)
+ADMIN=$(sed -n 's/.*admin=\([^ ]*\).*/\1/p' "$WORK/tokentap.err" | head -1)
 echo "tokentap on $ADDR, log $WORK/requests.jsonl"
 
 "$RIG_HOME/venv-litellm/bin/python" - "$ADDR" "$N" <<'PY'
@@ -95,3 +96,6 @@ for route in ("direct", "gateway"):
           f"TPOT p50 {statistics.median(tpot):5.2f} ms | headers p50 {statistics.median(hdr):6.1f} ms")
 print("rig test OK: one record per request, usage-based token counts on both routes")
 PY
+# The openai client hangs up right after [DONE]; tokentap drains the rest and keeps the connection.
+curl -s "http://$ADMIN/metrics" | sed -n 's/^tokentap_upstream_connections_opened_total{route="\([a-z]*\)"} \(.*\)/upstream connections opened, \1: \2/p'
+

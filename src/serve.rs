@@ -68,10 +68,13 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     let config = Arc::new(config);
     let tls = config.tls.as_ref().map(server::tls_acceptor).transpose()?;
+    let opened: Vec<Arc<std::sync::atomic::AtomicU64>> =
+        config.routes.iter().map(|_| Arc::default()).collect();
     let clients = config
         .routes
         .iter()
-        .map(|r| client::build(r, config.timeouts.connect))
+        .zip(&opened)
+        .map(|(r, o)| client::build(r, config.timeouts.connect, o.clone()))
         .collect::<Result<Vec<_>, _>>()?;
 
     let counters = Arc::new(LogCounters::default());
@@ -88,7 +91,7 @@ pub async fn run(
         }
         None => (None, None),
     };
-    let sink = Arc::new(Sink::new(config.clone(), log_tx, counters)?);
+    let sink = Arc::new(Sink::new(config.clone(), log_tx, counters, &opened)?);
     let state = Arc::new(State {
         config: config.clone(),
         sink: sink.clone(),
@@ -105,6 +108,10 @@ pub async fn run(
         ready: AtomicBool::new(true),
         started: tokio::time::Instant::now(),
     });
+    let admin_addr = admin_listener
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map_or_else(|| "off".to_owned(), |a| a.to_string());
     let (admin_stop_tx, mut admin_stop_rx) = watch::channel(false);
     let admin_task = admin_listener.map(|l| {
         let admin = admin.clone();
@@ -133,6 +140,7 @@ pub async fn run(
     };
     tracing::info!(
         listen = %main.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        admin = %admin_addr,
         routes = config.routes.len(),
         log = %config.log.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "off".into()),
         "tokentap serving"

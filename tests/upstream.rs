@@ -144,6 +144,11 @@ async fn one_upstream_connection_serves_requests_in_turn() {
     let recs = px.records(5).await;
     assert!(recs.iter().all(|r| r.outcome == Outcome::Ok));
     assert_eq!(up.connections.load(Ordering::Relaxed), 1, "kept alive");
+    let (_, m) = px.admin_get("/metrics").await;
+    assert!(
+        m.contains("tokentap_upstream_connections_opened_total{route=\"default\"} 1"),
+        "{m}"
+    );
 }
 
 #[tokio::test]
@@ -372,6 +377,8 @@ async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection()
         1,
         "drained and reused"
     );
+    let (_, m) = px.admin_get("/metrics").await;
+    assert!(m.contains("tokentap_upstream_connections_opened_total{route=\"default\"} 1"));
 
     // A client that leaves before [DONE] still closes the upstream connection at once.
     let wire = concat!(
@@ -395,4 +402,6 @@ async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection()
     let recs = px.records(2).await;
     assert!(recs.iter().all(|r| r.outcome == Outcome::ClientCancelled));
     assert_eq!(up.connections.load(Ordering::SeqCst), 2, "not kept");
+    let (_, m) = px.admin_get("/metrics").await;
+    assert!(m.contains("tokentap_upstream_connections_opened_total{route=\"default\"} 2"));
 }

@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -249,6 +250,8 @@ pub struct Upstream {
     tls: Option<(TlsConnector, ServerName<'static>)>,
     connect_timeout: Duration,
     idle: Mutex<VecDeque<Idle>>,
+    /// Connections opened to this upstream since start (`/metrics`).
+    opened: Arc<AtomicU64>,
 }
 
 impl Upstream {
@@ -304,6 +307,7 @@ impl Upstream {
         .await
         .map_err(|_| UpstreamError::ConnectTimeout)?
         .map_err(UpstreamError::Connect)?;
+        self.opened.fetch_add(1, Ordering::Relaxed);
         let _ = tcp.set_nodelay(true);
         let conn = match &self.tls {
             None => Conn::Plain(tcp),
@@ -590,10 +594,12 @@ impl Body for UpstreamBody {
     }
 }
 
-/// Build the client for one route. Only called for routes in the config.
+/// Build the client for one route. Only called for routes in the config. `opened` counts the
+/// connections it opens.
 pub fn build(
     route: &RouteConfig,
     connect_timeout: Duration,
+    opened: Arc<AtomicU64>,
 ) -> Result<UpstreamClient, ClientError> {
     let https = route.upstream.scheme_str() == Some("https");
     let raw_host = route
@@ -632,5 +638,6 @@ pub fn build(
         tls,
         connect_timeout,
         idle: Mutex::new(VecDeque::new()),
+        opened,
     }))
 }

@@ -27,6 +27,7 @@ pub const UPSTREAM_HEADERS: &str = "tokentap_upstream_headers_seconds";
 pub const INPUT_TOKENS: &str = "tokentap_input_tokens_total";
 pub const OUTPUT_TOKENS: &str = "tokentap_output_tokens_total";
 pub const IN_FLIGHT: &str = "tokentap_in_flight_requests";
+pub const UPSTREAM_OPENED: &str = "tokentap_upstream_connections_opened_total";
 pub const RECORDS_DROPPED: &str = "tokentap_records_dropped_total";
 pub const LOG_WRITE_ERRORS: &str = "tokentap_log_write_errors_total";
 pub const PARSE_ERRORS: &str = "tokentap_sse_parse_errors_total";
@@ -222,6 +223,12 @@ impl Metrics {
         );
         describe(IN_FLIGHT, None, "Requests in flight per route.", 'g');
         describe(
+            UPSTREAM_OPENED,
+            None,
+            "Connections opened to the route's upstream (kept-alive ones are reused).",
+            'c',
+        );
+        describe(
             RECORDS_DROPPED,
             None,
             "Records dropped because the log queue was full.",
@@ -300,6 +307,11 @@ impl Metrics {
     pub fn set_in_flight(&self, route: &str, n: u64) {
         let k = Self::key(IN_FLIGHT, vec![Label::new("route", route.to_owned())]);
         self.recorder.register_gauge(&k, &META).set(n as f64);
+    }
+
+    pub fn set_upstream_opened(&self, route: &str, n: u64) {
+        let k = Self::key(UPSTREAM_OPENED, vec![Label::new("route", route.to_owned())]);
+        self.recorder.register_counter(&k, &META).absolute(n);
     }
 
     /// Bring the log counters (kept as atomics by the sink and the writer) into the exposition.

@@ -26,6 +26,8 @@ pub const UNROUTED: &str = "unrouted";
 pub struct RouteCounters {
     pub name: String,
     pub in_flight: AtomicU64,
+    /// Connections opened to the route's upstream (shared with its client; none for `unrouted`).
+    pub upstream_opened: Option<Arc<AtomicU64>>,
 }
 
 pub struct Sink {
@@ -48,6 +50,7 @@ impl Sink {
         config: Arc<Config>,
         log_tx: Option<mpsc::Sender<log::LogMsg>>,
         log_counters: Arc<log::LogCounters>,
+        upstream_opened: &[Arc<AtomicU64>],
     ) -> Result<Self, metrics_exporter_prometheus::BuildError> {
         // One entry per configured route, plus `unrouted` for requests no route matched.
         let names: Vec<String> = config
@@ -58,9 +61,11 @@ impl Sink {
             .collect();
         let routes = names
             .iter()
-            .map(|n| RouteCounters {
+            .enumerate()
+            .map(|(i, n)| RouteCounters {
                 name: n.clone(),
                 in_flight: AtomicU64::new(0),
+                upstream_opened: upstream_opened.get(i).cloned(),
             })
             .collect();
         let metrics = metrics::Metrics::new(&config)?;
@@ -86,6 +91,10 @@ impl Sink {
         for r in &self.routes {
             self.metrics
                 .set_in_flight(&r.name, r.in_flight.load(Ordering::Relaxed));
+            if let Some(opened) = &r.upstream_opened {
+                self.metrics
+                    .set_upstream_opened(&r.name, opened.load(Ordering::Relaxed));
+            }
         }
         self.metrics.sync_counters(
             self.records_dropped.load(Ordering::Relaxed),
