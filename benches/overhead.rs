@@ -385,7 +385,8 @@ async fn closed_loop(
 }
 
 /// Full speed for `secs`: requests/s and events (chunks)/s.
-async fn throughput(addr: SocketAddr, conc: usize, secs: f64) -> (f64, f64) {
+/// Full speed for `secs`: (requests, chunks, elapsed seconds).
+async fn throughput(addr: SocketAddr, conc: usize, secs: f64) -> (u64, u64, f64) {
     let c = client();
     let stop = Instant::now() + Duration::from_secs_f64(secs);
     let reqs = Arc::new(AtomicU64::new(0));
@@ -400,6 +401,7 @@ async fn throughput(addr: SocketAddr, conc: usize, secs: f64) -> (f64, f64) {
                 let n = one(&c, addr, "/fast", &mut s).await;
                 s.itl_us.clear();
                 s.ttft_us.clear();
+                s.req_us.clear();
                 reqs.fetch_add(1, Ordering::Relaxed);
                 chunks.fetch_add(n as u64, Ordering::Relaxed);
             }
@@ -408,10 +410,10 @@ async fn throughput(addr: SocketAddr, conc: usize, secs: f64) -> (f64, f64) {
     for t in tasks {
         let _ = t.await;
     }
-    let el = t0.elapsed().as_secs_f64();
     (
-        reqs.load(Ordering::Relaxed) as f64 / el,
-        chunks.load(Ordering::Relaxed) as f64 / el,
+        reqs.load(Ordering::Relaxed),
+        chunks.load(Ordering::Relaxed),
+        t0.elapsed().as_secs_f64(),
     )
 }
 
@@ -520,26 +522,48 @@ fn main() {
             println!("{:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3, req_base.0, req_base.1);
         }
 
-        // Throughput and CPU per chunk.
-        let secs = if quick { 1.5 } else { 4.0 };
-        println!("\nfull speed ({secs} s per cell, upstream sends all {EVENTS} events at once)");
+        // Throughput and CPU per chunk: each cell in slices, the targets' order rotating per
+        // slice, so drift spreads over all of them.
+        let slices = if quick { 2 } else { 4 };
+        let slice = if quick { 0.75 } else { 1.0 };
+        println!("\nfull speed ({slices} interleaved slices of {slice} s per cell, upstream sends all {EVENTS} events at once)");
         println!("{:<9} {:>4} | {:>9} {:>11} | {:>14} {:>10}", "proxy", "C", "req/s", "chunks/s", "CPU µs/chunk", "RSS MiB");
+        let pids: Vec<Option<u32>> = std::iter::once(None)
+            .chain(proxies.iter().map(|p| p.child.as_ref().map(|c| c.id())))
+            .collect();
+        if std::env::var("OVERHEAD_DEBUG").is_ok() {
+            for (p, pid) in proxies.iter().zip(&pids[1..]) {
+                eprintln!("{}: pid {pid:?} family {:?}", p.name, pid.map(family));
+            }
+        }
         for conc in [64usize, 256] {
-            let (rps, cps) = throughput(up, conc, secs).await;
-            println!("{:<9} {conc:>4} | {rps:>9.0} {cps:>11.0} | {:>14} {:>10}", "direct", "-", "-");
-            for p in &proxies {
-                let pid = p.child.as_ref().map(|c| c.id()).unwrap_or(0);
-                let c0 = cpu_s(pid);
-                if std::env::var("OVERHEAD_DEBUG").is_ok() {
-                    eprintln!("{}: pid {pid} family {:?}", p.name, family(pid));
+            // Per target: requests, chunks, seconds, proxy CPU seconds.
+            let mut acc = vec![(0u64, 0u64, 0f64, 0f64); targets.len()];
+            for r in 0..slices {
+                for k in 0..targets.len() {
+                    let i = (k + r) % targets.len();
+                    let c0 = pids[i].map(cpu_s);
+                    let (rq, ch, el) = throughput(targets[i].1, conc, slice).await;
+                    let cpu = match (pids[i], c0) {
+                        (Some(pid), Some(c0)) => cpu_s(pid) - c0,
+                        _ => 0.0,
+                    };
+                    acc[i].0 += rq;
+                    acc[i].1 += ch;
+                    acc[i].2 += el;
+                    acc[i].3 += cpu;
                 }
-                let (rps, cps) = throughput(p.addr, conc, secs).await;
-                let cpu = cpu_s(pid) - c0;
-                if std::env::var("OVERHEAD_DEBUG").is_ok() {
-                    eprintln!("{}: cpu {c0} -> {}", p.name, c0 + cpu);
+            }
+            for (i, (name, _)) in targets.iter().enumerate() {
+                let (rq, ch, el, cpu) = acc[i];
+                let (rps, cps) = (rq as f64 / el, ch as f64 / el);
+                match pids[i] {
+                    None => println!("{name:<9} {conc:>4} | {rps:>9.0} {cps:>11.0} | {:>14} {:>10}", "-", "-"),
+                    Some(pid) => {
+                        let per_chunk = cpu * 1e6 / (ch as f64).max(1.0);
+                        println!("{name:<9} {conc:>4} | {rps:>9.0} {cps:>11.0} | {per_chunk:>14.2} {:>10.1}", rss_kb(pid) as f64 / 1024.0);
+                    }
                 }
-                let per_chunk = cpu * 1e6 / (cps * secs).max(1.0);
-                println!("{:<9} {conc:>4} | {rps:>9.0} {cps:>11.0} | {per_chunk:>14.2} {:>10.1}", p.name, rss_kb(pid) as f64 / 1024.0);
             }
         }
 
