@@ -308,12 +308,15 @@ async fn a_simulated_sweep_reads_like_the_write_up() {
             cell(b, "8").ttft_ms.p50.unwrap() > 1.5 * cell(b, "1").ttft_ms.p50.unwrap(),
             "{b}"
         );
-        // Per-stream tok/s stays nearly flat.
+        // Per-stream tok/s stays nearly flat: the model gives ≈ 0.81× at C=8 (unit-tested on
+        // virtual time); on a loaded 2-core machine running the suite in parallel the real-time
+        // engine has been seen at 0.65×, so the bound is 0.6× — a decode rate that collapsed
+        // with concurrency (toward 1/8) still fails it.
         let (t1, t8) = (
             cell(b, "1").tok_s_per_stream.p50.unwrap(),
             cell(b, "8").tok_s_per_stream.p50.unwrap(),
         );
-        assert!(t8 > 0.75 * t1 && t8 <= t1 * 1.01, "{b}: {t1} → {t8}");
+        assert!(t8 > 0.6 * t1 && t8 <= t1 * 1.01, "{b}: {t1} → {t8}");
     }
     // E2E is set by output length.
     assert!(cell("short-long", "1").e2e_ms.p50 > cell("long-short", "1").e2e_ms.p50);
