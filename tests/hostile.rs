@@ -390,6 +390,83 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The upstream chunked decoder: any body, any chunk sizes (with extensions), any split into
+    /// reads → exactly the body, and the bytes after the terminator are left alone.
+    #[test]
+    fn chunked_decoder_reassembles_any_body(
+        body in proptest::collection::vec(any::<u8>(), 0..4096),
+        sizes in proptest::collection::vec(1usize..700, 1..20),
+        cuts in proptest::collection::vec(1usize..300, 1..40),
+        upper in any::<bool>(),
+    ) {
+        use tokentap::proxy::h1::{Decoder, Framing};
+        let mut wire = Vec::new();
+        let (mut at, mut k) = (0, 0);
+        while at < body.len() {
+            let n = sizes[k % sizes.len()].min(body.len() - at);
+            let size = if upper { format!("{n:X}") } else { format!("{n:x}") };
+            wire.extend_from_slice(size.as_bytes());
+            if k % 3 == 1 {
+                wire.extend_from_slice(b";ext=\"v\"");
+            }
+            wire.extend_from_slice(b"\r\n");
+            wire.extend_from_slice(&body[at..at + n]);
+            wire.extend_from_slice(b"\r\n");
+            at += n;
+            k += 1;
+        }
+        wire.extend_from_slice(b"0\r\n\r\nHTTP/1.1 200 OK\r\n");
+        let mut d = Decoder::new(Framing::Chunked);
+        let mut out = bytes::BytesMut::new();
+        let (mut buf, mut pos, mut used, mut c) = (Vec::new(), 0, 0, 0);
+        while pos < wire.len() && !d.is_done() {
+            let n = cuts[c % cuts.len()].min(wire.len() - pos);
+            buf.extend_from_slice(&wire[pos..pos + n]);
+            pos += n;
+            c += 1;
+            let took = d.decode(&buf, &mut out).unwrap();
+            used += took;
+            buf.drain(..took);
+        }
+        prop_assert!(d.is_done());
+        prop_assert_eq!(&out[..], &body[..]);
+        prop_assert_eq!(&wire[used..], &b"HTTP/1.1 200 OK\r\n"[..]);
+    }
+
+    /// Arbitrary bytes from an upstream, as a response head or as a chunked body: an answer or
+    /// an error, never a panic, and never more output than input.
+    #[test]
+    fn upstream_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..1024)) {
+        use tokentap::proxy::h1::{parse_head, Decoder, Framing};
+        if let Ok(Some(h)) = parse_head(&bytes) {
+            prop_assert!(h.len <= bytes.len());
+            let _ = tokentap::proxy::h1::framing(&http::Method::GET, &h);
+        }
+        for f in [Framing::Chunked, Framing::Length(100), Framing::Close] {
+            let mut out = bytes::BytesMut::new();
+            if let Ok(n) = Decoder::new(f).decode(&bytes, &mut out) {
+                prop_assert!(n <= bytes.len() && out.len() <= n);
+            }
+        }
+    }
+
+    /// The per-stream shape cache agrees with the stateless inspection on a primed stream fed
+    /// arbitrary text values (quotes, backslashes, braces included).
+    #[test]
+    fn shape_cache_agrees_on_any_text(texts in proptest::collection::vec("[ -~]{0,12}", 1..12)) {
+        let mut shape = tokentap::openai::Shape::default();
+        for t in texts {
+            let ev = format!(r#"{{"id":"c","choices":[{{"index":0,"delta":{{"content":"{t}"}}}}],"created":1}}"#);
+            let a = tokentap::openai::inspect_chunk_in(&mut shape, ev.as_bytes()).ok();
+            let b = tokentap::openai::inspect_chunk(ev.as_bytes()).ok();
+            prop_assert_eq!(a, b, "{}", ev);
+        }
+    }
+}
+
 #[test]
 fn chunk_view_survives_truncation_at_every_byte() {
     // Every prefix of real events (and one ending in a lone backslash) parses or errors — no panic.
