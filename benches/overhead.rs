@@ -9,7 +9,8 @@
 //! for the memory phase, default 9000 — a proxy holds two sockets per stream and the open-file
 //! limit here is a hard 20000; 0 skips it); OVERHEAD_QUICK=1 (fewer rounds); OVERHEAD_PROXIES
 //! (comma list, default `tokentap,nginx,haproxy`); OVERHEAD_TOKENTAP_LOG=off (tokentap without
-//! its request log, to see what the log costs); OVERHEAD_DEBUG=1 (process family, CPU readings).
+//! its request log, to see what the log costs); OVERHEAD_DEBUG=1 (process family, CPU readings);
+//! OVERHEAD_KEEP=1 (keep the scratch directory with tokentap's own records of the run).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -584,6 +585,6 @@ fn main() {
             }
         }
         drop(proxies);
-        let _ = std::fs::remove_dir_all(&dir);
+        if std::env::var("OVERHEAD_KEEP").is_err() { let _ = std::fs::remove_dir_all(&dir); } else { eprintln!("kept {}", dir.display()); }
     });
 }
