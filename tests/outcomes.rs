@@ -519,15 +519,8 @@ async fn hanging_up_right_after_done_is_a_complete_request() {
     })
     .await;
     let px = proxy(&up.url(), "").await;
-    use tokio::io::AsyncReadExt;
     let mut s = raw_chat(px.addr).await;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&got).contains("data: [DONE]") {
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(n > 0);
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut s, "data: [DONE]").await;
     drop(s);
     let r = &px.records(1).await[0];
     assert_eq!(r.outcome, Outcome::Ok, "{r:?}");

@@ -358,13 +358,7 @@ async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection()
     let px = proxy(&up.url(), "").await;
     for _ in 0..2 {
         let mut s = raw_chat(px.addr).await;
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !String::from_utf8_lossy(&got).contains("[DONE]") {
-            let n = s.read(&mut buf).await.unwrap();
-            assert!(n > 0, "stream ended early");
-            got.extend_from_slice(&buf[..n]);
-        }
+        read_until(&mut s, "[DONE]").await;
         drop(s);
         tokio::time::sleep(MS(500)).await; // the terminator arrives; the connection is pooled
     }
@@ -389,13 +383,7 @@ async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection()
     let px = proxy(&up.url(), "").await;
     for _ in 0..2 {
         let mut s = raw_chat(px.addr).await;
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !String::from_utf8_lossy(&got).contains("one") {
-            let n = s.read(&mut buf).await.unwrap();
-            assert!(n > 0);
-            got.extend_from_slice(&buf[..n]);
-        }
+        read_until(&mut s, "one").await;
         drop(s);
         tokio::time::sleep(MS(100)).await;
     }

@@ -517,20 +517,10 @@ impl Body for UpstreamBody {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
-        if let Some(e) = this.err.take() {
-            this.io = None;
-            return Poll::Ready(Some(Err(e)));
-        }
-        if this.dec.is_done() {
-            this.release();
-            return Poll::Ready(this.dec.take_trailers().map(|t| Ok(Frame::trailers(t))));
-        }
-        let Some(io) = this.io.as_mut() else {
-            return Poll::Ready(None);
-        };
         let mut out = BytesMut::new();
         // Everything buffered and everything the socket has now, up to MAX_FRAME: one frame.
-        loop {
+        let reading = !this.dec.is_done() && this.err.is_none();
+        while let (true, Some(io)) = (reading, this.io.as_mut()) {
             if !io.filled().is_empty() {
                 if out.capacity() == 0 {
                     out.reserve(io.filled().len());
@@ -576,7 +566,7 @@ impl Body for UpstreamBody {
             this.io = None;
             return Poll::Ready(Some(Err(e)));
         }
-        if this.dec.is_done() {
+        if this.dec.is_done() || this.io.is_none() {
             return Poll::Ready(this.dec.take_trailers().map(|t| Ok(Frame::trailers(t))));
         }
         Poll::Pending

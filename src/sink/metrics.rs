@@ -130,6 +130,8 @@ struct Handles {
     input: metrics::Counter,
     output: metrics::Counter,
     itl: Arc<FixedHist>,
+    /// The set's `route`, `model`, `key` labels (for the requests counters registered later).
+    labels: [Label; 3],
     /// `tokentap_requests_total` by (outcome, status class).
     requests: Mutex<Vec<(&'static str, &'static str, metrics::Counter)>>,
 }
@@ -361,6 +363,7 @@ impl Metrics {
             input: r.register_counter(&Self::key(INPUT_TOKENS, rmk()), &META),
             output: r.register_counter(&Self::key(OUTPUT_TOKENS, rmk()), &META),
             itl,
+            labels: [route, model, key],
             requests: Mutex::new(Vec::new()),
         });
         self.handles.lock().ok()?.insert(id, h.clone());
@@ -379,11 +382,7 @@ impl Metrics {
             match reqs.iter().find(|(o, c, _)| *o == outcome && *c == class) {
                 Some((_, _, c)) => c.increment(1),
                 None => {
-                    let mut l = vec![
-                        Label::new("route", rec.route.clone()),
-                        Label::new("model", self.models.label(rec.model.as_deref())),
-                        Label::new("key", self.keys.label(rec.key_id.as_deref())),
-                    ];
+                    let mut l = h.labels.to_vec();
                     l.push(Label::new("outcome", outcome));
                     l.push(Label::new("status_class", class));
                     let c = self

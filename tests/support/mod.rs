@@ -602,6 +602,18 @@ pub async fn raw_chat(addr: std::net::SocketAddr) -> TcpStream {
     s
 }
 
+/// Read from a raw connection until the bytes so far contain `needle`; everything read.
+pub async fn read_until(s: &mut TcpStream, needle: &str) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains(needle) {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the stream ended before {needle:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
 /// A chat request body.
 pub fn chat_body(model: &str, stream: bool) -> Vec<u8> {
     format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}],"max_tokens":16,"stream":{stream}}}"#).into_bytes()
