@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use support::*;
 use tokentap::meter::Outcome;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
@@ -39,35 +39,6 @@ struct Raw {
 impl Raw {
     fn url(&self) -> String {
         format!("http://{}", self.addr)
-    }
-}
-
-/// Read one request (head and content-length body); `None` at EOF.
-async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
-    loop {
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..p]).to_lowercase();
-            let cl: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map_or(0, |v| v.trim().parse().unwrap());
-            while buf.len() < p + 4 + cl {
-                let mut tmp = [0u8; 4096];
-                let n = s.read(&mut tmp).await.ok()?;
-                if n == 0 {
-                    return None;
-                }
-                buf.extend_from_slice(&tmp[..n]);
-            }
-            buf.drain(..p + 4 + cl);
-            return Some(());
-        }
-        let mut tmp = [0u8; 4096];
-        let n = s.read(&mut tmp).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&tmp[..n]);
     }
 }
 

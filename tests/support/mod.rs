@@ -314,7 +314,8 @@ impl Upstream {
     }
 }
 
-async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Received> {
+/// Read one request (head and content-length body) from a raw connection; `None` at EOF.
+pub async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Received> {
     loop {
         if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..p]).to_string();
