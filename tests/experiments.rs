@@ -294,15 +294,7 @@ async fn a_stalled_shadow_arm_changes_nothing_for_the_client() {
     let c = client();
     let t = tokio::time::Instant::now();
     for _ in 0..4 {
-        let got = send(
-            &c,
-            "POST",
-            &px.url("/v1/chat/completions"),
-            &[],
-            chat_body("m", true),
-        )
-        .await
-        .unwrap();
+        let got = px.chat_with(&c).await;
         assert!(got.body.ends_with(b"data: [DONE]\n\n"));
     }
     assert!(

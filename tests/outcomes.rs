@@ -251,15 +251,7 @@ async fn rejections_are_json_and_recorded() {
         }
     });
     tokio::time::sleep(MS(100)).await;
-    let got = send(
-        &c,
-        "POST",
-        &px.url("/v1/chat/completions"),
-        &[],
-        chat_body("m", true),
-    )
-    .await
-    .unwrap();
+    let got = px.chat_with(&c).await;
     assert_eq!(got.status, 503);
     assert_eq!(got.headers["retry-after"], "1");
     assert_eq!(slow.await.unwrap().status, 200);
@@ -494,15 +486,7 @@ async fn http2_clients_are_served() {
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .http2_only(true)
             .build(hyper_util::client::legacy::connect::HttpConnector::new());
-    let got = send(
-        &c,
-        "POST",
-        &px.url("/v1/chat/completions"),
-        &[],
-        chat_body("m", true),
-    )
-    .await
-    .unwrap();
+    let got = px.chat_with(&c).await;
     assert_eq!(got.status, 200);
     assert!(got.body.ends_with(b"data: [DONE]\n\n"));
     assert_eq!(px.records(1).await[0].output_tokens, Some(3));

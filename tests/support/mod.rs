@@ -478,8 +478,13 @@ impl TestProxy {
 
     /// A streamed chat completion through the proxy, with a fresh client.
     pub async fn chat(&self) -> Got {
+        self.chat_with(&client()).await
+    }
+
+    /// A streamed chat completion through the proxy, with the given client.
+    pub async fn chat_with(&self, c: &TestClient) -> Got {
         send(
-            &client(),
+            c,
             "POST",
             &self.url("/v1/chat/completions"),
             &[],
