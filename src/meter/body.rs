@@ -111,7 +111,20 @@ pin_project_lite::pin_project! {
         idle_timer: Pin<Box<Sleep>>,
         last_activity: Instant,
         deadline: Option<Pin<Box<Sleep>>>,
+        end: EndState,
+        // The last poll was Pending: hyper has flushed what it had since.
+        parked: bool,
     }
+}
+
+/// Where the body is in handing on the upstream's end.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EndState {
+    Streaming,
+    /// The upstream ended with the last frame just handed on: yield once so hyper writes it.
+    Yield,
+    /// That frame is written: inspect it, finish the record, end the body.
+    Finish,
 }
 
 impl<B> MeteredBody<B> {
@@ -130,6 +143,8 @@ impl<B> MeteredBody<B> {
             idle_timer: Box::pin(tokio::time::sleep_until(now + idle)),
             last_activity: now,
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+            end: EndState::Streaming,
+            parked: false,
         }
     }
 }
@@ -147,23 +162,47 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
-        if this.fin.get_mut().is_none() {
-            // Already finalized (a timeout ended it); nothing more is passed on.
+        let Some(inf) = this.fin.get_mut() else {
+            return Poll::Ready(None);
+        };
+        // NB: a chunk is inspected once hyper has written it: after this body said Pending
+        // (hyper flushes, then polls again at once), or when the next chunk comes. The
+        // inspection is never between the upstream and the client; the chunk's instant is taken
+        // on arrival, so the figures do not move.
+        let was_done = inf.meter.done;
+        match *this.end {
+            EndState::Streaming if *this.parked => {
+                *this.parked = false;
+                inf.meter.catch_up();
+            }
+            EndState::Streaming => {}
+            EndState::Yield => {
+                *this.end = EndState::Finish;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            EndState::Finish => inf.meter.catch_up(),
+        }
+        if inf.meter.done && !was_done {
+            this.inner.as_mut().complete();
+        }
+        if *this.end == EndState::Finish {
+            this.fin.finish(End::Complete);
             return Poll::Ready(None);
         }
         match this.inner.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 let now = Instant::now();
                 *this.last_activity = now;
-                if let (Some(data), Some(inf)) = (frame.data_ref(), this.fin.get_mut()) {
-                    let was_done = inf.meter.done;
-                    inf.meter.on_data(data, now);
+                if let Some(data) = frame.data_ref() {
+                    inf.meter.defer(data.clone(), now);
                     if inf.meter.done && !was_done {
                         this.inner.as_mut().complete();
                     }
                 }
                 if this.inner.is_end_stream() {
-                    this.fin.finish(End::Complete);
+                    inf.meter.upstream_ended = true;
+                    *this.end = EndState::Yield;
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -176,10 +215,18 @@ where
                 Poll::Ready(Some(Err(BodyError::Upstream(e))))
             }
             Poll::Ready(None) => {
+                inf.meter.upstream_ended = true;
+                if inf.meter.has_deferred() {
+                    // The last frame went out in this same poll: let hyper write it first.
+                    *this.end = EndState::Finish;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
                 this.fin.finish(End::Complete);
                 Poll::Ready(None)
             }
             Poll::Pending => {
+                *this.parked = true;
                 if let Some(deadline) = this.deadline.as_mut() {
                     if deadline.as_mut().poll(cx).is_ready() {
                         this.fin
@@ -203,10 +250,199 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.fin.0.is_none() || self.inner.is_end_stream()
+        // NB: not at the upstream's end while a frame handed on is still to be inspected: the
+        // body yields once more so that hyper writes that frame before the record is made.
+        match &self.fin.0 {
+            None => true,
+            Some(inf) => {
+                self.end == EndState::Streaming
+                    && !inf.meter.has_deferred()
+                    && self.inner.is_end_stream()
+            }
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    /// An upstream body that plays a script: `Some(bytes)` is a frame, `None` is Pending.
+    struct Script {
+        steps: VecDeque<Option<&'static str>>,
+        completed: bool,
+    }
+
+    impl Body for Script {
+        type Data = Bytes;
+        type Error = std::io::Error;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+            match self.steps.pop_front() {
+                Some(Some(s)) => {
+                    Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(s.as_bytes())))))
+                }
+                Some(None) => Poll::Pending,
+                None => Poll::Ready(None),
+            }
+        }
+        fn is_end_stream(&self) -> bool {
+            self.steps.is_empty()
+        }
+    }
+
+    impl StreamHint for Script {
+        fn complete(mut self: Pin<&mut Self>) {
+            self.completed = true;
+        }
+    }
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    const TOKEN: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+
+    type Seen = Arc<std::sync::Mutex<Option<Outcome>>>;
+
+    fn metered(steps: Vec<Option<&'static str>>) -> (MeteredBody<Script>, Arc<Sink>, Seen) {
+        let over = crate::config::Overrides {
+            upstream: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
+        };
+        let config = Arc::new(crate::config::Config::from_flags(&over).expect("config"));
+        let sink = Arc::new(Sink::new(config, None, Default::default(), &[]).expect("sink"));
+        let seen: Seen = Default::default();
+        let slot = seen.clone();
+        let now = Instant::now();
+        let mut meter = Meter::new(now);
+        meter.expect_body(Some(b"text/event-stream"), 1 << 20, 1 << 20);
+        let ctx = super::super::Ctx {
+            id: String::new(),
+            ts: String::new(),
+            route: 0,
+            experiment: None,
+            method: "POST".into(),
+            endpoint: "/v1/chat/completions".into(),
+            model: None,
+            upstream_model: None,
+            key_id: None,
+            stream: true,
+            max_tokens: None,
+            request_bytes: 0,
+            in_flight: 1,
+            status: 200,
+            gateway_overhead_ms: None,
+            bucket: None,
+            concurrency: None,
+        };
+        let inflight = Box::new(Inflight {
+            ctx,
+            meter,
+            sink: sink.clone(),
+            permit: None,
+            after: Some(Box::new(move |_, o| {
+                if let Ok(mut s) = slot.lock() {
+                    *s = Some(o);
+                }
+            })),
+        });
+        let script = Script {
+            steps: steps.into(),
+            completed: false,
+        };
+        (
+            MeteredBody::new(script, inflight, Duration::from_secs(60), None),
+            sink,
+            seen,
+        )
+    }
+
+    fn events(b: &MeteredBody<Script>) -> u64 {
+        b.fin.0.as_ref().map(|i| i.meter.events).unwrap_or(u64::MAX)
+    }
+
+    /// What hyper does: take a frame, poll again before flushing, flush on Pending, poll again.
+    /// A chunk is inspected only after a Pending (i.e. once written), and the record is made
+    /// only after the last chunk had its flush.
+    #[tokio::test]
+    async fn chunks_are_inspected_after_they_are_written() {
+        let (mut body, sink, seen) = metered(vec![
+            Some(TOKEN),
+            None,
+            Some(TOKEN),
+            Some("data: [DONE]\n\n"),
+        ]);
+        let wakes = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut b = Pin::new(&mut body);
+
+        assert!(matches!(
+            b.as_mut().poll_frame(&mut cx),
+            Poll::Ready(Some(Ok(_)))
+        ));
+        assert_eq!(events(&b), 0, "inspected before hyper could write it");
+        assert!(b.as_mut().poll_frame(&mut cx).is_pending());
+        assert_eq!(events(&b), 0, "inspected before the flush");
+        // hyper flushed; the next poll inspects the first chunk, then takes the second.
+        assert!(matches!(
+            b.as_mut().poll_frame(&mut cx),
+            Poll::Ready(Some(Ok(_)))
+        ));
+        assert_eq!(events(&b), 1);
+        // At full speed the previous chunk is inspected when the next one comes.
+        assert!(matches!(
+            b.as_mut().poll_frame(&mut cx),
+            Poll::Ready(Some(Ok(_)))
+        ));
+        assert_eq!(events(&b), 2);
+        // The upstream has ended, but the last chunk is not written yet: not the end, yield.
+        assert!(!b.is_end_stream());
+        assert!(b.as_mut().poll_frame(&mut cx).is_pending());
+        assert_eq!(
+            wakes.0.load(Ordering::SeqCst),
+            1,
+            "the yield wakes the task itself"
+        );
+        assert_eq!(sink.records_total.load(Ordering::Relaxed), 0);
+        assert!(matches!(b.as_mut().poll_frame(&mut cx), Poll::Ready(None)));
+        assert_eq!(sink.records_total.load(Ordering::Relaxed), 1);
+        assert_eq!(*seen.lock().unwrap(), Some(Outcome::Ok));
+        assert!(b.is_end_stream());
+        assert!(
+            b.inner.completed,
+            "[DONE] seen: the upstream connection may be drained"
+        );
+    }
+
+    /// hyper lets go of a body as soon as it has all the bytes it expects (Content-Length): a
+    /// body dropped after its upstream ended, with a chunk still to inspect, is complete and
+    /// that chunk is counted.
+    #[tokio::test]
+    async fn a_body_let_go_after_its_end_is_complete() {
+        let (mut body, sink, seen) = metered(vec![Some(TOKEN)]);
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(matches!(
+            Pin::new(&mut body).poll_frame(&mut cx),
+            Poll::Ready(Some(Ok(_)))
+        ));
+        drop(body);
+        assert_eq!(sink.records_total.load(Ordering::Relaxed), 1);
+        // A stream without [DONE] that ended cleanly: incomplete, not client_cancelled.
+        assert_eq!(*seen.lock().unwrap(), Some(Outcome::Incomplete));
     }
 }

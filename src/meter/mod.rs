@@ -2,11 +2,13 @@
 //!
 //! The observer only reads the bytes it is shown; it never changes, delays or holds them. Times
 //! are stamped by the caller at the moment a chunk is handed on (one monotonic clock,
-//! `tokio::time::Instant`, so tests can pause time).
+//! `tokio::time::Instant`, so tests can pause time); the inspection of a chunk may run later,
+//! once the client has it, and always in arrival order.
 
 pub mod body;
 pub mod record;
 
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::config::Buckets;
@@ -86,6 +88,11 @@ pub struct Meter {
     itl_max_us: u64,
     /// The stream's last plain token event, to classify the next ones cheaply.
     shape: openai::Shape,
+    /// A chunk already handed on but not yet looked at, with the instant it arrived: it is
+    /// inspected once the client has it (see `MeteredBody`), or before the record is made.
+    deferred: Option<(Bytes, Instant)>,
+    /// The upstream body reached its end and every chunk of it was handed on.
+    pub upstream_ended: bool,
 }
 
 impl Meter {
@@ -105,7 +112,29 @@ impl Meter {
             shape: openai::Shape::default(),
             itl_us: Vec::new(),
             itl_max_us: 0,
+            deferred: None,
+            upstream_ended: false,
         }
+    }
+
+    /// Take note of a chunk handed to the client at `now`, to be inspected later: by the next
+    /// `defer` or by `catch_up`. Chunks are inspected in the order they arrived.
+    pub fn defer(&mut self, chunk: Bytes, now: Instant) {
+        self.catch_up();
+        if !chunk.is_empty() {
+            self.deferred = Some((chunk, now));
+        }
+    }
+
+    /// Inspect the deferred chunk, if any.
+    pub fn catch_up(&mut self) {
+        if let Some((chunk, at)) = self.deferred.take() {
+            self.on_data(&chunk, at);
+        }
+    }
+
+    pub fn has_deferred(&self) -> bool {
+        self.deferred.is_some()
     }
 
     /// Decide how to read the body from the response's content type.
@@ -354,11 +383,13 @@ pub fn build_record(
     route: &str,
     buckets: &Buckets,
 ) -> RequestRecord {
+    meter.catch_up();
     meter.finish_body();
     // A client that hangs up after `[DONE]` (the openai client does, without reading the
-    // chunked terminator) received the whole stream: that is a complete request.
+    // chunked terminator) received the whole stream: that is a complete request. So is a body
+    // whose every byte was handed on (hyper lets go of a body once its Content-Length is met).
     let end = match end {
-        body::End::Dropped if meter.done => body::End::Complete,
+        body::End::Dropped if meter.done || meter.upstream_ended => body::End::Complete,
         e => e,
     };
     let (outcome, mut error) = match end {
