@@ -87,9 +87,13 @@ impl KeyIdentity {
 
     /// The `key_id` of a request: its alias when configured, else its fingerprint.
     pub fn key_id(&self, headers: &HeaderMap) -> Option<String> {
-        let key = client_key(headers)?;
-        let fp = fingerprint(key.expose());
-        Some(self.aliases.get(&fp).cloned().unwrap_or(fp))
+        Some(self.id_of(client_key(headers)?.expose()))
+    }
+
+    /// The `key_id` of a key.
+    pub fn id_of(&self, key: &[u8]) -> String {
+        let fp = fingerprint(key);
+        self.aliases.get(&fp).cloned().unwrap_or(fp)
     }
 }
 

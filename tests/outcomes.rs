@@ -216,8 +216,9 @@ async fn client_cancel_drops_the_upstream_at_once() {
 #[tokio::test]
 async fn rejections_are_json_and_recorded() {
     let up = Upstream::spawn(|_| Script::chat_stream(MS(300), MS(1), 1, false)).await;
+    let team = tokentap::keys::fingerprint(b"sk-team-a");
     let px = proxy_toml(&format!(
-        "[limits]\nmax_request_bytes = 1000\nmax_concurrent = 1\n[[routes]]\nname = \"only\"\nupstream = \"{}\"\npath_prefix = \"/v1\"\n",
+        "[keys]\naliases = {{ \"{team}\" = \"team-a\" }}\n[limits]\nmax_request_bytes = 1000\nmax_concurrent = 1\n[[routes]]\nname = \"only\"\nupstream = \"{}\"\npath_prefix = \"/v1\"\n",
         up.url()
     ))
     .await;
@@ -227,7 +228,7 @@ async fn rejections_are_json_and_recorded() {
         &c,
         "POST",
         &px.url("/v1/chat/completions"),
-        &[],
+        &[("authorization", "Bearer sk-team-a")],
         vec![b'x'; 5000],
     )
     .await
@@ -236,9 +237,15 @@ async fn rejections_are_json_and_recorded() {
     let j: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
     assert_eq!(j["error"]["code"], "request_too_large");
     // 404: no route.
-    let got = send(&c, "GET", &px.url("/other"), &[], vec![])
-        .await
-        .unwrap();
+    let got = send(
+        &c,
+        "GET",
+        &px.url("/other"),
+        &[("x-api-key", "sk-other")],
+        vec![],
+    )
+    .await
+    .unwrap();
     assert_eq!(got.status, 404);
     // 503: at the concurrency limit while one request is in flight.
     let url = px.url("/v1/chat/completions");
@@ -267,6 +274,16 @@ async fn rejections_are_json_and_recorded() {
         assert!(rejected.contains(&s), "{rejected:?}");
     }
     assert!(recs.iter().any(|r| r.route == "unrouted"));
+    // Requests refused before reaching an upstream still name their key (alias or fingerprint).
+    let by_status = |s: u16| recs.iter().find(|r| r.status == s).unwrap();
+    assert_eq!(by_status(413).key_id.as_deref(), Some("team-a"));
+    let other = tokentap::keys::fingerprint(b"sk-other");
+    assert_eq!(by_status(404).key_id.as_deref(), Some(other.as_str()));
+    assert_eq!(by_status(503).key_id, None);
+    // What the body said is in the served request's record.
+    let ok = by_status(200);
+    assert_eq!(ok.model.as_deref(), Some("m"));
+    assert!(ok.stream);
 }
 
 #[tokio::test]

@@ -19,7 +19,6 @@ use super::{BenchConfig, Overhead};
 use crate::config::Buckets;
 use crate::meter::body::End;
 use crate::meter::{build_record, Ctx, Meter, Outcome, RequestRecord};
-use crate::sink::Sink;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -143,12 +142,11 @@ impl Target {
             body["min_tokens"] = out.into();
         }
         let body = Bytes::from(body.to_string());
-        let (ts, id) = Sink::stamp();
+        let stamp = crate::meter::Stamp::now();
         let prefix = arm.as_ref().map(|a| a.1).unwrap_or("");
         let endpoint = format!("{prefix}/v1/chat/completions");
         let ctx = Ctx {
-            id,
-            ts,
+            stamp,
             route: 0,
             experiment: arm
                 .as_ref()
@@ -161,6 +159,7 @@ impl Target {
             model: Some(model.to_owned()),
             upstream_model: None,
             key_id: self.key_id.clone(),
+            key: None,
             stream: true,
             max_tokens: Some(out),
             request_bytes: body.len() as u64,

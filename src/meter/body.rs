@@ -330,8 +330,7 @@ mod tests {
         let mut meter = Meter::new(now);
         meter.expect_body(Some(b"text/event-stream"), 1 << 20, 1 << 20);
         let ctx = super::super::Ctx {
-            id: String::new(),
-            ts: String::new(),
+            stamp: super::super::Stamp::now(),
             route: 0,
             experiment: None,
             method: "POST".into(),
@@ -339,6 +338,7 @@ mod tests {
             model: None,
             upstream_model: None,
             key_id: None,
+            key: None,
             stream: true,
             max_tokens: None,
             request_bytes: 0,

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::config::Buckets;
+use crate::keys::Secret;
 use crate::openai::{self, ServerTimings, Usage};
 use crate::sse::{SseItem, SseSplitter};
 pub use record::{Experiment, Outcome, RequestRecord, TokensSource};
@@ -325,8 +326,7 @@ impl Meter {
 /// meter's observations.
 #[derive(Debug, Clone)]
 pub struct Ctx {
-    pub id: String,
-    pub ts: String,
+    pub stamp: Stamp,
     pub route: usize,
     pub experiment: Option<Experiment>,
     pub method: String,
@@ -334,6 +334,9 @@ pub struct Ctx {
     pub model: Option<String>,
     pub upstream_model: Option<String>,
     pub key_id: Option<String>,
+    /// The client's key when `key_id` is not known yet: fingerprinted when the record is made
+    /// (off the request's path), then dropped. Never written anywhere.
+    pub key: Option<Secret<Vec<u8>>>,
     pub stream: bool,
     pub max_tokens: Option<u64>,
     pub request_bytes: u64,
@@ -345,6 +348,22 @@ pub struct Ctx {
     pub bucket: Option<String>,
     /// The load generator's concurrency level for this request (bench only).
     pub concurrency: Option<u64>,
+}
+
+/// When a request arrived (wall clock) and its id: formatted only when the record is made.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    pub at: std::time::SystemTime,
+    pub id: u64,
+}
+
+impl Stamp {
+    pub fn now() -> Self {
+        Self {
+            at: std::time::SystemTime::now(),
+            id: fastrand::u64(..),
+        }
+    }
 }
 
 /// Classify by observed token counts (see `[buckets]`).
@@ -428,8 +447,8 @@ pub fn build_record(
     let (itl_p50_ms, itl_p99_ms, itl_max_ms) = meter.itl_summary();
     let tl = &meter.timeline;
     RequestRecord {
-        ts: ctx.ts,
-        id: ctx.id,
+        ts: humantime::format_rfc3339_micros(ctx.stamp.at).to_string(),
+        id: format!("{:016x}", ctx.stamp.id),
         route: route.to_owned(),
         experiment: ctx.experiment,
         method: ctx.method,

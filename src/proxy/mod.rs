@@ -26,9 +26,9 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::config::Mode;
-use crate::keys::KeyIdentity;
+use crate::keys::{self, KeyIdentity};
 use crate::meter::body::{BodyError, End, Finalizer, Inflight, MeteredBody};
-use crate::meter::{Ctx, Experiment, Meter};
+use crate::meter::{Ctx, Experiment, Meter, Stamp};
 use crate::openai;
 use crate::route::RouteTable;
 use crate::sink::Sink;
@@ -128,23 +128,30 @@ struct UpstreamRequest {
 
 pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody> {
     let t0 = Instant::now();
-    let (ts, id) = Sink::stamp();
+    let stamp = Stamp::now();
     let (mut parts, body) = req.into_parts();
     let cfg = &state.config;
     let exp = &cfg.experiment;
 
     // NB: the route header is removed whatever happens next: it never reaches an upstream.
     let forced = parts.headers.remove(&exp.route_header);
-    let key_id = state.keys.key_id(&parts.headers);
     let picked = state.routes.pick(parts.uri.path());
     let mut route_idx = picked.map(|(i, _)| i).unwrap_or_else(|| state.unrouted());
     let upstream_path = picked.map(|(_, p)| p.to_owned());
+    // The key's fingerprint is made now only when an experiment decides by it; otherwise with
+    // the record, off the request's path.
+    let mut key = keys::client_key(&parts.headers);
+    let in_experiment = picked.is_some() && exp.mode != Mode::Off && exp.arms.contains(&route_idx);
+    let key_id = if forced.is_some() || in_experiment {
+        key.take().map(|k| state.keys.id_of(k.expose()))
+    } else {
+        None
+    };
 
     // Experiment: which arm serves this request, and whether a copy goes to the other one.
     let mut experiment = None;
     let mut copy_to = None;
     let mut refuse = None;
-    let in_experiment = picked.is_some() && exp.mode != Mode::Off && exp.arms.contains(&route_idx);
     let direct_ok = key_id.as_ref().is_some_and(|k| exp.direct_keys.contains(k));
     if let (Some(v), true) = (forced.as_ref(), exp.allow_forcing && picked.is_some()) {
         let name = v.to_str().unwrap_or("");
@@ -213,8 +220,7 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
     let permit = state.limit.clone().try_acquire_owned().ok();
     let have_permit = permit.is_some();
     let ctx = Ctx {
-        id,
-        ts,
+        stamp,
         route: route_idx,
         experiment,
         method: parts.method.as_str().to_owned(),
@@ -222,6 +228,7 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
         model: None,
         upstream_model: None,
         key_id,
+        key,
         stream: false,
         max_tokens: None,
         request_bytes: 0,
@@ -258,8 +265,16 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
     if declared.is_some_and(|n| n > max as u64) {
         return local_error(fin, ProxyError::BodyTooLarge(max));
     }
-    let body_bytes = match Limited::new(body, max).collect().await {
-        Ok(c) => c.to_bytes(),
+    let collected = if body.is_end_stream() {
+        Ok(Bytes::new())
+    } else {
+        Limited::new(body, max)
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+    };
+    let body_bytes = match collected {
+        Ok(b) => b,
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return local_error(fin, ProxyError::BodyTooLarge(max));
         }
@@ -336,6 +351,16 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
     .await
 }
 
+/// What the request body says (model, stream, max_tokens), into the record.
+fn note_request(fin: &mut Finalizer, body: &[u8]) {
+    if let Some(inf) = fin.get_mut() {
+        let info = openai::peek_request(body);
+        inf.ctx.stream = info.stream;
+        inf.ctx.max_tokens = info.max_tokens;
+        inf.ctx.model = info.model;
+    }
+}
+
 /// What a copy needs: the client's request as received, and its pair.
 struct CopyPlan {
     salt: Option<String>,
@@ -368,10 +393,15 @@ async fn forward(
     if target.parse::<http::uri::PathAndQuery>().is_err() {
         return local_error(fin, ProxyError::BadRequest("invalid request path"));
     }
-    let info = openai::peek_request(&body_bytes);
     if let Some(inf) = fin.get_mut() {
         inf.meter.timeline.body_read = Some(Instant::now());
         inf.ctx.request_bytes = body_bytes.len() as u64;
+    }
+    // The body is read before it is sent only when it is to be changed; otherwise while the
+    // upstream works on it.
+    let mut peek_later = route.model_map.is_empty() && salt.is_none();
+    if let (false, Some(inf)) = (peek_later, fin.get_mut()) {
+        let info = openai::peek_request(&body_bytes);
         inf.ctx.stream = info.stream;
         inf.ctx.max_tokens = info.max_tokens;
         if let Some(m) = &info.model {
@@ -401,11 +431,23 @@ async fn forward(
         wait = wait.min(d.saturating_duration_since(Instant::now()));
     }
     let upstream_name = route.name.clone();
+    let mut send =
+        std::pin::pin!(state.clients[route_idx].send(&req.method, &target, &headers, &body_bytes));
     let sent = tokio::time::timeout(
         wait,
-        state.clients[route_idx].send(&req.method, &target, &headers, &body_bytes),
+        std::future::poll_fn(|cx| {
+            let r = send.as_mut().poll(cx);
+            if r.is_pending() && peek_later {
+                peek_later = false;
+                note_request(&mut fin, &body_bytes);
+            }
+            r
+        }),
     )
     .await;
+    if peek_later {
+        note_request(&mut fin, &body_bytes);
+    }
     let resp = match sent {
         Err(_) => {
             return local_error(fin, ProxyError::Timeout(upstream_name, wait.as_millis()));
@@ -469,11 +511,10 @@ fn spawn_copy(state: Arc<State>, plan: CopyPlan) {
     };
     tokio::spawn(async move {
         let t0 = Instant::now();
-        let (ts, id) = Sink::stamp();
+        let stamp = Stamp::now();
         let cfg = &state.config;
         let ctx = Ctx {
-            id,
-            ts,
+            stamp,
             route: plan.arm,
             experiment: Some(Experiment {
                 arm: cfg.routes[plan.arm].name.clone(),
@@ -490,7 +531,8 @@ fn spawn_copy(state: Arc<State>, plan: CopyPlan) {
                 .collect(),
             model: None,
             upstream_model: None,
-            key_id: state.keys.key_id(&plan.headers),
+            key_id: None,
+            key: keys::client_key(&plan.headers),
             stream: false,
             max_tokens: None,
             request_bytes: 0,

@@ -10,12 +10,12 @@ pub mod stats;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::keys::KeyIdentity;
 use crate::meter::body::End;
 use crate::meter::{build_record, Ctx, Meter, Outcome};
 
@@ -43,6 +43,8 @@ pub struct Sink {
     pub shadow_skipped: AtomicU64,
     /// Set when the shutdown grace period is over: streams dropped after this were cut by us.
     pub shutdown_cut: AtomicBool,
+    /// Key fingerprints and aliases, for requests whose `key_id` is made with the record.
+    keys: KeyIdentity,
 }
 
 impl Sink {
@@ -68,6 +70,7 @@ impl Sink {
                 upstream_opened: upstream_opened.get(i).cloned(),
             })
             .collect();
+        let keys = KeyIdentity::new(config.key_aliases.clone());
         let metrics = metrics::Metrics::new(&config)?;
         let stats = stats::Stats::new(names.into_iter());
         Ok(Self {
@@ -81,6 +84,7 @@ impl Sink {
             records_total: AtomicU64::new(0),
             shadow_skipped: AtomicU64::new(0),
             shutdown_cut: AtomicBool::new(false),
+            keys,
         })
     }
 
@@ -116,15 +120,11 @@ impl Sink {
         self.routes[route].in_flight.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Wall-clock `ts` and a fresh id for a request arriving now.
-    pub fn stamp() -> (String, String) {
-        let ts = humantime::format_rfc3339_micros(SystemTime::now()).to_string();
-        let id = format!("{:016x}", fastrand::u64(..));
-        (ts, id)
-    }
-
     /// Finalize one request. Called exactly once per request (see `meter::body::Finalizer`).
-    pub fn finish(&self, ctx: Ctx, mut meter: Meter, end: End, now: Instant) -> (u16, Outcome) {
+    pub fn finish(&self, mut ctx: Ctx, mut meter: Meter, end: End, now: Instant) -> (u16, Outcome) {
+        if let Some(key) = ctx.key.take() {
+            ctx.key_id = ctx.key_id.or_else(|| Some(self.keys.id_of(key.expose())));
+        }
         let end = match end {
             End::Dropped if !meter.done && self.shutdown_cut.load(Ordering::Relaxed) => {
                 End::Outcome(
