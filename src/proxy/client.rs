@@ -346,7 +346,7 @@ impl Upstream {
             let pooled = if fresh { None } else { self.checkout() };
             let (mut io, reused) = match pooled {
                 Some(io) => (io, true),
-                None => (self.connect().await?, false),
+                None => (Box::pin(self.connect()).await?, false),
             };
             match exchange(&mut io, &wire).await {
                 Ok(head) => return self.response(io, method, head),
