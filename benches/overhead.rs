@@ -10,7 +10,9 @@
 //! limit here is a hard 20000; 0 skips it); OVERHEAD_QUICK=1 (fewer rounds); OVERHEAD_PROXIES
 //! (comma list, default `tokentap,nginx,haproxy`); OVERHEAD_TOKENTAP_LOG=off (tokentap without
 //! its request log, to see what the log costs); OVERHEAD_DEBUG=1 (process family, CPU readings);
-//! OVERHEAD_KEEP=1 (keep the scratch directory with tokentap's own records of the run).
+//! OVERHEAD_KEEP=1 (keep the scratch directory with tokentap's own records of the run);
+//! OVERHEAD_LATENCY_C / OVERHEAD_FULL_C (comma lists of concurrencies for the paced and the
+//! full-speed cells, default `1,8,64` and `64,256`; empty skips); OVERHEAD_ROUNDS (paced rounds).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -451,6 +453,18 @@ async fn slow_streams(addr: SocketAddr, n: usize, pid: u32) -> (u64, u64) {
     (idle, loaded)
 }
 
+fn env_num(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// A comma list of concurrencies from the environment (empty: none), else the default.
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    match std::env::var(name) {
+        Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
 fn main() {
     // `cargo test --all-targets` runs bench targets too: only `cargo bench` (which passes
     // --bench) runs the measurement.
@@ -473,12 +487,12 @@ fn main() {
         println!("proxies: {}", proxies.iter().map(|p| p.name).collect::<Vec<_>>().join(", "));
 
         // Latency: interleaved rounds, rotating the order of targets each round.
-        let rounds = if quick { 2 } else { 6 };
+        let rounds = env_num("OVERHEAD_ROUNDS").unwrap_or(if quick { 2 } else { 6 });
         let mut targets: Vec<(&str, SocketAddr)> = vec![("direct", up)];
         targets.extend(proxies.iter().map(|p| (p.name, p.addr)));
         println!("\nadded latency vs direct (µs), paced stream, {rounds} interleaved rounds; req = client send → upstream has the request");
         println!("{:<9} {:>4} | {:>10} {:>10} | {:>10} {:>10} | {:>10} {:>10}", "proxy", "C", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "req p50", "req p99");
-        for conc in [1usize, 8, 64] {
+        for conc in env_list("OVERHEAD_LATENCY_C", &[1, 8, 64]) {
             let mut acc: Vec<Samples> = targets.iter().map(|_| Samples::default()).collect();
             if conc == 1 {
                 // One at a time: interleave request by request, so drift cancels per request.
@@ -537,7 +551,7 @@ fn main() {
                 eprintln!("{}: pid {pid:?} family {:?}", p.name, pid.map(family));
             }
         }
-        for conc in [64usize, 256] {
+        for conc in env_list("OVERHEAD_FULL_C", &[64, 256]) {
             // Per target: requests, chunks, seconds, proxy CPU seconds.
             let mut acc = vec![(0u64, 0u64, 0f64, 0f64); targets.len()];
             for r in 0..slices {
