@@ -61,6 +61,18 @@ impl Finalizer {
         Finalizer(Some(b))
     }
 
+    /// Finish once the current task has yielded — hyper writes (and flushes) what it was given
+    /// first — so the record is made off the client's path. Without a runtime: now.
+    pub fn finish_soon(&mut self, end: End) {
+        let Some(inflight) = self.0.take() else {
+            return;
+        };
+        let later = FinishLater(Finalizer(Some(inflight)), Some(end));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { drop(later) });
+        }
+    }
+
     pub fn finish(&mut self, end: End) {
         if let Some(inflight) = self.0.take() {
             let Inflight {
@@ -75,6 +87,18 @@ impl Finalizer {
             if let Some(after) = after {
                 after(status, outcome);
             }
+        }
+    }
+}
+
+/// A finish handed to the runtime: its drop makes the record (so it is made even if the runtime
+/// shuts down before running it).
+struct FinishLater(Finalizer, Option<End>);
+
+impl Drop for FinishLater {
+    fn drop(&mut self) {
+        if let Some(end) = self.1.take() {
+            self.0.finish(end);
         }
     }
 }
@@ -111,20 +135,9 @@ pin_project_lite::pin_project! {
         idle_timer: Pin<Box<Sleep>>,
         last_activity: Instant,
         deadline: Option<Pin<Box<Sleep>>>,
-        end: EndState,
         // The last poll was Pending: hyper has flushed what it had since.
         parked: bool,
     }
-}
-
-/// Where the body is in handing on the upstream's end.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum EndState {
-    Streaming,
-    /// The upstream ended with the last frame just handed on: yield once so hyper writes it.
-    Yield,
-    /// That frame is written: inspect it, finish the record, end the body.
-    Finish,
 }
 
 impl<B> MeteredBody<B> {
@@ -143,7 +156,6 @@ impl<B> MeteredBody<B> {
             idle_timer: Box::pin(tokio::time::sleep_until(now + idle)),
             last_activity: now,
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
-            end: EndState::Streaming,
             parked: false,
         }
     }
@@ -170,39 +182,25 @@ where
         // inspection is never between the upstream and the client; the chunk's instant is taken
         // on arrival, so the figures do not move.
         let was_done = inf.meter.done;
-        match *this.end {
-            EndState::Streaming if *this.parked => {
-                *this.parked = false;
-                inf.meter.catch_up();
+        if std::mem::take(this.parked) {
+            inf.meter.catch_up();
+            if inf.meter.done && !was_done {
+                this.inner.as_mut().complete();
             }
-            EndState::Streaming => {}
-            EndState::Yield => {
-                *this.end = EndState::Finish;
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
-            EndState::Finish => inf.meter.catch_up(),
-        }
-        if inf.meter.done && !was_done {
-            this.inner.as_mut().complete();
-        }
-        if *this.end == EndState::Finish {
-            this.fin.finish(End::Complete);
-            return Poll::Ready(None);
         }
         match this.inner.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 let now = Instant::now();
                 *this.last_activity = now;
                 if let Some(data) = frame.data_ref() {
+                    let was_done = inf.meter.done;
                     inf.meter.defer(data.clone(), now);
                     if inf.meter.done && !was_done {
                         this.inner.as_mut().complete();
                     }
                 }
                 if this.inner.is_end_stream() {
-                    inf.meter.upstream_ended = true;
-                    *this.end = EndState::Yield;
+                    this.fin.finish_soon(End::Complete);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -215,14 +213,7 @@ where
                 Poll::Ready(Some(Err(BodyError::Upstream(e))))
             }
             Poll::Ready(None) => {
-                inf.meter.upstream_ended = true;
-                if inf.meter.has_deferred() {
-                    // The last frame went out in this same poll: let hyper write it first.
-                    *this.end = EndState::Finish;
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-                this.fin.finish(End::Complete);
+                this.fin.finish_soon(End::Complete);
                 Poll::Ready(None)
             }
             Poll::Pending => {
@@ -250,16 +241,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        // NB: not at the upstream's end while a frame handed on is still to be inspected: the
-        // body yields once more so that hyper writes that frame before the record is made.
-        match &self.fin.0 {
-            None => true,
-            Some(inf) => {
-                self.end == EndState::Streaming
-                    && !inf.meter.has_deferred()
-                    && self.inner.is_end_stream()
-            }
-        }
+        self.fin.0.is_none() || self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -383,6 +365,7 @@ mod tests {
             Some(TOKEN),
             None,
             Some(TOKEN),
+            Some(TOKEN),
             Some("data: [DONE]\n\n"),
         ]);
         let wakes = Arc::new(Count(AtomicUsize::new(0)));
@@ -409,40 +392,41 @@ mod tests {
             Poll::Ready(Some(Ok(_)))
         ));
         assert_eq!(events(&b), 2);
-        // The upstream has ended, but the last chunk is not written yet: not the end, yield.
-        assert!(!b.is_end_stream());
-        assert!(b.as_mut().poll_frame(&mut cx).is_pending());
-        assert_eq!(
-            wakes.0.load(Ordering::SeqCst),
-            1,
-            "the yield wakes the task itself"
-        );
+        assert!(matches!(
+            b.as_mut().poll_frame(&mut cx),
+            Poll::Ready(Some(Ok(_)))
+        ));
+        // The upstream has ended with that chunk: the body says so (hyper writes the chunk and
+        // the end together), and the record is made once this task has yielded, after the flush.
+        assert!(b.is_end_stream());
         assert_eq!(sink.records_total.load(Ordering::Relaxed), 0);
-        assert!(matches!(b.as_mut().poll_frame(&mut cx), Poll::Ready(None)));
+        drop(body);
+        assert_eq!(sink.records_total.load(Ordering::Relaxed), 0);
+        tokio::task::yield_now().await;
         assert_eq!(sink.records_total.load(Ordering::Relaxed), 1);
         assert_eq!(*seen.lock().unwrap(), Some(Outcome::Ok));
-        assert!(b.is_end_stream());
-        assert!(
-            b.inner.completed,
-            "[DONE] seen: the upstream connection may be drained"
-        );
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 0);
     }
 
-    /// hyper lets go of a body as soon as it has all the bytes it expects (Content-Length): a
-    /// body dropped after its upstream ended, with a chunk still to inspect, is complete and
-    /// that chunk is counted.
+    /// A client that hangs up right after `[DONE]` (the openai client does): the chunk it got
+    /// was handed on but not inspected yet; the record still counts it, so the request is
+    /// complete, not cancelled.
     #[tokio::test]
-    async fn a_body_let_go_after_its_end_is_complete() {
-        let (mut body, sink, seen) = metered(vec![Some(TOKEN)]);
+    async fn a_chunk_handed_on_is_counted_when_the_client_leaves() {
+        let (mut body, sink, seen) = metered(vec![Some(TOKEN), Some("data: [DONE]\n\n"), None]);
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
+        let mut b = Pin::new(&mut body);
         assert!(matches!(
-            Pin::new(&mut body).poll_frame(&mut cx),
+            b.as_mut().poll_frame(&mut cx),
+            Poll::Ready(Some(Ok(_)))
+        ));
+        assert!(matches!(
+            b.as_mut().poll_frame(&mut cx),
             Poll::Ready(Some(Ok(_)))
         ));
         drop(body);
         assert_eq!(sink.records_total.load(Ordering::Relaxed), 1);
-        // A stream without [DONE] that ended cleanly: incomplete, not client_cancelled.
-        assert_eq!(*seen.lock().unwrap(), Some(Outcome::Incomplete));
+        assert_eq!(*seen.lock().unwrap(), Some(Outcome::Ok));
     }
 }

@@ -92,8 +92,6 @@ pub struct Meter {
     /// A chunk already handed on but not yet looked at, with the instant it arrived: it is
     /// inspected once the client has it (see `MeteredBody`), or before the record is made.
     deferred: Option<(Bytes, Instant)>,
-    /// The upstream body reached its end and every chunk of it was handed on.
-    pub upstream_ended: bool,
 }
 
 impl Meter {
@@ -114,7 +112,6 @@ impl Meter {
             itl_us: Vec::new(),
             itl_max_us: 0,
             deferred: None,
-            upstream_ended: false,
         }
     }
 
@@ -405,10 +402,9 @@ pub fn build_record(
     meter.catch_up();
     meter.finish_body();
     // A client that hangs up after `[DONE]` (the openai client does, without reading the
-    // chunked terminator) received the whole stream: that is a complete request. So is a body
-    // whose every byte was handed on (hyper lets go of a body once its Content-Length is met).
+    // chunked terminator) received the whole stream: that is a complete request.
     let end = match end {
-        body::End::Dropped if meter.done || meter.upstream_ended => body::End::Complete,
+        body::End::Dropped if meter.done => body::End::Complete,
         e => e,
     };
     let (outcome, mut error) = match end {
