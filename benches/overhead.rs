@@ -500,7 +500,7 @@ fn main() {
                 for (i, t) in targets.iter().enumerate() {
                     one(&clients[i], t.1, "/paced", &mut Samples::default()).await;
                 }
-                for r in 0..rounds * 16 {
+                for r in 0..rounds * 32 {
                     for k in 0..targets.len() {
                         let i = (k + r) % targets.len();
                         one(&clients[i], targets[i].1, "/paced", &mut acc[i]).await;
