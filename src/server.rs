@@ -13,7 +13,6 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
@@ -100,7 +99,7 @@ pub async fn run(
             },
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(Proxy(state.clone()));
+        let service = Proxy(state.clone());
         let builder = builder.clone();
         match &tls {
             None => {

@@ -564,20 +564,16 @@ fn spawn_copy(state: Arc<State>, plan: CopyPlan) {
     });
 }
 
-/// The proxy as a `tower::Service`, for hyper's server through `TowerToHyperService`.
+/// The proxy as hyper's service: one boxed future per request, no adapter in between.
 #[derive(Clone)]
 pub struct Proxy(pub Arc<State>);
 
-impl tower::Service<Request<Incoming>> for Proxy {
+impl hyper::service::Service<Request<Incoming>> for Proxy {
     type Response = Response<ProxyBody>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
         let state = self.0.clone();
         Box::pin(async move { Ok(handle(state, req).await) })
     }
