@@ -28,6 +28,8 @@ enum Act {
     Close,
     /// Write these bytes, wait, then write the chunked terminator (LiteLLM's late end).
     AnswerLateEnd(&'static str, Duration),
+    /// Write each piece, then wait its pause.
+    Pieces(&'static [(&'static str, Duration)]),
 }
 
 struct Raw {
@@ -74,6 +76,14 @@ async fn raw_upstream(acts: Vec<Act>) -> Raw {
                             tokio::time::sleep(*wait).await;
                             if s.write_all(b"0\r\n\r\n").await.is_err() {
                                 return;
+                            }
+                        }
+                        Act::Pieces(pieces) => {
+                            for (bytes, pause) in pieces.iter() {
+                                if s.write_all(bytes.as_bytes()).await.is_err() {
+                                    return;
+                                }
+                                tokio::time::sleep(*pause).await;
                             }
                         }
                     }
@@ -344,6 +354,35 @@ async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection()
     );
     let (_, m) = px.admin_get("/metrics").await;
     assert!(m.contains("tokentap_upstream_connections_opened_total{route=\"default\"} 1"));
+
+    // The same with `[DONE]` in a write of its own, as LiteLLM sends it: the client has it (and
+    // leaves) before tokentap has looked at it, which it does right after writing it.
+    const PIECES: &[(&str, Duration)] = &[
+        (
+            concat!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+                "31\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"one\"}}]}\n\n\r\n",
+            ),
+            Duration::from_millis(30),
+        ),
+        ("e\r\ndata: [DONE]\n\n\r\n", Duration::from_millis(300)),
+        ("0\r\n\r\n", Duration::ZERO),
+    ];
+    let up = raw_upstream(vec![Act::Pieces(PIECES)]).await;
+    let px = proxy(&up.url(), "").await;
+    for _ in 0..3 {
+        let mut s = raw_chat(px.addr).await;
+        read_until(&mut s, "[DONE]").await;
+        drop(s);
+        tokio::time::sleep(MS(500)).await;
+    }
+    let recs = px.records(3).await;
+    assert!(recs.iter().all(|r| r.outcome == Outcome::Ok));
+    assert_eq!(
+        up.connections.load(Ordering::SeqCst),
+        1,
+        "drained and reused"
+    );
 
     // A client that leaves before [DONE] still closes the upstream connection at once.
     let wire = concat!(
