@@ -38,9 +38,9 @@ pub enum H1Error {
     Trailers,
 }
 
-/// Serialize a request head. `host` is sent unless `headers` has its own `Host`; the
-/// `Content-Length` is the body's actual length, sent when there is a body or the method
-/// carries one.
+/// Serialize a request head for the upstream: the client's headers less the hop-by-hop ones
+/// (see `headers::forwarded`), `Host` from the route, and a `Content-Length` that is the body's
+/// actual length, sent when there is a body or the method carries one.
 pub fn request_head(
     method: &Method,
     path_and_query: &str,
@@ -53,12 +53,13 @@ pub fn request_head(
     out.push(b' ');
     out.extend_from_slice(path_and_query.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    if !headers.contains_key(header::HOST) {
-        out.extend_from_slice(b"host: ");
-        out.extend_from_slice(host.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    out.extend_from_slice(b"host: ");
+    out.extend_from_slice(host.as_bytes());
+    out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
+        if !super::headers::forwarded(name) {
+            continue;
+        }
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -499,6 +500,20 @@ mod tests {
     fn request_heads() {
         let mut h = HeaderMap::new();
         h.insert("authorization", HeaderValue::from_static("Bearer x"));
+        // What the client sent for its own hop never reaches the upstream.
+        for (n, v) in [
+            ("host", "proxy:8080"),
+            ("connection", "keep-alive, authorization"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("content-length", "999"),
+            ("expect", "100-continue"),
+            ("te", "trailers"),
+            ("upgrade", "h2c"),
+            ("proxy-authorization", "Basic x"),
+        ] {
+            h.insert(HeaderName::from_static(n), HeaderValue::from_static(v));
+        }
         let r = request_head(&Method::POST, "/v1/chat", "up:8000", &h, 12);
         assert_eq!(
             std::str::from_utf8(&r).unwrap(),

@@ -20,17 +20,15 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     HOP_BY_HOP.contains(name) || name == header::UPGRADE
 }
 
-/// Prepare client request headers for the upstream. `Host` goes (the client set it for us; the
-/// upstream's comes from the config), and so does `Content-Length` (set again from the body
-/// actually sent). `Expect` goes too: the body was read whole before forwarding.
-pub fn request_headers(h: &mut HeaderMap) {
-    for name in &HOP_BY_HOP {
-        h.remove(name);
-    }
-    h.remove(header::UPGRADE);
-    h.remove(header::HOST);
-    h.remove(header::CONTENT_LENGTH);
-    h.remove(header::EXPECT);
+/// Whether a client request header goes on to the upstream (checked while the upstream head is
+/// written, one pass). Hop-by-hop headers stay behind; so do `Host` (the client set it for us;
+/// the upstream's comes from the config — routes cannot set it), `Content-Length` (set again from
+/// the body actually sent) and `Expect` (the body was read whole before forwarding).
+pub fn forwarded(name: &HeaderName) -> bool {
+    !(is_hop_by_hop(name)
+        || name == header::HOST
+        || name == header::CONTENT_LENGTH
+        || name == header::EXPECT)
 }
 
 /// Prepare upstream response headers for the client: only hop-by-hop headers go; framing is the

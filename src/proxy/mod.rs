@@ -292,7 +292,6 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
                 .map(|body| ProxyBody::Local { body });
         }
     };
-    headers::request_headers(&mut parts.headers);
     let mut upstream_pq = upstream_path;
     if let Some(q) = parts.uri.query() {
         upstream_pq.push('?');
