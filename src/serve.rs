@@ -12,7 +12,6 @@ use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
 use crate::config::Config;
-use crate::keys::KeyIdentity;
 use crate::proxy::{client, State};
 use crate::route::RouteTable;
 use crate::server;
@@ -97,7 +96,6 @@ pub async fn run(
         sink: sink.clone(),
         routes: RouteTable::new(&config.routes),
         clients,
-        keys: KeyIdentity::new(config.key_aliases.clone()),
         limit: Arc::new(Semaphore::new(config.limits.max_concurrent)),
         shadow: Arc::new(Semaphore::new(config.experiment.max_shadow_in_flight)),
         rng: std::sync::Mutex::new(fastrand::Rng::with_seed(config.experiment.seed)),

@@ -327,6 +327,17 @@ async fn pooled_connections_the_upstream_closed_are_let_go_without_new_traffic()
     );
 }
 
+/// `n` streamed requests, one after the other, each hung up as soon as `marker` has arrived,
+/// then `pause`.
+async fn hang_up_after(px: &TestProxy, marker: &str, n: usize, pause: Duration) {
+    for _ in 0..n {
+        let mut s = raw_chat(px.addr).await;
+        read_until(&mut s, marker).await;
+        drop(s);
+        tokio::time::sleep(pause).await;
+    }
+}
+
 #[tokio::test]
 async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection() {
     // The openai client closes as soon as it has `data: [DONE]`; the terminator comes later.
@@ -337,12 +348,8 @@ async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection()
     );
     let up = raw_upstream(vec![Act::AnswerLateEnd(wire, MS(300))]).await;
     let px = proxy(&up.url(), "").await;
-    for _ in 0..2 {
-        let mut s = raw_chat(px.addr).await;
-        read_until(&mut s, "[DONE]").await;
-        drop(s);
-        tokio::time::sleep(MS(500)).await; // the terminator arrives; the connection is pooled
-    }
+    // After each, the terminator arrives and the connection is pooled.
+    hang_up_after(&px, "[DONE]", 2, MS(500)).await;
     let recs = px.records(2).await;
     assert!(recs
         .iter()
@@ -370,12 +377,7 @@ async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection()
     ];
     let up = raw_upstream(vec![Act::Pieces(PIECES)]).await;
     let px = proxy(&up.url(), "").await;
-    for _ in 0..3 {
-        let mut s = raw_chat(px.addr).await;
-        read_until(&mut s, "[DONE]").await;
-        drop(s);
-        tokio::time::sleep(MS(500)).await;
-    }
+    hang_up_after(&px, "[DONE]", 3, MS(500)).await;
     let recs = px.records(3).await;
     assert!(recs.iter().all(|r| r.outcome == Outcome::Ok));
     assert_eq!(
@@ -391,12 +393,7 @@ async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection()
     );
     let up = raw_upstream(vec![Act::AnswerLateEnd(wire, MS(2000))]).await;
     let px = proxy(&up.url(), "").await;
-    for _ in 0..2 {
-        let mut s = raw_chat(px.addr).await;
-        read_until(&mut s, "one").await;
-        drop(s);
-        tokio::time::sleep(MS(100)).await;
-    }
+    hang_up_after(&px, "one", 2, MS(100)).await;
     let recs = px.records(2).await;
     assert!(recs.iter().all(|r| r.outcome == Outcome::ClientCancelled));
     assert_eq!(up.connections.load(Ordering::SeqCst), 2, "not kept");

@@ -161,6 +161,16 @@ impl<B> MeteredBody<B> {
     }
 }
 
+/// Run an inspection step; once it has seen `[DONE]`, tell the upstream body (it may then read
+/// the rest of the response in the background and keep its connection).
+fn observe<B: StreamHint>(meter: &mut Meter, inner: Pin<&mut B>, step: impl FnOnce(&mut Meter)) {
+    let was_done = meter.done;
+    step(meter);
+    if meter.done && !was_done {
+        inner.complete();
+    }
+}
+
 impl<B> Body for MeteredBody<B>
 where
     B: Body<Data = Bytes> + StreamHint,
@@ -181,23 +191,17 @@ where
         // (hyper flushes, then polls again at once), or when the next chunk comes. The
         // inspection is never between the upstream and the client; the chunk's instant is taken
         // on arrival, so the figures do not move.
-        let was_done = inf.meter.done;
         if std::mem::take(this.parked) {
-            inf.meter.catch_up();
-            if inf.meter.done && !was_done {
-                this.inner.as_mut().complete();
-            }
+            observe(&mut inf.meter, this.inner.as_mut(), Meter::catch_up);
         }
         match this.inner.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 let now = Instant::now();
                 *this.last_activity = now;
                 if let Some(data) = frame.data_ref() {
-                    let was_done = inf.meter.done;
-                    inf.meter.defer(data.clone(), now);
-                    if inf.meter.done && !was_done {
-                        this.inner.as_mut().complete();
-                    }
+                    observe(&mut inf.meter, this.inner.as_mut(), |m| {
+                        m.defer(data.clone(), now)
+                    });
                 }
                 if this.inner.is_end_stream() {
                     this.fin.finish_soon(End::Complete);
@@ -357,8 +361,8 @@ mod tests {
     }
 
     /// What hyper does: take a frame, poll again before flushing, flush on Pending, poll again.
-    /// A chunk is inspected only after a Pending (i.e. once written), and the record is made
-    /// only after the last chunk had its flush.
+    /// A chunk is inspected only after a Pending (i.e. once written) or when the next one comes,
+    /// and the record of the finished stream is made only once the task has yielded.
     #[tokio::test]
     async fn chunks_are_inspected_after_they_are_written() {
         let (mut body, sink, seen) = metered(vec![

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::config::Mode;
-use crate::keys::{self, KeyIdentity};
+use crate::keys;
 use crate::meter::body::{BodyError, End, Finalizer, Inflight, MeteredBody};
 use crate::meter::{Ctx, Experiment, Meter, Stamp};
 use crate::openai;
@@ -41,7 +41,6 @@ pub struct State {
     pub sink: Arc<Sink>,
     pub routes: RouteTable,
     pub clients: Vec<UpstreamClient>,
-    pub keys: KeyIdentity,
     pub limit: Arc<Semaphore>,
     /// Shadow copies in flight (experiment mirror/paired).
     pub shadow: Arc<Semaphore>,
@@ -143,7 +142,7 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
     let mut key = keys::client_key(&parts.headers);
     let in_experiment = picked.is_some() && exp.mode != Mode::Off && exp.arms.contains(&route_idx);
     let key_id = if forced.is_some() || in_experiment {
-        key.take().map(|k| state.keys.id_of(k.expose()))
+        key.take().map(|k| state.sink.keys.id_of(k.expose()))
     } else {
         None
     };
@@ -351,13 +350,10 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
 }
 
 /// What the request body says (model, stream, max_tokens), into the record.
-fn note_request(fin: &mut Finalizer, body: &[u8]) {
-    if let Some(inf) = fin.get_mut() {
-        let info = openai::peek_request(body);
-        inf.ctx.stream = info.stream;
-        inf.ctx.max_tokens = info.max_tokens;
-        inf.ctx.model = info.model;
-    }
+fn note_request(ctx: &mut Ctx, info: openai::RequestInfo) {
+    ctx.stream = info.stream;
+    ctx.max_tokens = info.max_tokens;
+    ctx.model = info.model;
 }
 
 /// What a copy needs: the client's request as received, and its pair.
@@ -401,8 +397,6 @@ async fn forward(
     let mut peek_later = route.model_map.is_empty() && salt.is_none();
     if let (false, Some(inf)) = (peek_later, fin.get_mut()) {
         let info = openai::peek_request(&body_bytes);
-        inf.ctx.stream = info.stream;
-        inf.ctx.max_tokens = info.max_tokens;
         if let Some(m) = &info.model {
             if let Some(mapped) = route.model_map.get(m) {
                 if let Some(rewritten) = openai::rewrite_model(&body_bytes, mapped) {
@@ -416,7 +410,7 @@ async fn forward(
                 body_bytes = Bytes::from(salted);
             }
         }
-        inf.ctx.model = info.model;
+        note_request(&mut inf.ctx, info);
     }
     let mut headers = req.headers;
     for (name, value) in &route.set_headers {
@@ -438,14 +432,16 @@ async fn forward(
             let r = send.as_mut().poll(cx);
             if r.is_pending() && peek_later {
                 peek_later = false;
-                note_request(&mut fin, &body_bytes);
+                if let Some(inf) = fin.get_mut() {
+                    note_request(&mut inf.ctx, openai::peek_request(&body_bytes));
+                }
             }
             r
         }),
     )
     .await;
-    if peek_later {
-        note_request(&mut fin, &body_bytes);
+    if let (true, Some(inf)) = (peek_later, fin.get_mut()) {
+        note_request(&mut inf.ctx, openai::peek_request(&body_bytes));
     }
     let resp = match sent {
         Err(_) => {

@@ -43,8 +43,9 @@ pub struct Sink {
     pub shadow_skipped: AtomicU64,
     /// Set when the shutdown grace period is over: streams dropped after this were cut by us.
     pub shutdown_cut: AtomicBool,
-    /// Key fingerprints and aliases, for requests whose `key_id` is made with the record.
-    keys: KeyIdentity,
+    /// Key fingerprints and aliases (`key_id`s are made with the record, or up front when an
+    /// experiment routes by key).
+    pub keys: KeyIdentity,
 }
 
 impl Sink {
