@@ -38,6 +38,9 @@ pub enum ServeError {
     Metrics(#[from] metrics_exporter_prometheus::BuildError),
 }
 
+/// How long the shutdown waits, after the last connection closed, for records still being made.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Bind the proxy and admin listeners named in the config.
 pub async fn bind(config: &Config) -> Result<(TcpListener, Option<TcpListener>), ServeError> {
     let main = TcpListener::bind(config.listen)
@@ -158,7 +161,15 @@ pub async fn run(
     .await;
 
     upkeep.abort();
-    // Every request is finished now; let the writer empty its queue and stop.
+    // Every connection is closed; records still being made (a stream's is made just after its
+    // last write; experiment copies run on their own) are waited for, briefly.
+    if !sink.settle(SETTLE).await {
+        tracing::warn!(
+            in_flight = sink.in_flight(),
+            "shutdown: requests still unrecorded after the drain; closing the log"
+        );
+    }
+    // Let the writer empty its queue and stop.
     sink.close_log().await;
     drop(state);
     if let Some(w) = writer {

@@ -116,6 +116,28 @@ impl Sink {
         }
     }
 
+    /// Requests admitted whose record is not yet queued, over all routes.
+    pub fn in_flight(&self) -> u64 {
+        self.routes
+            .iter()
+            .map(|r| r.in_flight.load(Ordering::Acquire))
+            .sum()
+    }
+
+    /// Wait (at most `limit`) until every admitted request has its record queued: a finished
+    /// stream's record is made by a task spawned after its last write, which may still be
+    /// pending when its connection has closed. True when none is left.
+    pub async fn settle(&self, limit: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.in_flight() > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        true
+    }
+
     /// Admit a request on a route: returns the in-flight count including it.
     pub fn admit(&self, route: usize) -> u64 {
         self.routes[route].in_flight.fetch_add(1, Ordering::Relaxed) + 1
@@ -144,9 +166,6 @@ impl Sink {
             &self.routes[route_idx].name,
             &self.config.buckets,
         );
-        self.routes[route_idx]
-            .in_flight
-            .fetch_sub(1, Ordering::Relaxed);
         self.metrics.observe(&rec, meter.itl_samples());
         self.stats.observe(route_idx, &rec, meter.itl_samples());
         self.records_total.fetch_add(1, Ordering::Relaxed);
@@ -156,6 +175,11 @@ impl Sink {
                 self.records_dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+        // Last: a request leaves the in-flight count only once its record is queued (the
+        // shutdown waits on this count before it closes the log).
+        self.routes[route_idx]
+            .in_flight
+            .fetch_sub(1, Ordering::Release);
         result
     }
 }
