@@ -12,7 +12,8 @@
 //! its request log, to see what the log costs); OVERHEAD_DEBUG=1 (process family, CPU readings);
 //! OVERHEAD_KEEP=1 (keep the scratch directory with tokentap's own records of the run);
 //! OVERHEAD_LATENCY_C / OVERHEAD_FULL_C (comma lists of concurrencies for the paced and the
-//! full-speed cells, default `1,8,64` and `64,256`; empty skips); OVERHEAD_ROUNDS (paced rounds).
+//! full-speed cells, default `1,8,64` and `64,256`; empty skips); OVERHEAD_ROUNDS (paced rounds);
+//! OVERHEAD_H2_STREAMS (tokentap's slow streams with HTTP/2 clients, default 10000; 0 skips).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -453,6 +454,83 @@ async fn slow_streams(addr: SocketAddr, n: usize, pid: u32) -> (u64, u64) {
     (idle, loaded)
 }
 
+/// Open `n` slow streams through `addr` over HTTP/2 (prior knowledge, spread over `conns`
+/// connections), read each response's first event, return the proxy's RSS before and after and
+/// how many streams got their event. The proxy then holds one upstream socket per stream but only
+/// `conns` client sockets, so 10,000 streams fit the open-file limit.
+async fn slow_streams_h2(addr: SocketAddr, n: usize, conns: usize, pid: u32) -> (u64, u64, usize) {
+    let idle = rss_kb(pid);
+    let per = n.div_ceil(conns.max(1));
+    let (mut senders, mut drivers) = (Vec::new(), Vec::new());
+    // Each stream is read by a task of its own, as a client would.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<bool>();
+    let mut readers = tokio::task::JoinSet::new();
+    let debug = std::env::var("OVERHEAD_DEBUG").is_ok();
+    'conns: for c in 0..conns {
+        let Ok(tcp) = TcpStream::connect(addr).await else {
+            break;
+        };
+        // 500 streams' first events can land before their readers run: raise h2's budget for
+        // small unread DATA frames (default 32 KiB a connection) so the client keeps them.
+        let Ok((mut send, conn)) = h2::client::Builder::new()
+            .data_frame_budget(64 << 20)
+            .handshake::<_, Bytes>(tcp)
+            .await
+        else {
+            break;
+        };
+        drivers.push(tokio::spawn(conn));
+        for _ in 0..per.min(n.saturating_sub(c * per)) {
+            send = match send.ready().await {
+                Ok(s) => s,
+                Err(_) => break 'conns,
+            };
+            let req = hyper::Request::get("http://x/slow").body(()).unwrap();
+            let Ok((resp, _)) = send.send_request(req, true) else {
+                break 'conns;
+            };
+            let tx = tx.clone();
+            readers.spawn(async move {
+                let resp = match tokio::time::timeout(Duration::from_secs(20), resp).await {
+                    Ok(Ok(r)) => r,
+                    e => {
+                        if debug {
+                            eprintln!("h2 stream: {e:?}");
+                        }
+                        let _ = tx.send(false);
+                        return;
+                    }
+                };
+                let served = resp.status() == 200;
+                let mut body = resp.into_body();
+                let first = tokio::time::timeout(Duration::from_secs(20), body.data()).await;
+                let _ = tx.send(served && matches!(first, Ok(Some(Ok(_)))));
+                drop(tx);
+                // Hold the stream open until the phase is over (the task is aborted).
+                std::future::pending::<()>().await;
+                drop(body);
+            });
+        }
+        senders.push(send);
+    }
+    drop(tx);
+    let mut got = 0;
+    for _ in 0..readers.len() {
+        match rx.recv().await {
+            Some(ok) => got += usize::from(ok),
+            None => break,
+        }
+    }
+    let loaded = rss_kb(pid);
+    readers.abort_all();
+    while readers.join_next().await.is_some() {}
+    drop(senders);
+    for d in drivers {
+        d.abort();
+    }
+    (idle, loaded, got)
+}
+
 fn env_num(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
@@ -596,6 +674,27 @@ fn main() {
                     loaded.saturating_sub(idle) as f64 / streams as f64
                 );
                 tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        // tokentap alone: clients over HTTP/2, so the proxy holds one socket per stream and the
+        // full 10,000 fit the open-file limit (nginx and HAProxy are set up for HTTP/1.1 here).
+        let h2_streams = env_num("OVERHEAD_H2_STREAMS").unwrap_or(10_000);
+        if h2_streams > 0 {
+            if let Some(p) = proxies.iter().find(|p| p.name == "tokentap") {
+                let conns = h2_streams.div_ceil(500);
+                println!("\nmemory: {h2_streams} concurrent slow streams over HTTP/2 ({conns} client connections, HTTP/1.1 upstream)");
+                println!("{:<9} | {:>10} {:>12} {:>14} {:>9}", "proxy", "idle MiB", "loaded MiB", "KiB/stream", "streams");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let pid = p.child.as_ref().map(|c| c.id()).unwrap_or(0);
+                let (idle, loaded, got) = slow_streams_h2(p.addr, h2_streams, conns, pid).await;
+                println!(
+                    "{:<9} | {:>10.1} {:>12.1} {:>14.1} {:>9}",
+                    p.name,
+                    idle as f64 / 1024.0,
+                    loaded as f64 / 1024.0,
+                    loaded.saturating_sub(idle) as f64 / got.max(1) as f64,
+                    got
+                );
             }
         }
         drop(proxies);
