@@ -201,15 +201,13 @@ async fn wait_up(addr: SocketAddr) {
     panic!("{addr} never came up");
 }
 
-async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
-    let mut v = Vec::new();
+/// A tokentap in front of `up`, logging to `dir` (unless OVERHEAD_TOKENTAP_LOG=off).
+fn start_tokentap(up: SocketAddr, dir: &Path, log_name: &str) -> Proxy {
     let port = free_port();
-    let only =
-        std::env::var("OVERHEAD_PROXIES").unwrap_or_else(|_| "tokentap,nginx,haproxy".into());
     let tt = PathBuf::from(env!("CARGO_BIN_EXE_tokentap"));
     let log = match std::env::var("OVERHEAD_TOKENTAP_LOG") {
         Ok(v) if v == "off" => v,
-        _ => dir.join("tokentap.jsonl").display().to_string(),
+        _ => dir.join(log_name).display().to_string(),
     };
     let args: Vec<String> = [
         "serve",
@@ -225,11 +223,18 @@ async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
     .map(|s| s.to_string())
     .chain(std::iter::once(log))
     .collect();
-    v.push(Proxy {
+    Proxy {
         name: "tokentap",
         addr: format!("127.0.0.1:{port}").parse().unwrap(),
         child: Some(spawn(&tt, &args)),
-    });
+    }
+}
+
+async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
+    let mut v = Vec::new();
+    let only =
+        std::env::var("OVERHEAD_PROXIES").unwrap_or_else(|_| "tokentap,nginx,haproxy".into());
+    v.push(start_tokentap(up, dir, "tokentap.jsonl"));
     if let Some(nginx) = which("nginx").filter(|_| only.contains("nginx")) {
         let port = free_port();
         let d = dir.display();
@@ -676,26 +681,30 @@ fn main() {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
-        // tokentap alone: clients over HTTP/2, so the proxy holds one socket per stream and the
-        // full 10,000 fit the open-file limit (nginx and HAProxy are set up for HTTP/1.1 here).
+        // tokentap alone, a fresh process (freed memory stays with a process, so one that has
+        // run the phases above would reuse it): clients over HTTP/2, so the proxy holds one
+        // socket per stream and the full 10,000 fit the open-file limit (nginx and HAProxy are
+        // set up for HTTP/1.1 here).
         let h2_streams = env_num("OVERHEAD_H2_STREAMS").unwrap_or(10_000);
-        if h2_streams > 0 {
-            if let Some(p) = proxies.iter().find(|p| p.name == "tokentap") {
-                let conns = h2_streams.div_ceil(500);
-                println!("\nmemory: {h2_streams} concurrent slow streams over HTTP/2 ({conns} client connections, HTTP/1.1 upstream)");
-                println!("{:<9} | {:>10} {:>12} {:>14} {:>9}", "proxy", "idle MiB", "loaded MiB", "KiB/stream", "streams");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let pid = p.child.as_ref().map(|c| c.id()).unwrap_or(0);
-                let (idle, loaded, got) = slow_streams_h2(p.addr, h2_streams, conns, pid).await;
-                println!(
-                    "{:<9} | {:>10.1} {:>12.1} {:>14.1} {:>9}",
-                    p.name,
-                    idle as f64 / 1024.0,
-                    loaded as f64 / 1024.0,
-                    loaded.saturating_sub(idle) as f64 / got.max(1) as f64,
-                    got
-                );
-            }
+        if h2_streams > 0 && proxies.iter().any(|p| p.name == "tokentap") {
+            let conns = h2_streams.div_ceil(500);
+            println!("\nmemory: {h2_streams} concurrent slow streams over HTTP/2 ({conns} client connections, HTTP/1.1 upstream), a fresh tokentap");
+            println!("{:<9} | {:>10} {:>12} {:>14} {:>9}", "proxy", "idle MiB", "loaded MiB", "KiB/stream", "streams");
+            let p = start_tokentap(up, &dir, "tokentap-h2.jsonl");
+            wait_up(p.addr).await;
+            // Warm it with one request, as the other phases are.
+            let _ = closed_loop(p.addr, "/fast", 1, 1).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let pid = p.child.as_ref().map(|c| c.id()).unwrap_or(0);
+            let (idle, loaded, got) = slow_streams_h2(p.addr, h2_streams, conns, pid).await;
+            println!(
+                "{:<9} | {:>10.1} {:>12.1} {:>14.1} {:>9}",
+                p.name,
+                idle as f64 / 1024.0,
+                loaded as f64 / 1024.0,
+                loaded.saturating_sub(idle) as f64 / got.max(1) as f64,
+                got
+            );
         }
         drop(proxies);
         if std::env::var("OVERHEAD_KEEP").is_err() { let _ = std::fs::remove_dir_all(&dir); } else { eprintln!("kept {}", dir.display()); }
