@@ -457,8 +457,16 @@ impl Shape {
         // The text between must be a plain string body: no unescaped quote, and not ending in
         // an escape (which would swallow the closing quote).
         let mid = &p[a..p.len() - b];
+        // Most texts are a token or two: a plain loop beats the vector search's set-up there.
+        let find = |s: &[u8]| {
+            if s.len() < 32 {
+                s.iter().position(|&c| c == b'"' || c == b'\\')
+            } else {
+                memchr::memchr2(b'"', b'\\', s)
+            }
+        };
         let mut i = 0;
-        while let Some(off) = memchr::memchr2(b'"', b'\\', &mid[i..]) {
+        while let Some(off) = find(&mid[i..]) {
             let at = i + off;
             if mid[at] == b'"' || at + 1 >= mid.len() {
                 return false;
@@ -608,6 +616,13 @@ mod tests {
         assert!(inspect_chunk_in(&mut shape, base).unwrap().content);
         assert!(shape.matches(
             br#"{"id":"x","choices":[{"index":0,"delta":{"content":"a \"b\" c"}}],"created":1}"#
+        ));
+        // Long texts take the vector search: escapes pass, a bare quote does not.
+        assert!(shape.matches(
+            br#"{"id":"x","choices":[{"index":0,"delta":{"content":"a long text of many words, then \"quoted\" ones"}}],"created":1}"#
+        ));
+        assert!(!shape.matches(
+            br#"{"id":"x","choices":[{"index":0,"delta":{"content":"a long text of many words before a quote","x":"y"}}],"created":1}"#
         ));
         for slip in [
             // A quote in the "text" turns the rest into structure: here a usage key.

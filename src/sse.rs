@@ -70,7 +70,13 @@ impl SseSplitter {
             self.skip_lf = false;
         }
         while i < len {
-            match memchr::memchr2(b'\n', b'\r', &chunk[i..]) {
+            // An event's closing blank line is found here without a search (one per event).
+            let found = if matches!(chunk[i], b'\n' | b'\r') {
+                Some(0)
+            } else {
+                memchr::memchr2(b'\n', b'\r', &chunk[i..])
+            };
+            match found {
                 None => {
                     self.carry_partial(&chunk[i..]);
                     break;
@@ -131,15 +137,38 @@ impl SseSplitter {
             self.line.clear();
             return;
         }
-        let carried = std::mem::take(&mut self.line);
-        let (line, base) = match span {
-            Some((s, e)) => (&chunk[s..e], Some(s)),
-            None => (&carried[..], None),
-        };
+        match span {
+            Some((s, e)) => self.line_in(chunk, &chunk[s..e], Some(s), on_item),
+            None => {
+                let mut carried = std::mem::take(&mut self.line);
+                self.line_in(chunk, &carried, None, on_item);
+                // Give the carried buffer's allocation back for the next partial line.
+                carried.clear();
+                self.line = carried;
+            }
+        }
+    }
+
+    /// One complete line's bytes; `base` is its offset in `chunk` when it lies there.
+    fn line_in(
+        &mut self,
+        chunk: &[u8],
+        line: &[u8],
+        base: Option<usize>,
+        on_item: &mut impl FnMut(SseItem<'_>),
+    ) {
         if line.is_empty() {
             self.dispatch(chunk, on_item);
-        } else if line[0] != b':' {
-            let (name, value_off) = match memchr::memchr(b':', line) {
+            return;
+        }
+        if line[0] == b':' {
+            return;
+        }
+        // `data:` (nearly every line of a stream) without a search for the colon.
+        let (name, value_off) = if line.starts_with(b"data:") {
+            (&line[..4], if line.get(5) == Some(&b' ') { 6 } else { 5 })
+        } else {
+            match memchr::memchr(b':', line) {
                 Some(c) => {
                     let v = if line.get(c + 1) == Some(&b' ') {
                         c + 2
@@ -149,16 +178,12 @@ impl SseSplitter {
                     (&line[..c], v)
                 }
                 None => (line, line.len()),
-            };
-            if name == b"data" {
-                let value = &line[value_off..];
-                self.push_data(chunk, value, base.map(|s| (s + value_off, s + line.len())));
             }
+        };
+        if name == b"data" {
+            let value = &line[value_off..];
+            self.push_data(chunk, value, base.map(|s| (s + value_off, s + line.len())));
         }
-        // Give the carried buffer's allocation back for the next partial line.
-        let mut carried = carried;
-        carried.clear();
-        self.line = carried;
     }
 
     /// Append one `data` line's value; `borrowed` is its span in the current chunk, if any.

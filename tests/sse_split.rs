@@ -132,6 +132,29 @@ fn sse_edge_cases() {
         events(&[b"data: \xff\xfe\n\n"], 64),
         vec![Some(b"\xff\xfe".to_vec())]
     );
+    // Field names are whole: `datax` is not data; `data` without a colon is an empty value; only
+    // one space after the colon is dropped.
+    assert_eq!(
+        events(&[b"datax: no\ndata: yes\n\ndata\n\ndata:  two\n\n"], 64),
+        vec![
+            Some(b"yes".to_vec()),
+            Some(Vec::new()),
+            Some(b" two".to_vec())
+        ]
+    );
+    // The same cut at every byte.
+    let body = b"datax: no\ndata: yes\n\ndata\n\ndata:  two\n\n";
+    for cut in 1..body.len() {
+        assert_eq!(
+            events(&[&body[..cut], &body[cut..]], 64),
+            vec![
+                Some(b"yes".to_vec()),
+                Some(Vec::new()),
+                Some(b" two".to_vec())
+            ],
+            "cut at {cut}"
+        );
+    }
 }
 
 #[test]

@@ -218,7 +218,12 @@ impl Meter {
                 if info.content {
                     self.content_events += 1;
                     if let Some(prev) = self.timeline.last_token {
-                        let gap = now.saturating_duration_since(prev).as_micros() as u64;
+                        // Events of one read share an instant: no clock arithmetic for them.
+                        let gap = if now == prev {
+                            0
+                        } else {
+                            now.saturating_duration_since(prev).as_micros() as u64
+                        };
                         self.itl_max_us = self.itl_max_us.max(gap);
                         if self.itl_us.len() < MAX_ITL_SAMPLES {
                             self.itl_us.push(gap.min(u32::MAX as u64) as u32);
