@@ -132,3 +132,313 @@ pub struct RequestRecord {
     /// What went wrong, without secrets: an error kind, never an upstream message.
     pub error: Option<String>,
 }
+
+/// Writes a record as one JSON object, byte for byte what `serde_json::to_writer` writes for it
+/// (tested below), for the request log: the keys are literals and a string with nothing to
+/// escape is copied as is, where serde_json escapes every key and string byte by byte.
+pub fn write_json(r: &RequestRecord, out: &mut Vec<u8>) {
+    let mut w = JsonOut { out };
+    w.out.push(b'{');
+    w.key("ts", true);
+    w.str(&r.ts);
+    w.key("id", false);
+    w.str(&r.id);
+    w.key("route", false);
+    w.str(&r.route);
+    w.key("experiment", false);
+    match &r.experiment {
+        None => w.null(),
+        Some(e) => {
+            w.out.push(b'{');
+            w.key("arm", true);
+            w.str(&e.arm);
+            w.key("pair_id", false);
+            w.opt_str(e.pair_id.as_deref());
+            w.out.push(b'}');
+        }
+    }
+    w.key("method", false);
+    w.str(&r.method);
+    w.key("endpoint", false);
+    w.str(&r.endpoint);
+    w.key("model", false);
+    w.opt_str(r.model.as_deref());
+    w.key("upstream_model", false);
+    w.opt_str(r.upstream_model.as_deref());
+    w.key("key_id", false);
+    w.opt_str(r.key_id.as_deref());
+    w.key("stream", false);
+    w.bool(r.stream);
+    w.key("status", false);
+    w.num(r.status);
+    w.key("outcome", false);
+    w.raw_str(r.outcome.as_str());
+    w.key("input_tokens", false);
+    w.opt_num(r.input_tokens);
+    w.key("output_tokens", false);
+    w.opt_num(r.output_tokens);
+    w.key("tokens_source", false);
+    match r.tokens_source {
+        None => w.null(),
+        Some(TokensSource::Usage) => w.raw_str("usage"),
+        Some(TokensSource::Events) => w.raw_str("events"),
+    }
+    for (k, v) in [("ttft_ms", r.ttft_ms), ("tpot_ms", r.tpot_ms)] {
+        w.key(k, false);
+        w.opt_num(v);
+    }
+    w.key("e2e_ms", false);
+    w.num(r.e2e_ms);
+    for (k, v) in [
+        ("itl_p50_ms", r.itl_p50_ms),
+        ("itl_p99_ms", r.itl_p99_ms),
+        ("itl_max_ms", r.itl_max_ms),
+        ("body_read_ms", r.body_read_ms),
+        ("upstream_headers_ms", r.upstream_headers_ms),
+        ("first_byte_ms", r.first_byte_ms),
+        ("first_event_ms", r.first_event_ms),
+        ("last_token_ms", r.last_token_ms),
+    ] {
+        w.key(k, false);
+        w.opt_num(v);
+    }
+    w.key("in_flight", false);
+    w.num(r.in_flight);
+    w.key("max_tokens", false);
+    w.opt_num(r.max_tokens);
+    for (k, v) in [
+        ("request_bytes", r.request_bytes),
+        ("response_bytes", r.response_bytes),
+        ("events", r.events),
+        ("content_events", r.content_events),
+    ] {
+        w.key(k, false);
+        w.num(v);
+    }
+    w.key("done", false);
+    match r.done {
+        None => w.null(),
+        Some(d) => w.bool(d),
+    }
+    w.key("bucket", false);
+    w.opt_str(r.bucket.as_deref());
+    w.key("parse_errors", false);
+    w.num(r.parse_errors);
+    w.key("oversize_events", false);
+    w.num(r.oversize_events);
+    for (k, v) in [
+        ("engine_queue_ms", r.engine_queue_ms),
+        ("engine_ttft_ms", r.engine_ttft_ms),
+        ("engine_decode_ms", r.engine_decode_ms),
+        ("gateway_overhead_ms", r.gateway_overhead_ms),
+    ] {
+        w.key(k, false);
+        w.opt_num(v);
+    }
+    if let Some(c) = r.concurrency {
+        w.key("concurrency", false);
+        w.num(c);
+    }
+    w.key("error", false);
+    w.opt_str(r.error.as_deref());
+    w.out.push(b'}');
+}
+
+struct JsonOut<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+impl JsonOut<'_> {
+    /// `"name":` (after a comma unless it is the object's first key). Names are plain ASCII.
+    fn key(&mut self, name: &str, first: bool) {
+        if !first {
+            self.out.push(b',');
+        }
+        self.raw_str(name);
+        self.out.push(b':');
+    }
+
+    /// A string known to need no escaping.
+    fn raw_str(&mut self, s: &str) {
+        self.out.push(b'"');
+        self.out.extend_from_slice(s.as_bytes());
+        self.out.push(b'"');
+    }
+
+    fn str(&mut self, s: &str) {
+        // serde_json escapes control characters, `"` and `\`; anything else is copied.
+        if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+            self.raw_str(s);
+        } else {
+            self.value(s);
+        }
+    }
+
+    fn opt_str(&mut self, s: Option<&str>) {
+        match s {
+            None => self.null(),
+            Some(s) => self.str(s),
+        }
+    }
+
+    fn null(&mut self) {
+        self.out.extend_from_slice(b"null");
+    }
+
+    fn bool(&mut self, b: bool) {
+        self.out
+            .extend_from_slice(if b { b"true" } else { b"false" });
+    }
+
+    /// Numbers go through serde_json itself (its float formatting, `null` for non-finite).
+    fn num<T: Serialize>(&mut self, v: T) {
+        self.value(&v);
+    }
+
+    fn opt_num<T: Serialize>(&mut self, v: Option<T>) {
+        match v {
+            None => self.null(),
+            Some(v) => self.value(&v),
+        }
+    }
+
+    fn value<T: Serialize + ?Sized>(&mut self, v: &T) {
+        // Writing into a Vec cannot fail; a value that cannot be serialised writes `null`.
+        if serde_json::to_writer(&mut *self.out, v).is_err() {
+            self.null();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(rng: &mut fastrand::Rng) -> String {
+        const PIECES: [&str; 12] = [
+            "a", "model-7b", " ", "\"", "\\", "\n", "\u{1}", "\u{1f}", "\u{7f}", "é", "日本", "/",
+        ];
+        (0..rng.usize(0..6))
+            .map(|_| PIECES[rng.usize(..PIECES.len())])
+            .collect()
+    }
+
+    fn float(rng: &mut fastrand::Rng) -> f64 {
+        match rng.u8(..8) {
+            0 => 0.0,
+            1 => f64::NAN,
+            2 => f64::INFINITY,
+            3 => -rng.f64() * 1e3,
+            4 => rng.f64() * 1e-9,
+            5 => rng.f64() * 1e18,
+            6 => (rng.u32(..) as f64) / 1e6,
+            _ => rng.f64() * 100.0,
+        }
+    }
+
+    fn record(rng: &mut fastrand::Rng) -> RequestRecord {
+        let some = |rng: &mut fastrand::Rng| rng.bool();
+        let opt_s = |rng: &mut fastrand::Rng, on: bool| on.then(|| text(rng));
+        let outcomes = [
+            Outcome::Ok,
+            Outcome::UpstreamError,
+            Outcome::StreamError,
+            Outcome::Incomplete,
+            Outcome::UpstreamReset,
+            Outcome::ConnectError,
+            Outcome::Timeout,
+            Outcome::ClientCancelled,
+            Outcome::Rejected,
+            Outcome::ShutdownCut,
+        ];
+        let u = |rng: &mut fastrand::Rng| match rng.u8(..3) {
+            0 => 0,
+            1 => u64::MAX,
+            _ => rng.u64(..100_000),
+        };
+        let (a, b, c, d, e, f, g) = (
+            some(rng),
+            some(rng),
+            some(rng),
+            some(rng),
+            some(rng),
+            some(rng),
+            some(rng),
+        );
+        RequestRecord {
+            ts: text(rng),
+            id: text(rng),
+            route: text(rng),
+            experiment: a.then(|| Experiment {
+                arm: text(rng),
+                pair_id: if rng.bool() { Some(text(rng)) } else { None },
+            }),
+            method: text(rng),
+            endpoint: text(rng),
+            model: opt_s(rng, b),
+            upstream_model: opt_s(rng, c),
+            key_id: opt_s(rng, d),
+            stream: rng.bool(),
+            status: rng.u16(..),
+            outcome: outcomes[rng.usize(..outcomes.len())],
+            input_tokens: e.then(|| u(rng)),
+            output_tokens: f.then(|| u(rng)),
+            tokens_source: match rng.u8(..3) {
+                0 => None,
+                1 => Some(TokensSource::Usage),
+                _ => Some(TokensSource::Events),
+            },
+            ttft_ms: rng.bool().then(|| float(rng)),
+            tpot_ms: rng.bool().then(|| float(rng)),
+            e2e_ms: float(rng),
+            itl_p50_ms: rng.bool().then(|| float(rng)),
+            itl_p99_ms: rng.bool().then(|| float(rng)),
+            itl_max_ms: rng.bool().then(|| float(rng)),
+            body_read_ms: rng.bool().then(|| float(rng)),
+            upstream_headers_ms: rng.bool().then(|| float(rng)),
+            first_byte_ms: rng.bool().then(|| float(rng)),
+            first_event_ms: rng.bool().then(|| float(rng)),
+            last_token_ms: rng.bool().then(|| float(rng)),
+            in_flight: u(rng),
+            max_tokens: g.then(|| u(rng)),
+            request_bytes: u(rng),
+            response_bytes: u(rng),
+            events: u(rng),
+            content_events: u(rng),
+            done: match rng.u8(..3) {
+                0 => None,
+                1 => Some(true),
+                _ => Some(false),
+            },
+            bucket: rng.bool().then(|| text(rng)),
+            parse_errors: u(rng),
+            oversize_events: u(rng),
+            engine_queue_ms: rng.bool().then(|| float(rng)),
+            engine_ttft_ms: rng.bool().then(|| float(rng)),
+            engine_decode_ms: rng.bool().then(|| float(rng)),
+            gateway_overhead_ms: rng.bool().then(|| float(rng)),
+            concurrency: rng.bool().then(|| u(rng)),
+            error: rng.bool().then(|| text(rng)),
+        }
+    }
+
+    /// The log's writer and serde_json agree byte for byte, and the line reads back.
+    #[test]
+    fn write_json_is_serde_json_byte_for_byte() {
+        let mut rng = fastrand::Rng::with_seed(6);
+        let mut ours = Vec::new();
+        for i in 0..20_000 {
+            let r = record(&mut rng);
+            ours.clear();
+            write_json(&r, &mut ours);
+            let theirs = serde_json::to_vec(&r).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&ours),
+                String::from_utf8_lossy(&theirs),
+                "record {i}"
+            );
+            let back: serde_json::Value = serde_json::from_slice(&ours).unwrap();
+            assert!(back.is_object());
+        }
+    }
+}

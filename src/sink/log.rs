@@ -132,10 +132,7 @@ impl Writer {
 
     fn write(&mut self, rec: &RequestRecord) {
         self.line.clear();
-        if serde_json::to_writer(&mut self.line, rec).is_err() {
-            self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
+        crate::meter::record::write_json(rec, &mut self.line);
         self.line.push(b'\n');
         if self.size > 0 && self.size + self.line.len() as u64 > self.max_bytes {
             self.rotate();
