@@ -117,6 +117,16 @@ async fn huge_invalid_and_broken_upstream_events_pass_through_exactly() {
     assert_eq!(recs[0].response_bytes, big.len() as u64);
     assert_eq!(recs[1].parse_errors, 3);
     assert_eq!(recs[1].done, Some(true));
+    // And counted per route in /metrics.
+    let (_, m) = px.admin_get("/metrics").await;
+    assert!(
+        m.contains("tokentap_sse_parse_errors_total{route=\"default\"} 3"),
+        "{m}"
+    );
+    assert!(
+        m.contains("tokentap_sse_oversize_events_total{route=\"default\"} 1"),
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

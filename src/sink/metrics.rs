@@ -412,15 +412,16 @@ impl Metrics {
         if let Some(n) = rec.output_tokens {
             h.output.increment(n);
         }
-        let route = Label::new("route", rec.route.clone());
+        // Rare: the route label is only built when one of them is counted.
+        let route = || vec![Label::new("route", rec.route.clone())];
         if rec.parse_errors > 0 {
             self.recorder
-                .register_counter(&Self::key(PARSE_ERRORS, vec![route.clone()]), &META)
+                .register_counter(&Self::key(PARSE_ERRORS, route()), &META)
                 .increment(rec.parse_errors);
         }
         if rec.oversize_events > 0 {
             self.recorder
-                .register_counter(&Self::key(OVERSIZE_EVENTS, vec![route]), &META)
+                .register_counter(&Self::key(OVERSIZE_EVENTS, route()), &META)
                 .increment(rec.oversize_events);
         }
     }
