@@ -136,6 +136,8 @@ pub struct RequestRecord {
 /// Writes a record as one JSON object, byte for byte what `serde_json::to_writer` writes for it
 /// (tested below), for the request log: the keys are literals and a string with nothing to
 /// escape is copied as is, where serde_json escapes every key and string byte by byte.
+/// A field added to `RequestRecord` goes here too: the test's records set every field (the
+/// struct literal will not compile without it) and compare the bytes with serde_json's.
 pub fn write_json(r: &RequestRecord, out: &mut Vec<u8>) {
     let mut w = JsonOut { out };
     w.out.push(b'{');
