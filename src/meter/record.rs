@@ -139,125 +139,88 @@ pub struct RequestRecord {
 /// A field added to `RequestRecord` goes here too: the test's records set every field (the
 /// struct literal will not compile without it) and compare the bytes with serde_json's.
 pub fn write_json(r: &RequestRecord, out: &mut Vec<u8>) {
-    let mut w = JsonOut { out };
-    w.out.push(b'{');
-    w.key("ts", true);
-    w.str(&r.ts);
-    w.key("id", false);
-    w.str(&r.id);
-    w.key("route", false);
-    w.str(&r.route);
-    w.key("experiment", false);
+    let mut w = JsonOut { out, first: true };
+    w.open();
+    w.key("ts").str(&r.ts);
+    w.key("id").str(&r.id);
+    w.key("route").str(&r.route);
     match &r.experiment {
-        None => w.null(),
+        None => w.key("experiment").null(),
         Some(e) => {
-            w.out.push(b'{');
-            w.key("arm", true);
-            w.str(&e.arm);
-            w.key("pair_id", false);
-            w.opt_str(e.pair_id.as_deref());
-            w.out.push(b'}');
+            w.key("experiment").open();
+            w.key("arm").str(&e.arm);
+            w.key("pair_id").opt_str(e.pair_id.as_deref());
+            w.close();
         }
     }
-    w.key("method", false);
-    w.str(&r.method);
-    w.key("endpoint", false);
-    w.str(&r.endpoint);
-    w.key("model", false);
-    w.opt_str(r.model.as_deref());
-    w.key("upstream_model", false);
-    w.opt_str(r.upstream_model.as_deref());
-    w.key("key_id", false);
-    w.opt_str(r.key_id.as_deref());
-    w.key("stream", false);
-    w.bool(r.stream);
-    w.key("status", false);
-    w.num(r.status);
-    w.key("outcome", false);
-    w.raw_str(r.outcome.as_str());
-    w.key("input_tokens", false);
-    w.opt_num(r.input_tokens);
-    w.key("output_tokens", false);
-    w.opt_num(r.output_tokens);
-    w.key("tokens_source", false);
-    match r.tokens_source {
-        None => w.null(),
-        Some(TokensSource::Usage) => w.raw_str("usage"),
-        Some(TokensSource::Events) => w.raw_str("events"),
-    }
-    for (k, v) in [("ttft_ms", r.ttft_ms), ("tpot_ms", r.tpot_ms)] {
-        w.key(k, false);
-        w.opt_num(v);
-    }
-    w.key("e2e_ms", false);
-    w.num(r.e2e_ms);
-    for (k, v) in [
-        ("itl_p50_ms", r.itl_p50_ms),
-        ("itl_p99_ms", r.itl_p99_ms),
-        ("itl_max_ms", r.itl_max_ms),
-        ("body_read_ms", r.body_read_ms),
-        ("upstream_headers_ms", r.upstream_headers_ms),
-        ("first_byte_ms", r.first_byte_ms),
-        ("first_event_ms", r.first_event_ms),
-        ("last_token_ms", r.last_token_ms),
-    ] {
-        w.key(k, false);
-        w.opt_num(v);
-    }
-    w.key("in_flight", false);
-    w.num(r.in_flight);
-    w.key("max_tokens", false);
-    w.opt_num(r.max_tokens);
-    for (k, v) in [
-        ("request_bytes", r.request_bytes),
-        ("response_bytes", r.response_bytes),
-        ("events", r.events),
-        ("content_events", r.content_events),
-    ] {
-        w.key(k, false);
-        w.num(v);
-    }
-    w.key("done", false);
-    match r.done {
-        None => w.null(),
-        Some(d) => w.bool(d),
-    }
-    w.key("bucket", false);
-    w.opt_str(r.bucket.as_deref());
-    w.key("parse_errors", false);
-    w.num(r.parse_errors);
-    w.key("oversize_events", false);
-    w.num(r.oversize_events);
-    for (k, v) in [
-        ("engine_queue_ms", r.engine_queue_ms),
-        ("engine_ttft_ms", r.engine_ttft_ms),
-        ("engine_decode_ms", r.engine_decode_ms),
-        ("gateway_overhead_ms", r.gateway_overhead_ms),
-    ] {
-        w.key(k, false);
-        w.opt_num(v);
-    }
+    w.key("method").str(&r.method);
+    w.key("endpoint").str(&r.endpoint);
+    w.key("model").opt_str(r.model.as_deref());
+    w.key("upstream_model").opt_str(r.upstream_model.as_deref());
+    w.key("key_id").opt_str(r.key_id.as_deref());
+    w.key("stream").value(&r.stream);
+    w.key("status").value(&r.status);
+    w.key("outcome").raw_str(r.outcome.as_str());
+    w.key("input_tokens").value(&r.input_tokens);
+    w.key("output_tokens").value(&r.output_tokens);
+    w.key("tokens_source").value(&r.tokens_source);
+    w.key("ttft_ms").value(&r.ttft_ms);
+    w.key("tpot_ms").value(&r.tpot_ms);
+    w.key("e2e_ms").value(&r.e2e_ms);
+    w.key("itl_p50_ms").value(&r.itl_p50_ms);
+    w.key("itl_p99_ms").value(&r.itl_p99_ms);
+    w.key("itl_max_ms").value(&r.itl_max_ms);
+    w.key("body_read_ms").value(&r.body_read_ms);
+    w.key("upstream_headers_ms").value(&r.upstream_headers_ms);
+    w.key("first_byte_ms").value(&r.first_byte_ms);
+    w.key("first_event_ms").value(&r.first_event_ms);
+    w.key("last_token_ms").value(&r.last_token_ms);
+    w.key("in_flight").value(&r.in_flight);
+    w.key("max_tokens").value(&r.max_tokens);
+    w.key("request_bytes").value(&r.request_bytes);
+    w.key("response_bytes").value(&r.response_bytes);
+    w.key("events").value(&r.events);
+    w.key("content_events").value(&r.content_events);
+    w.key("done").value(&r.done);
+    w.key("bucket").opt_str(r.bucket.as_deref());
+    w.key("parse_errors").value(&r.parse_errors);
+    w.key("oversize_events").value(&r.oversize_events);
+    w.key("engine_queue_ms").value(&r.engine_queue_ms);
+    w.key("engine_ttft_ms").value(&r.engine_ttft_ms);
+    w.key("engine_decode_ms").value(&r.engine_decode_ms);
+    w.key("gateway_overhead_ms").value(&r.gateway_overhead_ms);
     if let Some(c) = r.concurrency {
-        w.key("concurrency", false);
-        w.num(c);
+        w.key("concurrency").value(&c);
     }
-    w.key("error", false);
-    w.opt_str(r.error.as_deref());
-    w.out.push(b'}');
+    w.key("error").opt_str(r.error.as_deref());
+    w.close();
 }
 
 struct JsonOut<'a> {
     out: &'a mut Vec<u8>,
+    /// No key written yet in the innermost open object (no comma before the next).
+    first: bool,
 }
 
 impl JsonOut<'_> {
-    /// `"name":` (after a comma unless it is the object's first key). Names are plain ASCII.
-    fn key(&mut self, name: &str, first: bool) {
-        if !first {
+    fn open(&mut self) {
+        self.out.push(b'{');
+        self.first = true;
+    }
+
+    fn close(&mut self) {
+        self.out.push(b'}');
+        self.first = false;
+    }
+
+    /// `"name":`, after a comma unless it is the object's first key. Names are plain ASCII.
+    fn key(&mut self, name: &str) -> &mut Self {
+        if !std::mem::take(&mut self.first) {
             self.out.push(b',');
         }
         self.raw_str(name);
         self.out.push(b':');
+        self
     }
 
     /// A string known to need no escaping.
@@ -287,23 +250,8 @@ impl JsonOut<'_> {
         self.out.extend_from_slice(b"null");
     }
 
-    fn bool(&mut self, b: bool) {
-        self.out
-            .extend_from_slice(if b { b"true" } else { b"false" });
-    }
-
-    /// Numbers go through serde_json itself (its float formatting, `null` for non-finite).
-    fn num<T: Serialize>(&mut self, v: T) {
-        self.value(&v);
-    }
-
-    fn opt_num<T: Serialize>(&mut self, v: Option<T>) {
-        match v {
-            None => self.null(),
-            Some(v) => self.value(&v),
-        }
-    }
-
+    /// Numbers, booleans, enums and options of them go through serde_json itself (its float
+    /// formatting, `null` for non-finite and `None`): short values, nothing to gain by hand.
     fn value<T: Serialize + ?Sized>(&mut self, v: &T) {
         // Writing into a Vec cannot fail; a value that cannot be serialised writes `null`.
         if serde_json::to_writer(&mut *self.out, v).is_err() {
