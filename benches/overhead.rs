@@ -42,68 +42,105 @@ const EVENT: &str = "data: {\"id\":\"chatcmpl-overhead\",\"object\":\"chat.compl
 
 /// The upstream: `/paced` = first event after 20 ms then 1 ms apart; `/fast` = all at once;
 /// `/slow` = one event then silence for a minute.
-async fn upstream() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let _ = s.set_nodelay(true);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut tmp = [0u8; 8192];
-                loop {
-                    let head_end = loop {
-                        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break p + 4;
-                        }
-                        match s.read(&mut tmp).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
-                        }
-                    };
-                    let arrived = Instant::now();
-                    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-                    buf.drain(..head_end);
-                    let mode = head.split(' ').nth(1).unwrap_or("/fast").to_owned();
-                    if let Some(id) = mode.split("id=").nth(1).and_then(|v| v.parse::<u64>().ok()) {
-                        ARRIVALS.lock().unwrap().insert(id, arrived);
+///
+/// It runs on its own thread with its own runtime. Sharing the clients' runtime made its pacing
+/// depend on the path under test: tokio parks for a whole number of milliseconds counted from the
+/// last wake-up, so every client wake-up between two events (a frame arriving through a proxy)
+/// pushed the next event later by the time since the last tick — the proxy's transit time showed
+/// up again as added ITL and TTFT.
+fn upstream() -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        realtime_if_allowed();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            serve_upstream(l).await;
+        });
+    });
+    rx.recv().unwrap()
+}
+
+/// Real-time priority for the calling thread, when allowed (root): the upstream then runs the
+/// moment its timer fires, as it would on its own machine, instead of queueing behind the clients
+/// that share its core.
+fn realtime_if_allowed() {
+    let Ok(link) = std::fs::read_link("/proc/thread-self") else {
+        return;
+    };
+    let Some(tid) = link.file_name().and_then(|t| t.to_str()).map(str::to_owned) else {
+        return;
+    };
+    let ok = Command::new("chrt")
+        .args(["-f", "-p", "10", &tid])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    UPSTREAM_RT.store(ok, Ordering::Relaxed);
+}
+
+static UPSTREAM_RT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+async fn serve_upstream(l: TcpListener) {
+    while let Ok((mut s, _)) = l.accept().await {
+        let _ = s.set_nodelay(true);
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let mut tmp = [0u8; 8192];
+            loop {
+                let head_end = loop {
+                    if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break p + 4;
                     }
-                    let chunk = format!("{:x}\r\n{EVENT}\r\n", EVENT.len());
-                    if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n").await.is_err() {
+                    match s.read(&mut tmp).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                    }
+                };
+                let arrived = Instant::now();
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+                buf.drain(..head_end);
+                let mode = head.split(' ').nth(1).unwrap_or("/fast").to_owned();
+                if let Some(id) = mode.split("id=").nth(1).and_then(|v| v.parse::<u64>().ok()) {
+                    ARRIVALS.lock().unwrap().insert(id, arrived);
+                }
+                let chunk = format!("{:x}\r\n{EVENT}\r\n", EVENT.len());
+                if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n").await.is_err() {
                         return;
                     }
-                    if mode.contains("fast") {
-                        let all = chunk.repeat(EVENTS) + "0\r\n\r\n";
-                        if s.write_all(all.as_bytes()).await.is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                    if mode.contains("slow") {
-                        // Silence until the proxy hangs up (or a minute): the socket is freed
-                        // as soon as the proxy lets go, so the next proxy's phase has the fds.
-                        let _ = s.write_all(chunk.as_bytes()).await;
-                        let mut sink = [0u8; 64];
-                        let _ =
-                            tokio::time::timeout(Duration::from_secs(60), s.read(&mut sink)).await;
+                if mode.contains("fast") {
+                    let all = chunk.repeat(EVENTS) + "0\r\n\r\n";
+                    if s.write_all(all.as_bytes()).await.is_err() {
                         return;
                     }
-                    let start = tokio::time::Instant::now();
-                    for i in 0..EVENTS {
-                        tokio::time::sleep_until(start + Duration::from_millis(20 + i as u64))
-                            .await;
-                        if s.write_all(chunk.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                    if s.write_all(b"0\r\n\r\n").await.is_err() {
+                    continue;
+                }
+                if mode.contains("slow") {
+                    // Silence until the proxy hangs up (or a minute): the socket is freed
+                    // as soon as the proxy lets go, so the next proxy's phase has the fds.
+                    let _ = s.write_all(chunk.as_bytes()).await;
+                    let mut sink = [0u8; 64];
+                    let _ = tokio::time::timeout(Duration::from_secs(60), s.read(&mut sink)).await;
+                    return;
+                }
+                let start = tokio::time::Instant::now();
+                for i in 0..EVENTS {
+                    tokio::time::sleep_until(start + Duration::from_millis(20 + i as u64)).await;
+                    if s.write_all(chunk.as_bytes()).await.is_err() {
                         return;
                     }
                 }
-            });
-        }
-    });
-    addr
+                if s.write_all(b"0\r\n\r\n").await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
 }
 
 struct Proxy {
@@ -564,9 +601,10 @@ fn main() {
         let streams: usize = std::env::var("OVERHEAD_STREAMS").ok().and_then(|v| v.parse().ok()).unwrap_or(9_000);
         let dir = std::env::temp_dir().join(format!("tokentap-overhead-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let up = upstream().await;
+        let up = upstream();
         let proxies = start_proxies(up, &dir).await;
-        println!("upstream: SSE, {EVENTS} events of {} bytes; paced = 20 ms to the first event, 1 ms apart", EVENT.len());
+        println!("upstream: SSE, {EVENTS} events of {} bytes; paced = 20 ms to the first event, 1 ms apart; own thread{}", EVENT.len(),
+            if UPSTREAM_RT.load(Ordering::Relaxed) { ", real-time priority" } else { " (real-time priority not allowed: pacing may queue behind the clients)" });
         println!("proxies: {}", proxies.iter().map(|p| p.name).collect::<Vec<_>>().join(", "));
 
         // Latency: interleaved rounds, rotating the order of targets each round.
