@@ -336,6 +336,26 @@ fn cpu_s(pid: u32) -> f64 {
     family(pid).into_iter().map(one).sum()
 }
 
+/// CPU time so far of every thread of these processes, in ns (the scheduler's own count, not
+/// 10 ms ticks: a paced cell uses only tens of milliseconds of a proxy's CPU).
+fn cpu_ns(procs: &[u32]) -> u64 {
+    let mut sum = 0;
+    for p in procs {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let stat = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            sum += stat
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    sum
+}
+
 /// Resident memory of a process and its children (nginx and HAProxy may fork), in KiB.
 fn rss_kb(pid: u32) -> u64 {
     let one = |p: u32| {
@@ -367,6 +387,8 @@ struct Samples {
     itl_us: Vec<f64>,
     /// Client send → upstream arrival of the request head.
     req_us: Vec<f64>,
+    /// Events received.
+    events: u64,
 }
 
 /// One streamed request: TTFT (first body frame) and the gaps between frames, in µs.
@@ -396,6 +418,7 @@ async fn one(c: &HttpClient, addr: SocketAddr, path: &str, s: &mut Samples) -> u
             bytes += d.len();
         }
     }
+    s.events += (bytes / EVENT.len()) as u64;
     bytes / EVENT.len()
 }
 
@@ -412,8 +435,13 @@ async fn closed_loop(
         let (c, next) = (c.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             // One unmeasured request first: the client's connection is open before sampling.
-            one(&c, addr, path, &mut Samples::default()).await;
-            let mut s = Samples::default();
+            // Its events count (the proxy's CPU for it is in the cell's), its times do not.
+            let mut warm = Samples::default();
+            one(&c, addr, path, &mut warm).await;
+            let mut s = Samples {
+                events: warm.events,
+                ..Samples::default()
+            };
             while next.fetch_add(1, Ordering::Relaxed) < requests as u64 {
                 one(&c, addr, path, &mut s).await;
             }
@@ -426,6 +454,7 @@ async fn closed_loop(
         all.ttft_us.extend(s.ttft_us);
         all.itl_us.extend(s.itl_us);
         all.req_us.extend(s.req_us);
+        all.events += s.events;
     }
     all
 }
@@ -607,19 +636,29 @@ fn main() {
             if UPSTREAM_RT.load(Ordering::Relaxed) { ", real-time priority" } else { " (real-time priority not allowed: pacing may queue behind the clients)" });
         println!("proxies: {}", proxies.iter().map(|p| p.name).collect::<Vec<_>>().join(", "));
 
+        let pids: Vec<Option<u32>> = std::iter::once(None)
+            .chain(proxies.iter().map(|p| p.child.as_ref().map(|c| c.id())))
+            .collect();
+        // The processes whose CPU counts as the proxy's (nginx's and HAProxy's workers).
+        let families: Vec<Vec<u32>> = pids.iter().map(|p| p.map(family).unwrap_or_default()).collect();
+
         // Latency: interleaved rounds, rotating the order of targets each round.
         let rounds = env_num("OVERHEAD_ROUNDS").unwrap_or(if quick { 2 } else { 6 });
         let mut targets: Vec<(&str, SocketAddr)> = vec![("direct", up)];
         targets.extend(proxies.iter().map(|p| (p.name, p.addr)));
         println!("\nadded latency vs direct (µs), paced stream, {rounds} interleaved rounds; req = client send → upstream has the request");
-        println!("{:<9} {:>4} | {:>10} {:>10} | {:>10} {:>10} | {:>10} {:>10}", "proxy", "C", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "req p50", "req p99");
+        println!("{:<9} {:>4} | {:>10} {:>10} | {:>10} {:>10} | {:>10} {:>10} | {:>12}", "proxy", "C", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "req p50", "req p99", "CPU µs/event");
         for conc in env_list("OVERHEAD_LATENCY_C", &[1, 8, 64]) {
             let mut acc: Vec<Samples> = targets.iter().map(|_| Samples::default()).collect();
+            // A proxy works only on its own requests: its CPU over the whole cell is theirs.
+            let cpu0: Vec<u64> = families.iter().map(|f| cpu_ns(f)).collect();
             if conc == 1 {
                 // One at a time: interleave request by request, so drift cancels per request.
                 let clients: Vec<HttpClient> = targets.iter().map(|_| client()).collect();
                 for (i, t) in targets.iter().enumerate() {
-                    one(&clients[i], t.1, "/paced", &mut Samples::default()).await;
+                    let mut warm = Samples::default();
+                    one(&clients[i], t.1, "/paced", &mut warm).await;
+                    acc[i].events += warm.events;
                 }
                 for r in 0..rounds * 32 {
                     for k in 0..targets.len() {
@@ -638,21 +677,24 @@ fn main() {
                     acc[i].ttft_us.extend(s.ttft_us);
                     acc[i].itl_us.extend(s.itl_us);
                     acc[i].req_us.extend(s.req_us);
+                    acc[i].events += s.events;
                 }
             }
+            let cpu_us: Vec<f64> = families.iter().zip(&cpu0).map(|(f, c0)| (cpu_ns(f) - c0) as f64 / 1e3).collect();
             let (mut dt, mut di, mut dr) = (acc[0].ttft_us.clone(), acc[0].itl_us.clone(), acc[0].req_us.clone());
             let base = (pct(&mut dt, 0.5), pct(&mut dt, 0.99), pct(&mut di, 0.5), pct(&mut di, 0.99));
             let req_base = (pct(&mut dr, 0.5), pct(&mut dr, 0.99));
             for (i, (name, _)) in targets.iter().enumerate().skip(1) {
                 let (mut t, mut g, mut q) = (acc[i].ttft_us.clone(), acc[i].itl_us.clone(), acc[i].req_us.clone());
                 println!(
-                    "{name:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}",
+                    "{name:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>12.2}",
                     pct(&mut t, 0.5) - base.0,
                     pct(&mut t, 0.99) - base.1,
                     pct(&mut g, 0.5) - base.2,
                     pct(&mut g, 0.99) - base.3,
                     pct(&mut q, 0.5) - req_base.0,
-                    pct(&mut q, 0.99) - req_base.1
+                    pct(&mut q, 0.99) - req_base.1,
+                    cpu_us[i] / acc[i].events.max(1) as f64
                 );
             }
             println!("{:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3, req_base.0, req_base.1);
@@ -664,9 +706,6 @@ fn main() {
         let slice = if quick { 0.75 } else { 1.0 };
         println!("\nfull speed ({slices} interleaved slices of {slice} s per cell, upstream sends all {EVENTS} events at once)");
         println!("{:<9} {:>4} | {:>9} {:>11} | {:>14} {:>10}", "proxy", "C", "req/s", "chunks/s", "CPU µs/chunk", "RSS MiB");
-        let pids: Vec<Option<u32>> = std::iter::once(None)
-            .chain(proxies.iter().map(|p| p.child.as_ref().map(|c| c.id())))
-            .collect();
         if std::env::var("OVERHEAD_DEBUG").is_ok() {
             for (p, pid) in proxies.iter().zip(&pids[1..]) {
                 eprintln!("{}: pid {pid:?} family {:?}", p.name, pid.map(family));
