@@ -40,16 +40,19 @@ static ARRIVALS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 const EVENT: &str = "data: {\"id\":\"chatcmpl-overhead\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"}}]}\n\n";
 
-/// The upstream: `/paced` = first event after 20 ms then 1 ms apart; `/fast` = all at once;
-/// `/slow` = one event then silence for a minute.
+/// The upstream: `/paced` = first event 20 ms after the request, then 1 ms apart; `/fast` = all
+/// at once; `/slow` = one event then silence for a minute.
 ///
-/// It runs on its own thread with its own runtime. Sharing the clients' runtime made its pacing
-/// depend on the path under test: tokio parks for a whole number of milliseconds counted from the
-/// last wake-up, so every client wake-up between two events (a frame arriving through a proxy)
-/// pushed the next event later by the time since the last tick — the proxy's transit time showed
-/// up again as added ITL and TTFT.
+/// It runs on its own threads, at real-time priority when allowed, and a paced stream's events
+/// are written by a pacer thread at their exact instants (see [`pacer`]): the upstream's timing
+/// must not depend on the path under test. With tokio timers on the clients' runtime it did: tokio
+/// parks for a whole number of milliseconds counted from the last wake-up, so every wake-up
+/// between two events (a frame arriving through a proxy, another request arriving) pushed the next
+/// event later by up to a millisecond, and a proxy's own timing came back as added ITL and TTFT.
 fn upstream() -> SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (jobs, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || pacer(rx));
+    let (tx, addr) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         realtime_if_allowed();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -59,15 +62,15 @@ fn upstream() -> SocketAddr {
         rt.block_on(async move {
             let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(l.local_addr().unwrap()).unwrap();
-            serve_upstream(l).await;
+            serve_upstream(l, jobs).await;
         });
     });
-    rx.recv().unwrap()
+    addr.recv().unwrap()
 }
 
 /// Real-time priority for the calling thread, when allowed (root): the upstream then runs the
-/// moment its timer fires, as it would on its own machine, instead of queueing behind the clients
-/// that share its core.
+/// moment an event is due, as it would on its own machine, instead of queueing behind the clients
+/// that share its core; its sleeps also lose the kernel's timer slack (50 µs by default).
 fn realtime_if_allowed() {
     let Ok(link) = std::fs::read_link("/proc/thread-self") else {
         return;
@@ -86,12 +89,86 @@ fn realtime_if_allowed() {
 
 static UPSTREAM_RT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-async fn serve_upstream(l: TcpListener) {
+/// One paced stream handed to the pacer: its socket (a second handle on the connection's socket),
+/// its next event's instant and how many are left; `done` gets the socket back, or nothing if a
+/// write failed.
+struct Paced {
+    sock: std::net::TcpStream,
+    next: Instant,
+    left: usize,
+    done: tokio::sync::oneshot::Sender<Option<std::net::TcpStream>>,
+}
+
+/// Writes every paced stream's events at their instants: it sleeps until the earliest one is due
+/// (exactly: the wait is in nanoseconds, and a new stream arriving recomputes it), writes all that
+/// are due, and ends each stream with the chunked terminator.
+fn pacer(rx: std::sync::mpsc::Receiver<Paced>) {
+    const COALESCE: Duration = Duration::from_micros(20);
+    use std::io::Write;
+    use std::sync::mpsc::RecvTimeoutError;
+    realtime_if_allowed();
+    let chunk = format!("{:x}\r\n{EVENT}\r\n", EVENT.len());
+    let mut streams: Vec<Paced> = Vec::new();
+    let write = |sock: &mut std::net::TcpStream, mut bytes: &[u8]| -> bool {
+        // The socket is non-blocking (it is tokio's too); a full send buffer is waited out.
+        let give_up = Instant::now() + Duration::from_secs(5);
+        while !bytes.is_empty() {
+            match sock.write(bytes) {
+                Ok(0) => return false,
+                Ok(n) => bytes = &bytes[n..],
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < give_up =>
+                {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Err(_) => return false,
+            }
+        }
+        true
+    };
+    loop {
+        // Events due within COALESCE of now go out together: one wake-up for streams whose
+        // instants nearly coincide (at C=64 one wake-up per event cost more than the core had).
+        let now = Instant::now() + COALESCE;
+        let mut i = 0;
+        while i < streams.len() {
+            if streams[i].next > now {
+                i += 1;
+                continue;
+            }
+            let p = &mut streams[i];
+            let mut ok = write(&mut p.sock, chunk.as_bytes());
+            p.left -= 1;
+            p.next += Duration::from_millis(1);
+            if p.left == 0 || !ok {
+                ok = ok && write(&mut p.sock, b"0\r\n\r\n");
+                let p = streams.swap_remove(i);
+                let _ = p.done.send(ok.then_some(p.sock));
+                continue;
+            }
+            i += 1;
+        }
+        let got = match streams.iter().map(|p| p.next).min() {
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(t) => rx.recv_timeout(t.saturating_duration_since(Instant::now())),
+        };
+        match got {
+            Ok(p) => streams.push(p),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+async fn serve_upstream(l: TcpListener, jobs: std::sync::mpsc::Sender<Paced>) {
     while let Ok((mut s, _)) = l.accept().await {
         let _ = s.set_nodelay(true);
+        let jobs = jobs.clone();
         tokio::spawn(async move {
             let mut buf = Vec::new();
             let mut tmp = [0u8; 8192];
+            // The pacer's handle on this connection's socket, made at its first paced request.
+            let mut paced_sock: Option<std::net::TcpStream> = None;
             loop {
                 let head_end = loop {
                     if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -128,15 +205,30 @@ async fn serve_upstream(l: TcpListener) {
                     let _ = tokio::time::timeout(Duration::from_secs(60), s.read(&mut sink)).await;
                     return;
                 }
-                let start = tokio::time::Instant::now();
-                for i in 0..EVENTS {
-                    tokio::time::sleep_until(start + Duration::from_millis(20 + i as u64)).await;
-                    if s.write_all(chunk.as_bytes()).await.is_err() {
-                        return;
+                let start = Instant::now();
+                let sock = match paced_sock.take() {
+                    Some(sock) => sock,
+                    None => {
+                        let std = s.into_std().unwrap();
+                        let second = std.try_clone().unwrap();
+                        s = TcpStream::from_std(std).unwrap();
+                        second
                     }
-                }
-                if s.write_all(b"0\r\n\r\n").await.is_err() {
+                };
+                let (done, back) = tokio::sync::oneshot::channel();
+                let job = Paced {
+                    sock,
+                    next: start + Duration::from_millis(20),
+                    left: EVENTS,
+                    done,
+                };
+                if jobs.send(job).is_err() {
                     return;
+                }
+                // The client reads the whole stream before it sends the next request.
+                match back.await {
+                    Ok(Some(sock)) => paced_sock = Some(sock),
+                    _ => return,
                 }
             }
         });
