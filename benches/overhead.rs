@@ -724,8 +724,8 @@ fn main() {
         std::fs::create_dir_all(&dir).unwrap();
         let up = upstream();
         let proxies = start_proxies(up, &dir).await;
-        println!("upstream: SSE, {EVENTS} events of {} bytes; paced = 20 ms to the first event, 1 ms apart; own thread{}", EVENT.len(),
-            if UPSTREAM_RT.load(Ordering::Relaxed) { ", real-time priority" } else { " (real-time priority not allowed: pacing may queue behind the clients)" });
+        println!("upstream: SSE, {EVENTS} events of {} bytes; paced = 20 ms to the first event, 1 ms apart, written at their instants by a pacer thread; upstream threads {}", EVENT.len(),
+            if UPSTREAM_RT.load(Ordering::Relaxed) { "at real-time priority" } else { "at normal priority (real-time not allowed: events may queue behind the clients)" });
         println!("proxies: {}", proxies.iter().map(|p| p.name).collect::<Vec<_>>().join(", "));
 
         let pids: Vec<Option<u32>> = std::iter::once(None)
