@@ -51,43 +51,57 @@ const EVENT: &str = "data: {\"id\":\"chatcmpl-overhead\",\"object\":\"chat.compl
 /// event later by up to a millisecond, and a proxy's own timing came back as added ITL and TTFT.
 fn upstream() -> SocketAddr {
     let (jobs, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || pacer(rx));
-    let (tx, addr) = std::sync::mpsc::channel();
+    let (pacer_rt, pacer_ready) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        realtime_if_allowed();
+        let _ = pacer_rt.send(realtime_if_allowed());
+        pacer(rx)
+    });
+    let (tx, ready) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt_ok = realtime_if_allowed();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async move {
             let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
+            tx.send((l.local_addr().unwrap(), rt_ok)).unwrap();
             serve_upstream(l, jobs).await;
         });
     });
-    addr.recv().unwrap()
+    let (addr, rt_ok) = ready.recv().unwrap();
+    UPSTREAM_RT.store(
+        rt_ok && pacer_ready.recv().unwrap_or(false),
+        Ordering::Relaxed,
+    );
+    addr
 }
 
 /// Real-time priority for the calling thread, when allowed (root): the upstream then runs the
 /// moment an event is due, as it would on its own machine, instead of queueing behind the clients
 /// that share its core; its sleeps also lose the kernel's timer slack (50 µs by default).
-fn realtime_if_allowed() {
+fn realtime_if_allowed() -> bool {
     let Ok(link) = std::fs::read_link("/proc/thread-self") else {
-        return;
+        return false;
     };
     let Some(tid) = link.file_name().and_then(|t| t.to_str()).map(str::to_owned) else {
-        return;
+        return false;
     };
-    let ok = Command::new("chrt")
+    Command::new("chrt")
         .args(["-f", "-p", "10", &tid])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success());
-    UPSTREAM_RT.store(ok, Ordering::Relaxed);
+        .is_ok_and(|s| s.success())
 }
 
+/// Both upstream threads (the server and the pacer) run at real-time priority.
 static UPSTREAM_RT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// One event as a chunk of a chunked body.
+fn sse_chunk() -> String {
+    format!("{:x}\r\n{EVENT}\r\n", EVENT.len())
+}
 
 /// One paced stream handed to the pacer: its socket (a second handle on the connection's socket),
 /// its next event's instant and how many are left; `done` gets the socket back, or nothing if a
@@ -106,8 +120,7 @@ fn pacer(rx: std::sync::mpsc::Receiver<Paced>) {
     const COALESCE: Duration = Duration::from_micros(20);
     use std::io::Write;
     use std::sync::mpsc::RecvTimeoutError;
-    realtime_if_allowed();
-    let chunk = format!("{:x}\r\n{EVENT}\r\n", EVENT.len());
+    let chunk = sse_chunk();
     let mut streams: Vec<Paced> = Vec::new();
     let write = |sock: &mut std::net::TcpStream, mut bytes: &[u8]| -> bool {
         // The socket is non-blocking (it is tokio's too); a full send buffer is waited out.
@@ -186,7 +199,7 @@ async fn serve_upstream(l: TcpListener, jobs: std::sync::mpsc::Sender<Paced>) {
                 if let Some(id) = mode.split("id=").nth(1).and_then(|v| v.parse::<u64>().ok()) {
                     ARRIVALS.lock().unwrap().insert(id, arrived);
                 }
-                let chunk = format!("{:x}\r\n{EVENT}\r\n", EVENT.len());
+                let chunk = sse_chunk();
                 if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n").await.is_err() {
                         return;
                     }
@@ -772,7 +785,7 @@ fn main() {
                     acc[i].events += s.events;
                 }
             }
-            let cpu_us: Vec<f64> = families.iter().zip(&cpu0).map(|(f, c0)| (cpu_ns(f) - c0) as f64 / 1e3).collect();
+            let cpu_us: Vec<f64> = families.iter().zip(&cpu0).map(|(f, c0)| cpu_ns(f).saturating_sub(*c0) as f64 / 1e3).collect();
             let (mut dt, mut di, mut dr) = (acc[0].ttft_us.clone(), acc[0].itl_us.clone(), acc[0].req_us.clone());
             let base = (pct(&mut dt, 0.5), pct(&mut dt, 0.99), pct(&mut di, 0.5), pct(&mut di, 0.99));
             let req_base = (pct(&mut dr, 0.5), pct(&mut dr, 0.99));
