@@ -13,7 +13,9 @@
 //! OVERHEAD_KEEP=1 (keep the scratch directory with tokentap's own records of the run);
 //! OVERHEAD_LATENCY_C / OVERHEAD_FULL_C (comma lists of concurrencies for the paced and the
 //! full-speed cells, default `1,8,64` and `64,256`; empty skips); OVERHEAD_ROUNDS (paced rounds);
-//! OVERHEAD_H2_STREAMS (tokentap's slow streams with HTTP/2 clients, default 10000; 0 skips).
+//! OVERHEAD_H2_STREAMS (tokentap's slow streams with HTTP/2 clients, default 10000; 0 skips);
+//! OVERHEAD_TOKENTAP_B=<path to another tokentap binary> (a second build as target
+//! `tokentap-b`: an A/B of two builds in one interleaved run).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -343,10 +345,19 @@ async fn wait_up(addr: SocketAddr) {
     panic!("{addr} never came up");
 }
 
+fn tokentap_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tokentap"))
+}
+
 /// A tokentap in front of `up`, logging to `dir` (unless OVERHEAD_TOKENTAP_LOG=off).
-fn start_tokentap(up: SocketAddr, dir: &Path, log_name: &str) -> Proxy {
+fn start_tokentap(
+    name: &'static str,
+    tt: PathBuf,
+    up: SocketAddr,
+    dir: &Path,
+    log_name: &str,
+) -> Proxy {
     let port = free_port();
-    let tt = PathBuf::from(env!("CARGO_BIN_EXE_tokentap"));
     let log = match std::env::var("OVERHEAD_TOKENTAP_LOG") {
         Ok(v) if v == "off" => v,
         _ => dir.join(log_name).display().to_string(),
@@ -366,7 +377,7 @@ fn start_tokentap(up: SocketAddr, dir: &Path, log_name: &str) -> Proxy {
     .chain(std::iter::once(log))
     .collect();
     Proxy {
-        name: "tokentap",
+        name,
         addr: format!("127.0.0.1:{port}").parse().unwrap(),
         child: Some(spawn(&tt, &args)),
     }
@@ -376,7 +387,23 @@ async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
     let mut v = Vec::new();
     let only =
         std::env::var("OVERHEAD_PROXIES").unwrap_or_else(|_| "tokentap,nginx,haproxy".into());
-    v.push(start_tokentap(up, dir, "tokentap.jsonl"));
+    v.push(start_tokentap(
+        "tokentap",
+        tokentap_bin(),
+        up,
+        dir,
+        "tokentap.jsonl",
+    ));
+    // A second tokentap build, for an A/B of two builds in one run (same order, same load).
+    if let Some(b) = std::env::var_os("OVERHEAD_TOKENTAP_B") {
+        v.push(start_tokentap(
+            "tokentap-b",
+            PathBuf::from(b),
+            up,
+            dir,
+            "tokentap-b.jsonl",
+        ));
+    }
     if let Some(nginx) = which("nginx").filter(|_| only.contains("nginx")) {
         let port = free_port();
         let d = dir.display();
@@ -494,6 +521,32 @@ struct Samples {
     req_us: Vec<f64>,
     /// Events received.
     events: u64,
+}
+
+/// An order of `n` targets, to be repeated, in which every target comes right after every
+/// other one exactly once: a closed walk over all ordered pairs (Hierholzer's algorithm on the
+/// complete directed graph). What ran before a request changes its latency: after `direct` the
+/// proxies' core has been idle for a whole stream (~84 ms) and wakes cold; after another proxy
+/// it was busy a moment ago. A plain rotation puts the same proxy after `direct` every time
+/// (it once cost tokentap ~60 µs of TTFT at C=1 against an identical copy of itself placed
+/// later); this order gives every target the same share of each predecessor.
+fn carryover_order(n: usize) -> Vec<usize> {
+    if n < 3 {
+        return (0..n).collect();
+    }
+    let mut unused: Vec<Vec<usize>> = (0..n)
+        .map(|v| (0..n).filter(|&w| w != v).rev().collect())
+        .collect();
+    let (mut stack, mut walk) = (vec![0], Vec::new());
+    while let Some(&v) = stack.last() {
+        match unused[v].pop() {
+            Some(w) => stack.push(w),
+            None => walk.extend(stack.pop()),
+        }
+    }
+    walk.reverse();
+    walk.pop(); // the walk is closed: its last step returns to the first target
+    walk
 }
 
 /// One streamed request: TTFT (first body frame) and the gaps between frames, in µs.
@@ -723,6 +776,18 @@ fn main() {
     // `cargo test --all-targets` runs bench targets too: only `cargo bench` (which passes
     // --bench) runs the measurement.
     if !std::env::args().any(|a| a == "--bench") {
+        // Under `cargo test`: check the interleaving order, then stop.
+        for n in 3..8 {
+            let order = carryover_order(n);
+            let mut pairs: Vec<(usize, usize)> = (0..order.len())
+                .map(|k| (order[k], order[(k + 1) % order.len()]))
+                .collect();
+            pairs.sort();
+            let all: Vec<(usize, usize)> = (0..n)
+                .flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, b)))
+                .collect();
+            assert_eq!(pairs, all, "carryover_order({n}) = {order:?}");
+        }
         println!("overhead: run with `cargo bench --bench overhead` or scripts/overhead.sh");
         return;
     }
@@ -747,12 +812,15 @@ fn main() {
         // The processes whose CPU counts as the proxy's (nginx's and HAProxy's workers).
         let families: Vec<Vec<u32>> = pids.iter().map(|p| p.map(family).unwrap_or_default()).collect();
 
-        // Latency: interleaved rounds, rotating the order of targets each round.
+        // Latency: interleaved, in an order where every target follows every other one equally
+        // often (see `carryover_order`).
         let rounds = env_num("OVERHEAD_ROUNDS").unwrap_or(if quick { 2 } else { 6 });
         let mut targets: Vec<(&str, SocketAddr)> = vec![("direct", up)];
         targets.extend(proxies.iter().map(|p| (p.name, p.addr)));
-        println!("\nadded latency vs direct (µs), paced stream, {rounds} interleaved rounds; req = client send → upstream has the request");
-        println!("{:<9} {:>4} | {:>10} {:>10} | {:>10} {:>10} | {:>10} {:>10} | {:>12}", "proxy", "C", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "req p50", "req p99", "CPU µs/event");
+        let order = carryover_order(targets.len());
+        let follow = targets.len().saturating_sub(1).max(1);
+        println!("\nadded latency vs direct (µs), paced stream, interleaved so that every target follows every other one equally often; req = client send → upstream has the request");
+        println!("{:<10} {:>4} | {:>10} {:>10} | {:>10} {:>10} | {:>10} {:>10} | {:>12}", "proxy", "C", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "req p50", "req p99", "CPU µs/event");
         for conc in env_list("OVERHEAD_LATENCY_C", &[1, 8, 64]) {
             let mut acc: Vec<Samples> = targets.iter().map(|_| Samples::default()).collect();
             // A proxy works only on its own requests: its CPU over the whole cell is theirs.
@@ -765,19 +833,17 @@ fn main() {
                     one(&clients[i], t.1, "/paced", &mut warm).await;
                     acc[i].events += warm.events;
                 }
-                for r in 0..rounds * 32 {
-                    for k in 0..targets.len() {
-                        let i = (k + r) % targets.len();
+                for _ in 0..(rounds * 32).div_ceil(follow) {
+                    for &i in &order {
                         one(&clients[i], targets[i].1, "/paced", &mut acc[i]).await;
                     }
                 }
             }
-            for r in 0..rounds {
+            for _ in 0..rounds.div_ceil(follow) {
                 if conc == 1 {
                     break;
                 }
-                for k in 0..targets.len() {
-                    let i = (k + r) % targets.len();
+                for &i in &order {
                     let s = closed_loop(targets[i].1, "/paced", conc, (conc * 4).max(16)).await;
                     acc[i].ttft_us.extend(s.ttft_us);
                     acc[i].itl_us.extend(s.itl_us);
@@ -792,7 +858,7 @@ fn main() {
             for (i, (name, _)) in targets.iter().enumerate().skip(1) {
                 let (mut t, mut g, mut q) = (acc[i].ttft_us.clone(), acc[i].itl_us.clone(), acc[i].req_us.clone());
                 println!(
-                    "{name:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>12.2}",
+                    "{name:<10} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>12.2}",
                     pct(&mut t, 0.5) - base.0,
                     pct(&mut t, 0.99) - base.1,
                     pct(&mut g, 0.5) - base.2,
@@ -802,7 +868,7 @@ fn main() {
                     cpu_us[i] / acc[i].events.max(1) as f64
                 );
             }
-            println!("{:<9} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3, req_base.0, req_base.1);
+            println!("{:<10} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3, req_base.0, req_base.1);
         }
 
         // Throughput and CPU per chunk: each cell in slices, the targets' order rotating per
@@ -810,7 +876,7 @@ fn main() {
         let slices = if quick { 2 } else { 4 };
         let slice = if quick { 0.75 } else { 1.0 };
         println!("\nfull speed ({slices} interleaved slices of {slice} s per cell, upstream sends all {EVENTS} events at once)");
-        println!("{:<9} {:>4} | {:>9} {:>11} | {:>14} {:>10}", "proxy", "C", "req/s", "chunks/s", "CPU µs/chunk", "RSS MiB");
+        println!("{:<10} {:>4} | {:>9} {:>11} | {:>14} {:>10}", "proxy", "C", "req/s", "chunks/s", "CPU µs/chunk", "RSS MiB");
         if std::env::var("OVERHEAD_DEBUG").is_ok() {
             for (p, pid) in proxies.iter().zip(&pids[1..]) {
                 eprintln!("{}: pid {pid:?} family {:?}", p.name, pid.map(family));
@@ -838,10 +904,10 @@ fn main() {
                 let (rq, ch, el, cpu) = acc[i];
                 let (rps, cps) = (rq as f64 / el, ch as f64 / el);
                 match pids[i] {
-                    None => println!("{name:<9} {conc:>4} | {rps:>9.0} {cps:>11.0} | {:>14} {:>10}", "-", "-"),
+                    None => println!("{name:<10} {conc:>4} | {rps:>9.0} {cps:>11.0} | {:>14} {:>10}", "-", "-"),
                     Some(pid) => {
                         let per_chunk = cpu * 1e6 / (ch as f64).max(1.0);
-                        println!("{name:<9} {conc:>4} | {rps:>9.0} {cps:>11.0} | {per_chunk:>14.2} {:>10.1}", rss_kb(pid) as f64 / 1024.0);
+                        println!("{name:<10} {conc:>4} | {rps:>9.0} {cps:>11.0} | {per_chunk:>14.2} {:>10.1}", rss_kb(pid) as f64 / 1024.0);
                     }
                 }
             }
@@ -849,12 +915,12 @@ fn main() {
 
         if streams > 0 {
             println!("\nmemory: {streams} concurrent slow streams (one event, then silence)");
-            println!("{:<9} | {:>10} {:>12} {:>14}", "proxy", "idle MiB", "loaded MiB", "KiB/stream");
+            println!("{:<10} | {:>10} {:>12} {:>14}", "proxy", "idle MiB", "loaded MiB", "KiB/stream");
             for p in &proxies {
                 let pid = p.child.as_ref().map(|c| c.id()).unwrap_or(0);
                 let (idle, loaded) = slow_streams(p.addr, streams, pid).await;
                 println!(
-                    "{:<9} | {:>10.1} {:>12.1} {:>14.1}",
+                    "{:<10} | {:>10.1} {:>12.1} {:>14.1}",
                     p.name,
                     idle as f64 / 1024.0,
                     loaded as f64 / 1024.0,
@@ -871,8 +937,8 @@ fn main() {
         if h2_streams > 0 && proxies.iter().any(|p| p.name == "tokentap") {
             let conns = h2_streams.div_ceil(500);
             println!("\nmemory: {h2_streams} concurrent slow streams over HTTP/2 ({conns} client connections, HTTP/1.1 upstream), a fresh tokentap");
-            println!("{:<9} | {:>10} {:>12} {:>14} {:>9}", "proxy", "idle MiB", "loaded MiB", "KiB/stream", "streams");
-            let p = start_tokentap(up, &dir, "tokentap-h2.jsonl");
+            println!("{:<10} | {:>10} {:>12} {:>14} {:>9}", "proxy", "idle MiB", "loaded MiB", "KiB/stream", "streams");
+            let p = start_tokentap("tokentap", tokentap_bin(), up, &dir, "tokentap-h2.jsonl");
             wait_up(p.addr).await;
             // Warm it with one request, as the other phases are.
             let _ = closed_loop(p.addr, "/fast", 1, 1).await;
@@ -880,7 +946,7 @@ fn main() {
             let pid = p.child.as_ref().map(|c| c.id()).unwrap_or(0);
             let (idle, loaded, got) = slow_streams_h2(p.addr, h2_streams, conns, pid).await;
             println!(
-                "{:<9} | {:>10.1} {:>12.1} {:>14.1} {:>9}",
+                "{:<10} | {:>10.1} {:>12.1} {:>14.1} {:>9}",
                 p.name,
                 idle as f64 / 1024.0,
                 loaded as f64 / 1024.0,
