@@ -825,6 +825,8 @@ fn main() {
             let mut acc: Vec<Samples> = targets.iter().map(|_| Samples::default()).collect();
             // A proxy works only on its own requests: its CPU over the whole cell is theirs.
             let cpu0: Vec<u64> = families.iter().map(|f| cpu_ns(f)).collect();
+            let mut after_direct: Vec<Samples> = targets.iter().map(|_| Samples::default()).collect();
+            let mut c1_split: Option<Vec<String>> = None;
             if conc == 1 {
                 // One at a time: interleave request by request, so drift cancels per request.
                 let clients: Vec<HttpClient> = targets.iter().map(|_| client()).collect();
@@ -834,9 +836,33 @@ fn main() {
                     acc[i].events += warm.events;
                 }
                 for _ in 0..(rounds * 32).div_ceil(follow) {
-                    for &i in &order {
-                        one(&clients[i], targets[i].1, "/paced", &mut acc[i]).await;
+                    for (k, &i) in order.iter().enumerate() {
+                        let prev = order[(k + order.len() - 1) % order.len()];
+                        let into = if prev == 0 { &mut after_direct[i] } else { &mut acc[i] };
+                        one(&clients[i], targets[i].1, "/paced", into).await;
                     }
+                }
+                // Each proxy after direct (its core idle for a whole stream) and after another
+                // proxy (busy a moment ago); the table below pools both.
+                if targets.len() > 2 {
+                    let mut d = acc[0].ttft_us.clone();
+                    d.extend(&after_direct[0].ttft_us);
+                    let mut dq = acc[0].req_us.clone();
+                    dq.extend(&after_direct[0].req_us);
+                    let (b, bq) = (pct(&mut d, 0.5), pct(&mut dq, 0.5));
+                    let split: Vec<String> = targets.iter().enumerate().skip(1).map(|(i, (name, _))| {
+                        let (mut ct, mut cq) = (after_direct[i].ttft_us.clone(), after_direct[i].req_us.clone());
+                        let (mut wt, mut wq) = (acc[i].ttft_us.clone(), acc[i].req_us.clone());
+                        format!("{name:<10}    1 | after direct: TTFT p50 {:>4.0}, req p50 {:>4.0} | after a proxy: TTFT p50 {:>4.0}, req p50 {:>4.0}",
+                            pct(&mut ct, 0.5) - b, pct(&mut cq, 0.5) - bq, pct(&mut wt, 0.5) - b, pct(&mut wq, 0.5) - bq)
+                    }).collect();
+                    c1_split = Some(split);
+                }
+                for (a, c) in acc.iter_mut().zip(after_direct) {
+                    a.ttft_us.extend(c.ttft_us);
+                    a.itl_us.extend(c.itl_us);
+                    a.req_us.extend(c.req_us);
+                    a.events += c.events;
                 }
             }
             for _ in 0..rounds.div_ceil(follow) {
@@ -869,6 +895,9 @@ fn main() {
                 );
             }
             println!("{:<10} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3, req_base.0, req_base.1);
+            for line in c1_split.into_iter().flatten() {
+                println!("{line}");
+            }
         }
 
         // Throughput and CPU per chunk: each cell in slices, the targets' order rotating per
