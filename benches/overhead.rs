@@ -12,7 +12,9 @@
 //! its request log, to see what the log costs); OVERHEAD_DEBUG=1 (process family, CPU readings);
 //! OVERHEAD_KEEP=1 (keep the scratch directory with tokentap's own records of the run);
 //! OVERHEAD_LATENCY_C / OVERHEAD_FULL_C (comma lists of concurrencies for the paced and the
-//! full-speed cells, default `1,8,64` and `64,256`; empty skips); OVERHEAD_ROUNDS (paced rounds);
+//! full-speed cells, default `1,8,64` and `64,256`; empty skips); OVERHEAD_ROUNDS (paced rounds:
+//! per target, 32 requests each at C=1 and one closed-loop slice each at C>1, rounded up to whole
+//! cycles of the order);
 //! OVERHEAD_H2_STREAMS (tokentap's slow streams with HTTP/2 clients, default 10000; 0 skips);
 //! OVERHEAD_TOKENTAP_B=<path to another tokentap binary> (a second build as target
 //! `tokentap-b`: an A/B of two builds in one interleaved run).
