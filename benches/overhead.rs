@@ -28,10 +28,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -490,6 +486,44 @@ fn cpu_ns(procs: &[u32]) -> u64 {
     sum
 }
 
+/// The core the load generator and the upstream run on, when the bench is pinned to one.
+fn own_core() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
+        .trim();
+    list.parse().ok()
+}
+
+/// (all, idle, irq + softirq) ticks of one core (or of the machine) from /proc/stat.
+fn core_ticks(core: Option<usize>) -> (u64, u64, u64) {
+    let name = core.map_or_else(|| "cpu".to_owned(), |c| format!("cpu{c}"));
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+    else {
+        return (0, 0, 0);
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
+    // user nice system idle iowait irq softirq steal …
+    (v.iter().take(8).sum(), at(3) + at(4), at(5) + at(6))
+}
+
+/// How busy the load generator's core was between two readings: (busy %, irq + softirq %).
+fn busy_pct(before: (u64, u64, u64), after: (u64, u64, u64)) -> (f64, f64) {
+    let all = after.0.saturating_sub(before.0).max(1) as f64;
+    let idle = after.1.saturating_sub(before.1) as f64;
+    let irq = after.2.saturating_sub(before.2) as f64;
+    (100.0 * (all - idle) / all, 100.0 * irq / all)
+}
+
 /// Resident memory of a process and its children (nginx and HAProxy may fork), in KiB.
 fn rss_kb(pid: u32) -> u64 {
     let one = |p: u32| {
@@ -503,16 +537,6 @@ fn rss_kb(pid: u32) -> u64 {
             .unwrap_or(0)
     };
     family(pid).into_iter().map(one).sum()
-}
-
-type HttpClient = Client<HttpConnector, Empty<Bytes>>;
-
-fn client() -> HttpClient {
-    let mut c = HttpConnector::new();
-    c.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(4096)
-        .build(c)
 }
 
 #[derive(Default)]
@@ -551,35 +575,225 @@ fn carryover_order(n: usize) -> Vec<usize> {
     walk
 }
 
-/// One streamed request: TTFT (first body frame) and the gaps between frames, in µs.
-async fn one(c: &HttpClient, addr: SocketAddr, path: &str, s: &mut Samples) -> usize {
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let t0 = Instant::now();
-    let req = http::Request::get(format!("http://{addr}{path}?id={id}"))
-        .body(Empty::new())
-        .unwrap();
-    let Ok(resp) = c.request(req).await else {
-        return 0;
-    };
-    if let Some(at) = ARRIVALS.lock().unwrap().remove(&id) {
-        s.req_us.push((at - t0).as_secs_f64() * 1e6);
-    }
-    let mut body = resp.into_body();
-    let mut prev: Option<Instant> = None;
-    let mut bytes = 0;
-    while let Some(Ok(f)) = body.frame().await {
-        if let Some(d) = f.data_ref() {
-            let now = Instant::now();
-            match prev {
-                None => s.ttft_us.push((now - t0).as_secs_f64() * 1e6),
-                Some(p) => s.itl_us.push((now - p).as_secs_f64() * 1e6),
-            }
-            prev = Some(now);
-            bytes += d.len();
+/// The load generator's HTTP/1.1 client: one keep-alive connection, its requests in turn, each
+/// response read straight off the socket. A pooled client (hyper-util's, as here until this
+/// version) hands every chunk from a connection task to the request's task: two wake-ups and a
+/// channel per event. At C=64 that and the upstream saturated the load generator's core (≈ 76 %
+/// busy on average, bursts beyond it), and every target's TTFT tail was the load generator's
+/// queue: p90 ≈ 21 ms and p99 24–36 ms for a 20 ms first event, direct's the worst.
+struct Conn {
+    addr: SocketAddr,
+    sock: Option<TcpStream>,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            sock: None,
+            buf: Vec::with_capacity(1 << 16),
         }
     }
-    s.events += (bytes / EVENT.len()) as u64;
-    bytes / EVENT.len()
+}
+
+/// A response body's framing, and where its chunked decoding is.
+enum Framing {
+    Length(usize),
+    Chunked(Chunk),
+    Close,
+}
+
+enum Chunk {
+    Size,
+    Data(usize),
+    DataEnd,
+    Trailer,
+}
+
+/// Decode what `buf` holds of the body: returns (data bytes, body complete), and removes what it
+/// consumed.
+fn decode(f: &mut Framing, buf: &mut Vec<u8>) -> (usize, bool) {
+    let mut at = 0;
+    let mut data = 0;
+    let done = loop {
+        match f {
+            Framing::Close => {
+                data += buf.len() - at;
+                at = buf.len();
+                break false;
+            }
+            Framing::Length(left) => {
+                let n = (*left).min(buf.len() - at);
+                data += n;
+                at += n;
+                *left -= n;
+                break *left == 0;
+            }
+            Framing::Chunked(c) => {
+                let line = |at: usize| {
+                    buf[at..]
+                        .windows(2)
+                        .position(|w| w == b"\r\n")
+                        .map(|p| at + p)
+                };
+                match c {
+                    Chunk::Size => {
+                        let Some(e) = line(at) else { break false };
+                        let hex = std::str::from_utf8(&buf[at..e])
+                            .unwrap()
+                            .split(';')
+                            .next()
+                            .unwrap()
+                            .trim();
+                        let n = usize::from_str_radix(hex, 16).unwrap();
+                        at = e + 2;
+                        *c = if n == 0 {
+                            Chunk::Trailer
+                        } else {
+                            Chunk::Data(n)
+                        };
+                    }
+                    Chunk::Data(left) => {
+                        let n = (*left).min(buf.len() - at);
+                        if n == 0 {
+                            break false;
+                        }
+                        data += n;
+                        at += n;
+                        *left -= n;
+                        if *left == 0 {
+                            *c = Chunk::DataEnd;
+                        }
+                    }
+                    Chunk::DataEnd => {
+                        if buf.len() - at < 2 {
+                            break false;
+                        }
+                        at += 2;
+                        *c = Chunk::Size;
+                    }
+                    Chunk::Trailer => {
+                        let Some(e) = line(at) else { break false };
+                        let empty = e == at;
+                        at = e + 2;
+                        if empty {
+                            break true; // the empty line that ends the trailer and the body
+                        }
+                    }
+                }
+            }
+        }
+    };
+    buf.drain(..at);
+    (data, done)
+}
+/// Where a response's head ends in `buf`, if it is all there.
+fn head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+}
+
+/// The body's framing from a response head (HTTP/1.1), and whether the connection closes after it.
+fn framing_of(head: &[u8]) -> (Framing, bool) {
+    let head = std::str::from_utf8(head).unwrap().to_ascii_lowercase();
+    let mut f = Framing::Close;
+    let mut close = false;
+    for l in head.split("\r\n").skip(1) {
+        let Some((k, v)) = l.split_once(':') else {
+            continue;
+        };
+        match (k.trim(), v.trim()) {
+            ("transfer-encoding", v) if v.contains("chunked") => f = Framing::Chunked(Chunk::Size),
+            ("content-length", v) if !matches!(f, Framing::Chunked(_)) => {
+                f = Framing::Length(v.parse().unwrap())
+            }
+            ("connection", v) if v.contains("close") => close = true,
+            _ => {}
+        }
+    }
+    if matches!(f, Framing::Close) {
+        close = true;
+    }
+    (f, close)
+}
+
+/// One streamed request: TTFT (the first event complete) and the gaps between events, in µs,
+/// each event timed by the read that completed it (events that arrive in one read are 0 apart).
+/// Counting events, not chunks, keeps the figures independent of how a proxy re-chunks.
+async fn one(c: &mut Conn, path: &str, s: &mut Samples) -> usize {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let t0 = Instant::now();
+    let req = format!("GET {path}?id={id} HTTP/1.1\r\nhost: {}\r\n\r\n", c.addr);
+    let mut sock = match c.sock.take() {
+        Some(sock) => sock,
+        None => {
+            let Ok(sock) = TcpStream::connect(c.addr).await else {
+                return 0;
+            };
+            sock.set_nodelay(true).unwrap();
+            sock
+        }
+    };
+    if sock.write_all(req.as_bytes()).await.is_err() {
+        return 0;
+    }
+    c.buf.clear();
+    let mut framing = None;
+    let mut close = true;
+    let (mut bytes, mut seen) = (0, 0);
+    let mut prev = t0;
+    let mut arrival_taken = false;
+    let complete = loop {
+        if c.buf.capacity() - c.buf.len() < 4096 {
+            c.buf.reserve(1 << 16);
+        }
+        // An error ends the response as an end of file would.
+        let got = sock.read_buf(&mut c.buf).await.unwrap_or_default();
+        let now = Instant::now();
+        if !arrival_taken {
+            // The request has reached the upstream by the time anything comes back.
+            if let Some(at) = ARRIVALS.lock().unwrap().remove(&id) {
+                s.req_us.push((at - t0).as_secs_f64() * 1e6);
+            }
+            arrival_taken = true;
+        }
+        if framing.is_none() {
+            if let Some(e) = head_end(&c.buf) {
+                let (f, cl) = framing_of(&c.buf[..e]);
+                c.buf.drain(..e);
+                framing = Some(f);
+                close = cl;
+            }
+        }
+        let done = match framing.as_mut() {
+            Some(f) => {
+                let (data, done) = decode(f, &mut c.buf);
+                bytes += data;
+                let done = done || (got == 0 && matches!(f, Framing::Close));
+                while seen < bytes / EVENT.len() {
+                    match seen {
+                        0 => s.ttft_us.push((now - t0).as_secs_f64() * 1e6),
+                        _ => s.itl_us.push((now - prev).as_secs_f64() * 1e6),
+                    }
+                    prev = now;
+                    seen += 1;
+                }
+                done
+            }
+            None => false,
+        };
+        if done {
+            break true;
+        }
+        if got == 0 {
+            break false;
+        }
+    };
+    if complete && !close {
+        c.sock = Some(sock);
+    }
+    s.events += seen as u64;
+    seen
 }
 
 async fn closed_loop(
@@ -588,22 +802,22 @@ async fn closed_loop(
     conc: usize,
     requests: usize,
 ) -> Samples {
-    let c = client();
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..conc {
-        let (c, next) = (c.clone(), next.clone());
+        let next = next.clone();
         tasks.push(tokio::spawn(async move {
+            let mut c = Conn::new(addr);
             // One unmeasured request first: the client's connection is open before sampling.
             // Its events count (the proxy's CPU for it is in the cell's), its times do not.
             let mut warm = Samples::default();
-            one(&c, addr, path, &mut warm).await;
+            one(&mut c, path, &mut warm).await;
             let mut s = Samples {
                 events: warm.events,
                 ..Samples::default()
             };
             while next.fetch_add(1, Ordering::Relaxed) < requests as u64 {
-                one(&c, addr, path, &mut s).await;
+                one(&mut c, path, &mut s).await;
             }
             s
         }));
@@ -622,18 +836,18 @@ async fn closed_loop(
 /// Full speed for `secs`: requests/s and events (chunks)/s.
 /// Full speed for `secs`: (requests, chunks, elapsed seconds).
 async fn throughput(addr: SocketAddr, conc: usize, secs: f64) -> (u64, u64, f64) {
-    let c = client();
     let stop = Instant::now() + Duration::from_secs_f64(secs);
     let reqs = Arc::new(AtomicU64::new(0));
     let chunks = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..conc {
-        let (c, reqs, chunks) = (c.clone(), reqs.clone(), chunks.clone());
+        let (reqs, chunks) = (reqs.clone(), chunks.clone());
         tasks.push(tokio::spawn(async move {
+            let mut c = Conn::new(addr);
             let mut s = Samples::default();
             while Instant::now() < stop {
-                let n = one(&c, addr, "/fast", &mut s).await;
+                let n = one(&mut c, "/fast", &mut s).await;
                 s.itl_us.clear();
                 s.ttft_us.clear();
                 s.req_us.clear();
@@ -790,6 +1004,40 @@ fn main() {
                 .collect();
             assert_eq!(pairs, all, "carryover_order({n}) = {order:?}");
         }
+        // And the load generator's response reader, fed in pieces of every size.
+        let chunked = format!("{}{}0\r\nx-trailer: 1\r\n\r\n", sse_chunk(), sse_chunk());
+        for (head, body, want) in [
+            (
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                chunked.as_str(),
+                2 * EVENT.len(),
+            ),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", "hello", 5),
+        ] {
+            for step in 1..=body.len() {
+                let (mut f, close) = framing_of(head.as_bytes());
+                assert!(!close, "{head:?}");
+                let (mut buf, mut data, mut done_at) = (Vec::new(), 0, None);
+                for (k, piece) in body.as_bytes().chunks(step).enumerate() {
+                    assert!(
+                        done_at.is_none(),
+                        "data after the end ({head:?}, step {step})"
+                    );
+                    buf.extend_from_slice(piece);
+                    let (n, done) = decode(&mut f, &mut buf);
+                    data += n;
+                    if done {
+                        done_at = Some(k);
+                    }
+                }
+                assert_eq!(
+                    (data, done_at.is_some(), buf.len()),
+                    (want, true, 0),
+                    "{head:?}, step {step}"
+                );
+            }
+        }
+        assert!(framing_of(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\n\r\n").1);
         println!("overhead: run with `cargo bench --bench overhead` or scripts/overhead.sh");
         return;
     }
@@ -813,6 +1061,7 @@ fn main() {
             .collect();
         // The processes whose CPU counts as the proxy's (nginx's and HAProxy's workers).
         let families: Vec<Vec<u32>> = pids.iter().map(|p| p.map(family).unwrap_or_default()).collect();
+        let gen_core = own_core();
 
         // Latency: interleaved, in an order where every target follows every other one equally
         // often (see `carryover_order`).
@@ -827,21 +1076,22 @@ fn main() {
             let mut acc: Vec<Samples> = targets.iter().map(|_| Samples::default()).collect();
             // A proxy works only on its own requests: its CPU over the whole cell is theirs.
             let cpu0: Vec<u64> = families.iter().map(|f| cpu_ns(f)).collect();
+            let gen0 = core_ticks(gen_core);
             let mut after_direct: Vec<Samples> = targets.iter().map(|_| Samples::default()).collect();
             let mut c1_split: Option<Vec<String>> = None;
             if conc == 1 {
                 // One at a time: interleave request by request, so drift cancels per request.
-                let clients: Vec<HttpClient> = targets.iter().map(|_| client()).collect();
-                for (i, t) in targets.iter().enumerate() {
+                let mut clients: Vec<Conn> = targets.iter().map(|t| Conn::new(t.1)).collect();
+                for (i, c) in clients.iter_mut().enumerate() {
                     let mut warm = Samples::default();
-                    one(&clients[i], t.1, "/paced", &mut warm).await;
+                    one(c, "/paced", &mut warm).await;
                     acc[i].events += warm.events;
                 }
                 for _ in 0..(rounds * 32).div_ceil(follow) {
                     for (k, &i) in order.iter().enumerate() {
                         let prev = order[(k + order.len() - 1) % order.len()];
                         let into = if prev == 0 { &mut after_direct[i] } else { &mut acc[i] };
-                        one(&clients[i], targets[i].1, "/paced", into).await;
+                        one(&mut clients[i], "/paced", into).await;
                     }
                 }
                 // Each proxy after direct (its core idle for a whole stream) and after another
@@ -896,10 +1146,25 @@ fn main() {
                     cpu_us[i] / acc[i].events.max(1) as f64
                 );
             }
+            if std::env::var("OVERHEAD_TAILS").is_ok() {
+                for (i, (name, _)) in targets.iter().enumerate() {
+                    let (mut t, mut q) = (acc[i].ttft_us.clone(), acc[i].req_us.clone());
+                    let n = t.len();
+                    let tq = [0.9, 0.99, 0.999, 1.0].map(|p| pct(&mut t, p));
+                    let slow = q.iter().filter(|v| **v > 1000.0).count();
+                    println!("{name:<10} {conc:>4} | tails: TTFT p90 {:.0}, p99 {:.0}, p99.9 {:.0}, max {:.0} µs (absolute, n = {n}); req p99 {:.0}, over 1 ms: {slow}",
+                        tq[0], tq[1], tq[2], tq[3], pct(&mut q, 0.99));
+                }
+            }
             println!("{:<10} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3, req_base.0, req_base.1);
             for line in c1_split.into_iter().flatten() {
                 println!("{line}");
             }
+            // The load generator and the upstream share a core: when it is near full, every
+            // target's tail is that core's queue, not the path under test.
+            let (busy, irq) = busy_pct(gen0, core_ticks(gen_core));
+            println!("{:<10} {conc:>4} | load generator + upstream: {} {busy:.0} % busy over the cell ({irq:.0} % in interrupts)", "",
+                gen_core.map_or_else(|| "machine".to_owned(), |c| format!("core {c}")));
         }
 
         // Throughput and CPU per chunk: each cell in slices, the targets' order rotating per
