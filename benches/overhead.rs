@@ -15,6 +15,8 @@
 //! full-speed cells, default `1,8,64` and `64,256`; empty skips); OVERHEAD_ROUNDS (paced rounds:
 //! per target, 32 requests each at C=1 and one closed-loop slice each at C>1, rounded up to whole
 //! cycles of the order);
+//! OVERHEAD_SPREAD_C (the concurrencies also run with the clients' starts spread over a stream,
+//! default `8,64`; see `closed_loop`); OVERHEAD_TAILS=1 (each paced cell's TTFT tail per target);
 //! OVERHEAD_H2_STREAMS (tokentap's slow streams with HTTP/2 clients, default 10000; 0 skips);
 //! OVERHEAD_TOKENTAP_B=<path to another tokentap binary> (a second build as target
 //! `tokentap-b`: an A/B of two builds in one interleaved run).
@@ -796,18 +798,34 @@ async fn one(c: &mut Conn, path: &str, s: &mut Samples) -> usize {
     seen
 }
 
+/// A paced stream's length: 20 ms to the first event, then 1 ms apart.
+const PACED_STREAM: Duration = Duration::from_millis(20 + EVENTS as u64 - 1);
+
+/// `conc` clients, each making its requests one after another, `requests` measured in all.
+///
+/// In step (`spread` false), all start together, and identical streams keep them in step for the
+/// whole cell: `conc` requests reach the proxy at once and, 20 ms later, `conc` first events —
+/// a burst, where the median stream waits behind half the others. Spread, client *k* starts
+/// *k*/`conc` of a stream later, as independent users would, and every client keeps making
+/// (unmeasured) requests until all have their samples, so each sample sees `conc` streams.
 async fn closed_loop(
     addr: SocketAddr,
     path: &'static str,
     conc: usize,
     requests: usize,
+    spread: bool,
 ) -> Samples {
     let next = Arc::new(AtomicU64::new(0));
+    let finished = Arc::new(AtomicU64::new(0));
+    let per_client = requests.div_ceil(conc.max(1));
     let mut tasks = Vec::new();
-    for _ in 0..conc {
-        let next = next.clone();
+    for k in 0..conc {
+        let (next, finished) = (next.clone(), finished.clone());
         tasks.push(tokio::spawn(async move {
             let mut c = Conn::new(addr);
+            if spread {
+                tokio::time::sleep(PACED_STREAM * k as u32 / conc as u32).await;
+            }
             // One unmeasured request first: the client's connection is open before sampling.
             // Its events count (the proxy's CPU for it is in the cell's), its times do not.
             let mut warm = Samples::default();
@@ -816,8 +834,20 @@ async fn closed_loop(
                 events: warm.events,
                 ..Samples::default()
             };
-            while next.fetch_add(1, Ordering::Relaxed) < requests as u64 {
+            if !spread {
+                while next.fetch_add(1, Ordering::Relaxed) < requests as u64 {
+                    one(&mut c, path, &mut s).await;
+                }
+                return s;
+            }
+            for _ in 0..per_client {
                 one(&mut c, path, &mut s).await;
+            }
+            finished.fetch_add(1, Ordering::Relaxed);
+            while finished.load(Ordering::Relaxed) < conc as u64 {
+                let mut more = Samples::default();
+                one(&mut c, path, &mut more).await;
+                s.events += more.events;
             }
             s
         }));
@@ -1071,8 +1101,15 @@ fn main() {
         let order = carryover_order(targets.len());
         let follow = targets.len().saturating_sub(1).max(1);
         println!("\nadded latency vs direct (µs), paced stream, interleaved so that every target follows every other one equally often; req = client send → upstream has the request");
-        println!("{:<10} {:>4} | {:>10} {:>10} | {:>10} {:>10} | {:>10} {:>10} | {:>12}", "proxy", "C", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "req p50", "req p99", "CPU µs/event");
-        for conc in env_list("OVERHEAD_LATENCY_C", &[1, 8, 64]) {
+        println!("{:<10} {:>8} | {:>10} {:>10} | {:>10} {:>10} | {:>10} {:>10} | {:>12}", "proxy", "C", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "req p50", "req p99", "CPU µs/event");
+        // Each C > 1 in step, and those in OVERHEAD_SPREAD_C also spread (see `closed_loop`).
+        let spread_c = env_list("OVERHEAD_SPREAD_C", &[8, 64]);
+        let cells: Vec<(usize, bool)> = env_list("OVERHEAD_LATENCY_C", &[1, 8, 64])
+            .into_iter()
+            .flat_map(|c| std::iter::once((c, false)).chain((c > 1 && spread_c.contains(&c)).then_some((c, true))))
+            .collect();
+        for (conc, spread) in cells {
+            let cl = if spread { format!("{conc} spread") } else { conc.to_string() };
             let mut acc: Vec<Samples> = targets.iter().map(|_| Samples::default()).collect();
             // A proxy works only on its own requests: its CPU over the whole cell is theirs.
             let cpu0: Vec<u64> = families.iter().map(|f| cpu_ns(f)).collect();
@@ -1105,7 +1142,7 @@ fn main() {
                     let split: Vec<String> = targets.iter().enumerate().skip(1).map(|(i, (name, _))| {
                         let (mut ct, mut cq) = (after_direct[i].ttft_us.clone(), after_direct[i].req_us.clone());
                         let (mut wt, mut wq) = (acc[i].ttft_us.clone(), acc[i].req_us.clone());
-                        format!("{name:<10}    1 | after direct: TTFT p50 {:>4.0}, req p50 {:>4.0} | after a proxy: TTFT p50 {:>4.0}, req p50 {:>4.0}",
+                        format!("{name:<10}        1 | after direct: TTFT p50 {:>4.0}, req p50 {:>4.0} | after a proxy: TTFT p50 {:>4.0}, req p50 {:>4.0}",
                             pct(&mut ct, 0.5) - b, pct(&mut cq, 0.5) - bq, pct(&mut wt, 0.5) - b, pct(&mut wq, 0.5) - bq)
                     }).collect();
                     c1_split = Some(split);
@@ -1122,7 +1159,7 @@ fn main() {
                     break;
                 }
                 for &i in &order {
-                    let s = closed_loop(targets[i].1, "/paced", conc, (conc * 4).max(16)).await;
+                    let s = closed_loop(targets[i].1, "/paced", conc, (conc * 4).max(16), spread).await;
                     acc[i].ttft_us.extend(s.ttft_us);
                     acc[i].itl_us.extend(s.itl_us);
                     acc[i].req_us.extend(s.req_us);
@@ -1136,7 +1173,7 @@ fn main() {
             for (i, (name, _)) in targets.iter().enumerate().skip(1) {
                 let (mut t, mut g, mut q) = (acc[i].ttft_us.clone(), acc[i].itl_us.clone(), acc[i].req_us.clone());
                 println!(
-                    "{name:<10} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>12.2}",
+                    "{name:<10} {cl:>8} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>12.2}",
                     pct(&mut t, 0.5) - base.0,
                     pct(&mut t, 0.99) - base.1,
                     pct(&mut g, 0.5) - base.2,
@@ -1152,18 +1189,18 @@ fn main() {
                     let n = t.len();
                     let tq = [0.9, 0.99, 0.999, 1.0].map(|p| pct(&mut t, p));
                     let slow = q.iter().filter(|v| **v > 1000.0).count();
-                    println!("{name:<10} {conc:>4} | tails: TTFT p90 {:.0}, p99 {:.0}, p99.9 {:.0}, max {:.0} µs (absolute, n = {n}); req p99 {:.0}, over 1 ms: {slow}",
+                    println!("{name:<10} {cl:>8} | tails: TTFT p90 {:.0}, p99 {:.0}, p99.9 {:.0}, max {:.0} µs (absolute, n = {n}); req p99 {:.0}, over 1 ms: {slow}",
                         tq[0], tq[1], tq[2], tq[3], pct(&mut q, 0.99));
                 }
             }
-            println!("{:<10} {conc:>4} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3, req_base.0, req_base.1);
+            println!("{:<10} {cl:>8} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3, req_base.0, req_base.1);
             for line in c1_split.into_iter().flatten() {
                 println!("{line}");
             }
             // The load generator and the upstream share a core: when it is near full, every
             // target's tail is that core's queue, not the path under test.
             let (busy, irq) = busy_pct(gen0, core_ticks(gen_core));
-            println!("{:<10} {conc:>4} | load generator + upstream: {} {busy:.0} % busy over the cell ({irq:.0} % in interrupts)", "",
+            println!("{:<10} {cl:>8} | load generator + upstream: {} {busy:.0} % busy over the cell ({irq:.0} % in interrupts)", "",
                 gen_core.map_or_else(|| "machine".to_owned(), |c| format!("core {c}")));
         }
 
@@ -1237,7 +1274,7 @@ fn main() {
             let p = start_tokentap("tokentap", tokentap_bin(), up, &dir, "tokentap-h2.jsonl");
             wait_up(p.addr).await;
             // Warm it with one request, as the other phases are.
-            let _ = closed_loop(p.addr, "/fast", 1, 1).await;
+            let _ = closed_loop(p.addr, "/fast", 1, 1, false).await;
             tokio::time::sleep(Duration::from_millis(500)).await;
             let pid = p.child.as_ref().map(|c| c.id()).unwrap_or(0);
             let (idle, loaded, got) = slow_streams_h2(p.addr, h2_streams, conns, pid).await;
