@@ -40,6 +40,10 @@ const EVENTS: usize = 64;
 static ARRIVALS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u64, Instant>>> =
     std::sync::LazyLock::new(Default::default);
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+/// Requests the load generator gave up on, unfinished after `STUCK` (a paced stream takes 84 ms):
+/// the bench must end by itself even if a proxy stalls a stream.
+static STUCK_REQUESTS: AtomicU64 = AtomicU64::new(0);
+const STUCK: Duration = Duration::from_secs(30);
 const EVENT: &str = "data: {\"id\":\"chatcmpl-overhead\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"}}]}\n\n";
 
 /// The upstream: `/paced` = first event 20 ms after the request, then 1 ms apart; `/fast` = all
@@ -745,12 +749,22 @@ async fn one(c: &mut Conn, path: &str, s: &mut Samples) -> usize {
     let (mut bytes, mut seen) = (0, 0);
     let mut prev = t0;
     let mut arrival_taken = false;
+    // One timer per request, not per read: the load generator's own cost stays per event.
+    let stuck = tokio::time::sleep(STUCK);
+    tokio::pin!(stuck);
     let complete = loop {
         if c.buf.capacity() - c.buf.len() < 4096 {
             c.buf.reserve(1 << 16);
         }
         // An error ends the response as an end of file would.
-        let got = sock.read_buf(&mut c.buf).await.unwrap_or_default();
+        let got = tokio::select! {
+            biased;
+            r = sock.read_buf(&mut c.buf) => r.unwrap_or_default(),
+            () = &mut stuck => {
+                STUCK_REQUESTS.fetch_add(1, Ordering::Relaxed);
+                break false;
+            }
+        };
         let now = Instant::now();
         if !arrival_taken {
             // The request has reached the upstream by the time anything comes back.
@@ -1202,6 +1216,10 @@ fn main() {
             let (busy, irq) = busy_pct(gen0, core_ticks(gen_core));
             println!("{:<10} {cl:>8} | load generator + upstream: {} {busy:.0} % busy over the cell ({irq:.0} % in interrupts)", "",
                 gen_core.map_or_else(|| "machine".to_owned(), |c| format!("core {c}")));
+            let stuck = STUCK_REQUESTS.swap(0, Ordering::Relaxed);
+            if stuck > 0 {
+                println!("{:<10} {cl:>8} | {stuck} request(s) unfinished after {STUCK:?} were cut: their samples are missing", "");
+            }
         }
 
         // Throughput and CPU per chunk: each cell in slices, the targets' order rotating per
@@ -1243,6 +1261,10 @@ fn main() {
                         println!("{name:<10} {conc:>4} | {rps:>9.0} {cps:>11.0} | {per_chunk:>14.2} {:>10.1}", rss_kb(pid) as f64 / 1024.0);
                     }
                 }
+            }
+            let stuck = STUCK_REQUESTS.swap(0, Ordering::Relaxed);
+            if stuck > 0 {
+                println!("{:<10} {conc:>4} | {stuck} request(s) unfinished after {STUCK:?} were cut", "");
             }
         }
 
