@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokentap::proxy::h1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -603,126 +604,6 @@ impl Conn {
     }
 }
 
-/// A response body's framing, and where its chunked decoding is.
-enum Framing {
-    Length(usize),
-    Chunked(Chunk),
-    Close,
-}
-
-enum Chunk {
-    Size,
-    Data(usize),
-    DataEnd,
-    Trailer,
-}
-
-/// Decode what `buf` holds of the body: returns (data bytes, body complete), and removes what it
-/// consumed.
-fn decode(f: &mut Framing, buf: &mut Vec<u8>) -> (usize, bool) {
-    let mut at = 0;
-    let mut data = 0;
-    let done = loop {
-        match f {
-            Framing::Close => {
-                data += buf.len() - at;
-                at = buf.len();
-                break false;
-            }
-            Framing::Length(left) => {
-                let n = (*left).min(buf.len() - at);
-                data += n;
-                at += n;
-                *left -= n;
-                break *left == 0;
-            }
-            Framing::Chunked(c) => {
-                let line = |at: usize| {
-                    buf[at..]
-                        .windows(2)
-                        .position(|w| w == b"\r\n")
-                        .map(|p| at + p)
-                };
-                match c {
-                    Chunk::Size => {
-                        let Some(e) = line(at) else { break false };
-                        let hex = std::str::from_utf8(&buf[at..e])
-                            .unwrap()
-                            .split(';')
-                            .next()
-                            .unwrap()
-                            .trim();
-                        let n = usize::from_str_radix(hex, 16).unwrap();
-                        at = e + 2;
-                        *c = if n == 0 {
-                            Chunk::Trailer
-                        } else {
-                            Chunk::Data(n)
-                        };
-                    }
-                    Chunk::Data(left) => {
-                        let n = (*left).min(buf.len() - at);
-                        if n == 0 {
-                            break false;
-                        }
-                        data += n;
-                        at += n;
-                        *left -= n;
-                        if *left == 0 {
-                            *c = Chunk::DataEnd;
-                        }
-                    }
-                    Chunk::DataEnd => {
-                        if buf.len() - at < 2 {
-                            break false;
-                        }
-                        at += 2;
-                        *c = Chunk::Size;
-                    }
-                    Chunk::Trailer => {
-                        let Some(e) = line(at) else { break false };
-                        let empty = e == at;
-                        at = e + 2;
-                        if empty {
-                            break true; // the empty line that ends the trailer and the body
-                        }
-                    }
-                }
-            }
-        }
-    };
-    buf.drain(..at);
-    (data, done)
-}
-/// Where a response's head ends in `buf`, if it is all there.
-fn head_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
-}
-
-/// The body's framing from a response head (HTTP/1.1), and whether the connection closes after it.
-fn framing_of(head: &[u8]) -> (Framing, bool) {
-    let head = std::str::from_utf8(head).unwrap().to_ascii_lowercase();
-    let mut f = Framing::Close;
-    let mut close = false;
-    for l in head.split("\r\n").skip(1) {
-        let Some((k, v)) = l.split_once(':') else {
-            continue;
-        };
-        match (k.trim(), v.trim()) {
-            ("transfer-encoding", v) if v.contains("chunked") => f = Framing::Chunked(Chunk::Size),
-            ("content-length", v) if !matches!(f, Framing::Chunked(_)) => {
-                f = Framing::Length(v.parse().unwrap())
-            }
-            ("connection", v) if v.contains("close") => close = true,
-            _ => {}
-        }
-    }
-    if matches!(f, Framing::Close) {
-        close = true;
-    }
-    (f, close)
-}
-
 /// One streamed request: TTFT (the first event complete) and the gaps between events, in µs,
 /// each event timed by the read that completed it (events that arrive in one read are 0 apart).
 /// Counting events, not chunks, keeps the figures independent of how a proxy re-chunks.
@@ -744,8 +625,9 @@ async fn one(c: &mut Conn, path: &str, s: &mut Samples) -> usize {
         return 0;
     }
     c.buf.clear();
-    let mut framing = None;
-    let mut close = true;
+    // tokentap's own HTTP/1.1 response codec (src/proxy/h1.rs): head, framing and body decoding.
+    let mut dec: Option<(h1::Decoder, bool)> = None;
+    let mut body = bytes::BytesMut::new();
     let (mut bytes, mut seen) = (0, 0);
     let mut prev = t0;
     let mut arrival_taken = false;
@@ -773,19 +655,28 @@ async fn one(c: &mut Conn, path: &str, s: &mut Samples) -> usize {
             }
             arrival_taken = true;
         }
-        if framing.is_none() {
-            if let Some(e) = head_end(&c.buf) {
-                let (f, cl) = framing_of(&c.buf[..e]);
-                c.buf.drain(..e);
-                framing = Some(f);
-                close = cl;
+        if dec.is_none() {
+            match h1::parse_head(&c.buf) {
+                Ok(Some(head)) => {
+                    let Ok((framing, reuse)) = h1::framing(&http::Method::GET, &head) else {
+                        break false;
+                    };
+                    c.buf.drain(..head.len);
+                    dec = Some((h1::Decoder::new(framing), reuse));
+                }
+                Ok(None) => {}
+                Err(_) => break false,
             }
         }
-        let done = match framing.as_mut() {
-            Some(f) => {
-                let (data, done) = decode(f, &mut c.buf);
-                bytes += data;
-                let done = done || (got == 0 && matches!(f, Framing::Close));
+        let done = match dec.as_mut() {
+            Some((d, _)) => {
+                body.clear();
+                let Ok(used) = d.decode(&c.buf, &mut body) else {
+                    break false;
+                };
+                c.buf.drain(..used);
+                bytes += body.len();
+                let done = d.is_done() || (got == 0 && d.on_eof());
                 while seen < bytes / EVENT.len() {
                     match seen {
                         0 => s.ttft_us.push((now - t0).as_secs_f64() * 1e6),
@@ -805,7 +696,7 @@ async fn one(c: &mut Conn, path: &str, s: &mut Samples) -> usize {
             break false;
         }
     };
-    if complete && !close {
+    if complete && dec.is_some_and(|(_, reuse)| reuse) {
         c.sock = Some(sock);
     }
     s.events += seen as u64;
@@ -1048,40 +939,6 @@ fn main() {
                 .collect();
             assert_eq!(pairs, all, "carryover_order({n}) = {order:?}");
         }
-        // And the load generator's response reader, fed in pieces of every size.
-        let chunked = format!("{}{}0\r\nx-trailer: 1\r\n\r\n", sse_chunk(), sse_chunk());
-        for (head, body, want) in [
-            (
-                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
-                chunked.as_str(),
-                2 * EVENT.len(),
-            ),
-            ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", "hello", 5),
-        ] {
-            for step in 1..=body.len() {
-                let (mut f, close) = framing_of(head.as_bytes());
-                assert!(!close, "{head:?}");
-                let (mut buf, mut data, mut done_at) = (Vec::new(), 0, None);
-                for (k, piece) in body.as_bytes().chunks(step).enumerate() {
-                    assert!(
-                        done_at.is_none(),
-                        "data after the end ({head:?}, step {step})"
-                    );
-                    buf.extend_from_slice(piece);
-                    let (n, done) = decode(&mut f, &mut buf);
-                    data += n;
-                    if done {
-                        done_at = Some(k);
-                    }
-                }
-                assert_eq!(
-                    (data, done_at.is_some(), buf.len()),
-                    (want, true, 0),
-                    "{head:?}, step {step}"
-                );
-            }
-        }
-        assert!(framing_of(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\n\r\n").1);
         println!("overhead: run with `cargo bench --bench overhead` or scripts/overhead.sh");
         return;
     }
