@@ -16,7 +16,9 @@
 //! per target, 32 requests each at C=1 and one closed-loop slice each at C>1, rounded up to whole
 //! cycles of the order);
 //! OVERHEAD_SPREAD_C (the concurrencies also run with the clients' starts spread over a stream,
-//! default `8,64`; see `closed_loop`); OVERHEAD_TAILS=1 (each paced cell's TTFT tail per target);
+//! default `8,64`; see `closed_loop`); OVERHEAD_TAILS=1 (each paced cell's TTFT tail per target,
+//! and its first events split: how late the upstream wrote them, and their trip from the
+//! upstream's write to the client's read);
 //! OVERHEAD_H2_STREAMS (tokentap's slow streams with HTTP/2 clients, default 10000; 0 skips);
 //! OVERHEAD_TOKENTAP_B=<path to another tokentap binary> (a second build as target
 //! `tokentap-b`: an A/B of two builds in one interleaved run).
@@ -41,6 +43,12 @@ const EVENTS: usize = 64;
 static ARRIVALS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u64, Instant>>> =
     std::sync::LazyLock::new(Default::default);
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+/// When the pacer wrote each paced request's first event, and when it was due (request id →
+/// (due, written)): the upstream's own timing error, which lands in TTFT, and the start of the
+/// first event's trip through the proxy.
+static FIRST_WRITE: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<u64, (Instant, Instant)>>,
+> = std::sync::LazyLock::new(Default::default);
 /// Requests the load generator gave up on, unfinished after `STUCK` (a paced stream takes 84 ms):
 /// the bench must end by itself even if a proxy stalls a stream.
 static STUCK_REQUESTS: AtomicU64 = AtomicU64::new(0);
@@ -114,6 +122,7 @@ fn sse_chunk() -> String {
 /// its next event's instant and how many are left; `done` gets the socket back, or nothing if a
 /// write failed.
 struct Paced {
+    id: Option<u64>,
     sock: std::net::TcpStream,
     next: Instant,
     left: usize,
@@ -157,7 +166,11 @@ fn pacer(rx: std::sync::mpsc::Receiver<Paced>) {
                 continue;
             }
             let p = &mut streams[i];
+            let written = Instant::now();
             let mut ok = write(&mut p.sock, chunk.as_bytes());
+            if let (EVENTS, Some(id)) = (p.left, p.id) {
+                FIRST_WRITE.lock().unwrap().insert(id, (p.next, written));
+            }
             p.left -= 1;
             p.next += Duration::from_millis(1);
             if p.left == 0 || !ok {
@@ -203,7 +216,8 @@ async fn serve_upstream(l: TcpListener, jobs: std::sync::mpsc::Sender<Paced>) {
                 let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
                 buf.drain(..head_end);
                 let mode = head.split(' ').nth(1).unwrap_or("/fast").to_owned();
-                if let Some(id) = mode.split("id=").nth(1).and_then(|v| v.parse::<u64>().ok()) {
+                let id = mode.split("id=").nth(1).and_then(|v| v.parse::<u64>().ok());
+                if let Some(id) = id {
                     ARRIVALS.lock().unwrap().insert(id, arrived);
                 }
                 let chunk = sse_chunk();
@@ -237,6 +251,7 @@ async fn serve_upstream(l: TcpListener, jobs: std::sync::mpsc::Sender<Paced>) {
                 };
                 let (done, back) = tokio::sync::oneshot::channel();
                 let job = Paced {
+                    id,
                     sock,
                     next: start + Duration::from_millis(20),
                     left: EVENTS,
@@ -552,8 +567,23 @@ struct Samples {
     itl_us: Vec<f64>,
     /// Client send → upstream arrival of the request head.
     req_us: Vec<f64>,
+    /// How late the upstream wrote the first event (see [`FIRST_WRITE`]).
+    late_us: Vec<f64>,
+    /// The first event's trip: upstream write → client read.
+    trip_us: Vec<f64>,
     /// Events received.
     events: u64,
+}
+
+impl Samples {
+    fn absorb(&mut self, o: Samples) {
+        self.ttft_us.extend(o.ttft_us);
+        self.itl_us.extend(o.itl_us);
+        self.req_us.extend(o.req_us);
+        self.late_us.extend(o.late_us);
+        self.trip_us.extend(o.trip_us);
+        self.events += o.events;
+    }
 }
 
 /// An order of `n` targets, to be repeated, in which every target comes right after every
@@ -631,6 +661,7 @@ async fn one(c: &mut Conn, path: &str, s: &mut Samples) -> usize {
     let (mut bytes, mut seen) = (0, 0);
     let mut prev = t0;
     let mut arrival_taken = false;
+    let mut first_read = None;
     // One timer per request, not per read: the load generator's own cost stays per event.
     let stuck = tokio::time::sleep(STUCK);
     tokio::pin!(stuck);
@@ -679,7 +710,10 @@ async fn one(c: &mut Conn, path: &str, s: &mut Samples) -> usize {
                 let done = d.is_done() || (got == 0 && d.on_eof());
                 while seen < bytes / EVENT.len() {
                     match seen {
-                        0 => s.ttft_us.push((now - t0).as_secs_f64() * 1e6),
+                        0 => {
+                            s.ttft_us.push((now - t0).as_secs_f64() * 1e6);
+                            first_read = Some(now);
+                        }
                         _ => s.itl_us.push((now - prev).as_secs_f64() * 1e6),
                     }
                     prev = now;
@@ -698,6 +732,14 @@ async fn one(c: &mut Conn, path: &str, s: &mut Samples) -> usize {
     };
     if complete && dec.is_some_and(|(_, reuse)| reuse) {
         c.sock = Some(sock);
+    }
+    if let Some((due, written)) = FIRST_WRITE.lock().unwrap().remove(&id) {
+        s.late_us
+            .push(written.saturating_duration_since(due).as_secs_f64() * 1e6);
+        if let Some(read) = first_read {
+            s.trip_us
+                .push(read.saturating_duration_since(written).as_secs_f64() * 1e6);
+        }
     }
     s.events += seen as u64;
     seen
@@ -759,11 +801,7 @@ async fn closed_loop(
     }
     let mut all = Samples::default();
     for t in tasks {
-        let s = t.await.unwrap();
-        all.ttft_us.extend(s.ttft_us);
-        all.itl_us.extend(s.itl_us);
-        all.req_us.extend(s.req_us);
-        all.events += s.events;
+        all.absorb(t.await.unwrap());
     }
     all
 }
@@ -1019,10 +1057,7 @@ fn main() {
                     c1_split = Some(split);
                 }
                 for (a, c) in acc.iter_mut().zip(after_direct) {
-                    a.ttft_us.extend(c.ttft_us);
-                    a.itl_us.extend(c.itl_us);
-                    a.req_us.extend(c.req_us);
-                    a.events += c.events;
+                    a.absorb(c);
                 }
             }
             for _ in 0..rounds.div_ceil(follow) {
@@ -1031,10 +1066,7 @@ fn main() {
                 }
                 for &i in &order {
                     let s = closed_loop(targets[i].1, "/paced", conc, (conc * 4).max(16), spread).await;
-                    acc[i].ttft_us.extend(s.ttft_us);
-                    acc[i].itl_us.extend(s.itl_us);
-                    acc[i].req_us.extend(s.req_us);
-                    acc[i].events += s.events;
+                    acc[i].absorb(s);
                 }
             }
             let cpu_us: Vec<f64> = families.iter().zip(&cpu0).map(|(f, c0)| cpu_ns(f).saturating_sub(*c0) as f64 / 1e3).collect();
@@ -1056,12 +1088,12 @@ fn main() {
             }
             if std::env::var("OVERHEAD_TAILS").is_ok() {
                 for (i, (name, _)) in targets.iter().enumerate() {
-                    let (mut t, mut q) = (acc[i].ttft_us.clone(), acc[i].req_us.clone());
+                    let (mut t, mut q, mut l, mut r) = (acc[i].ttft_us.clone(), acc[i].req_us.clone(), acc[i].late_us.clone(), acc[i].trip_us.clone());
                     let n = t.len();
                     let tq = [0.9, 0.99, 0.999, 1.0].map(|p| pct(&mut t, p));
                     let slow = q.iter().filter(|v| **v > 1000.0).count();
-                    println!("{name:<10} {cl:>8} | tails: TTFT p90 {:.0}, p99 {:.0}, p99.9 {:.0}, max {:.0} µs (absolute, n = {n}); req p99 {:.0}, over 1 ms: {slow}",
-                        tq[0], tq[1], tq[2], tq[3], pct(&mut q, 0.99));
+                    println!("{name:<10} {cl:>8} | tails: TTFT p90 {:.0}, p99 {:.0}, p99.9 {:.0}, max {:.0} µs (absolute, n = {n}); req p99 {:.0}, over 1 ms: {slow}; first event: upstream late p50 {:.0}, p99 {:.0}, trip p50 {:.0}, p99 {:.0}",
+                        tq[0], tq[1], tq[2], tq[3], pct(&mut q, 0.99), pct(&mut l, 0.5), pct(&mut l, 0.99), pct(&mut r, 0.5), pct(&mut r, 0.99));
                 }
             }
             println!("{:<10} {cl:>8} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0} | {:>10.0} {:>10.0}   (absolute)", "direct", base.0, base.1, base.2, base.3, req_base.0, req_base.1);
