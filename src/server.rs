@@ -6,16 +6,18 @@
 
 use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
@@ -72,6 +74,61 @@ fn builder(header_read: Duration) -> auto::Builder<TokioExecutor> {
     b
 }
 
+/// Each connection's drain signal, held by the accept loop: one oneshot per connection, so a
+/// connection polls only its own receiver. (hyper-util's `GracefulShutdown` shares one watch
+/// channel: every poll of every connection takes a lock that all connections share.) Senders of
+/// connections that have ended are pruned as the list grows, so it stays the size of the live
+/// connections.
+#[derive(Default)]
+struct Drains {
+    senders: Vec<oneshot::Sender<()>>,
+    prune_at: usize,
+}
+
+impl Drains {
+    fn add(&mut self) -> oneshot::Receiver<()> {
+        if self.senders.len() >= self.prune_at {
+            self.senders.retain(|tx| !tx.is_closed());
+            self.prune_at = (self.senders.len() * 2).max(64);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.senders.push(tx);
+        rx
+    }
+
+    /// Tell every live connection to finish its request in flight and close.
+    fn drain(self) {
+        for tx in self.senders {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Serve one connection to its end; once `drain` fires, let it finish the request in flight
+/// and close (`graceful_shutdown`, polled on until it is done).
+async fn serve<T>(
+    io: T,
+    service: Proxy,
+    builder: &auto::Builder<TokioExecutor>,
+    drain: oneshot::Receiver<()>,
+) where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    let mut drain = Some(drain);
+    let _ = std::future::poll_fn(|cx| {
+        if let Some(rx) = drain.as_mut() {
+            if Pin::new(rx).poll(cx).is_ready() {
+                drain = None;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+        conn.as_mut().poll(cx)
+    })
+    .await;
+}
+
 /// Serve until `shutdown` resolves, then drain for `grace` and cut what is left.
 pub async fn run(
     listener: TcpListener,
@@ -81,7 +138,7 @@ pub async fn run(
     grace: Duration,
 ) {
     let builder = Arc::new(builder(state.config.timeouts.header_read));
-    let graceful = GracefulShutdown::new();
+    let mut drains = Drains::default();
     let mut conns = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -101,21 +158,15 @@ pub async fn run(
         let _ = stream.set_nodelay(true);
         let service = Proxy(state.clone());
         let builder = builder.clone();
+        let drain = drains.add();
         match &tls {
             None => {
-                let conn = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .into_owned();
-                let conn = graceful.watch(conn);
-                conns.spawn(async move {
-                    let _ = conn.await;
-                });
+                conns.spawn(async move { serve(stream, service, &builder, drain).await });
             }
             Some(acceptor) => {
-                // The handshake runs in the connection's task so a slow one blocks nobody; it
-                // is watched for shutdown once it is an HTTP connection.
+                // The handshake runs in the connection's task so a slow one blocks nobody; a
+                // drain that came during it closes the connection once it is an HTTP one.
                 let acceptor = acceptor.clone();
-                let watcher = graceful.watcher();
                 conns.spawn(async move {
                     let tls =
                         match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
@@ -124,10 +175,7 @@ pub async fn run(
                             Ok(Ok(s)) => s,
                             _ => return,
                         };
-                    let conn = builder
-                        .serve_connection(TokioIo::new(tls), service)
-                        .into_owned();
-                    let _ = watcher.watch(conn).await;
+                    serve(tls, service, &builder, drain).await;
                 });
             }
         }
@@ -137,8 +185,9 @@ pub async fn run(
         grace_ms = grace.as_millis() as u64,
         "shutting down: draining in-flight requests"
     );
+    drains.drain();
     tokio::select! {
-        () = graceful.shutdown() => {}
+        () = async { while conns.join_next().await.is_some() {} } => {}
         () = tokio::time::sleep(grace) => {
             tracing::warn!("shutdown grace period over: cutting the remaining streams");
             state.sink.shutdown_cut.store(true, Ordering::Relaxed);
@@ -147,4 +196,35 @@ pub async fn run(
     // Connections still open are cut here; dropping them finalizes their requests.
     conns.abort_all();
     while conns.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Drains;
+
+    /// Ended connections' senders do not pile up: the list stays near the live count.
+    #[test]
+    fn drains_of_ended_connections_are_pruned() {
+        let mut d = Drains::default();
+        let mut live = Vec::new();
+        for i in 0..10_000 {
+            let rx = d.add();
+            if i % 100 == 0 {
+                live.push(rx);
+            }
+        }
+        assert_eq!(live.len(), 100);
+        assert!(
+            d.senders.len() < 2 * 64 + 2 * live.len(),
+            "{}",
+            d.senders.len()
+        );
+        d.drain();
+        for mut rx in live {
+            assert!(
+                rx.try_recv().is_ok(),
+                "a live connection was not told to drain"
+            );
+        }
+    }
 }

@@ -45,6 +45,59 @@ async fn graceful_shutdown_finishes_in_flight_streams_and_flushes_every_record()
     assert!(tokio::net::TcpStream::connect(px.addr).await.is_err());
 }
 
+/// An idle keep-alive connection is closed at once on shutdown, and an HTTP/1.1 connection busy
+/// with a stream gets its stream to the end, then is closed: shutdown does not wait out the grace
+/// period (30 s by default) for either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_idle_connections_at_once_and_busy_ones_after_their_stream() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = Upstream::spawn(|_| Script::chat_stream(MS(10), MS(20), 15, true)).await;
+    let mut px = proxy(&up.url(), "").await;
+    let body = chat_body("m", true);
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let request = [head.as_bytes(), &body].concat();
+    // Read a chunked response to its terminator; then the connection is idle (keep-alive).
+    async fn read_response(s: &mut tokio::net::TcpStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.ends_with(b"0\r\n\r\n") {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed before the response ended");
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    }
+    let mut idle = tokio::net::TcpStream::connect(px.addr).await.unwrap();
+    idle.write_all(&request).await.unwrap();
+    assert!(read_response(&mut idle).await.starts_with(b"HTTP/1.1 200"));
+    let mut busy = tokio::net::TcpStream::connect(px.addr).await.unwrap();
+    busy.write_all(&request).await.unwrap();
+    tokio::time::sleep(MS(100)).await;
+
+    let t = tokio::time::Instant::now();
+    px.shutdown().await;
+    assert!(t.elapsed() < MS(5000), "shutdown waited {:?}", t.elapsed());
+    let mut rest = [0u8; 64];
+    let n = tokio::time::timeout(MS(2000), idle.read(&mut rest)).await;
+    assert!(
+        matches!(n, Ok(Ok(0))),
+        "the idle connection was not closed: {n:?}"
+    );
+    let got = read_response(&mut busy).await;
+    assert!(
+        got.ends_with(b"data: [DONE]\n\n\r\n0\r\n\r\n"),
+        "the stream did not end cleanly"
+    );
+    let n = tokio::time::timeout(MS(2000), busy.read(&mut rest)).await;
+    assert!(
+        matches!(n, Ok(Ok(0))),
+        "the busy connection was not closed after its stream: {n:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_past_the_grace_period_are_cut_and_recorded() {
     let up = Upstream::spawn(|_| Script::chat_stream(MS(10), MS(50), 200, false)).await;
