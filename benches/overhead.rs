@@ -20,6 +20,8 @@
 //! and its first events split: how late the upstream wrote them, and their trip from the
 //! upstream's write to the client's read);
 //! OVERHEAD_H2_STREAMS (tokentap's slow streams with HTTP/2 clients, default 10000; 0 skips);
+//! OVERHEAD_TOKENTAP=<path> (the tokentap to measure; scripts/overhead.sh sets it to its
+//! `cargo build --release`, see `tokentap_bin`);
 //! OVERHEAD_TOKENTAP_B=<path to another tokentap binary> (a second build as target
 //! `tokentap-b`: an A/B of two builds in one interleaved run).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -365,8 +367,15 @@ async fn wait_up(addr: SocketAddr) {
     panic!("{addr} never came up");
 }
 
+/// The tokentap under test: `OVERHEAD_TOKENTAP` (scripts/overhead.sh sets it to a copy of
+/// `cargo build --release`), else the binary cargo built for this bench. That one is not the
+/// release build: a bench build unifies the dev-dependencies' features into tokentap's, and
+/// tokio's `test-util` (the unit tests' paused clock) puts a lock in every read of the runtime's
+/// clock.
 fn tokentap_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_tokentap"))
+    std::env::var_os("OVERHEAD_TOKENTAP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tokentap")))
 }
 
 /// A tokentap in front of `up`, logging to `dir` (unless OVERHEAD_TOKENTAP_LOG=off).
@@ -991,6 +1000,10 @@ fn main() {
         std::fs::create_dir_all(&dir).unwrap();
         let up = upstream();
         let proxies = start_proxies(up, &dir).await;
+        match std::env::var_os("OVERHEAD_TOKENTAP") {
+            Some(p) => println!("tokentap: {} (OVERHEAD_TOKENTAP)", Path::new(&p).display()),
+            None => println!("tokentap: {} — built for this bench, with the dev-dependencies' features (tokio test-util), not the release build; scripts/overhead.sh measures the release build", tokentap_bin().display()),
+        }
         println!("upstream: SSE, {EVENTS} events of {} bytes; paced = 20 ms to the first event, 1 ms apart, written at their instants by a pacer thread; upstream threads {}", EVENT.len(),
             if UPSTREAM_RT.load(Ordering::Relaxed) { "at real-time priority" } else { "at normal priority (real-time not allowed: events may queue behind the clients)" });
         println!("proxies: {}", proxies.iter().map(|p| p.name).collect::<Vec<_>>().join(", "));
