@@ -2,7 +2,7 @@
 # The proxy-overhead benchmark, side by side with nginx and HAProxy (Debian packages, installed
 # here if missing): same in-process SSE upstream, same load, interleaved rounds. The proxies run
 # pinned to core 1, the load generator and upstream to core 0 (on a 2-core machine).
-#   scripts/overhead.sh                 # full run (~13 min on 2 cores)
+#   scripts/overhead.sh                 # full run (~7 min on 2 cores, the release build first)
 #   OVERHEAD_QUICK=1 OVERHEAD_STREAMS=2000 scripts/overhead.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
