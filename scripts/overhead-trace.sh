@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Where each proxy's time goes at C=1, from the kernel's own clock: runs the C=1 cell of the
-# overhead bench (scripts/overhead.sh) under `perf record` with syscall and scheduler tracepoints,
+# overhead bench (scripts/overhead.sh) under `perf record` with syscall tracepoints,
 # then splits every proxy's two legs on its (cold) core:
 #   request leg:      woken → recv of the client's request → write to the upstream done
 #   first event leg:  woken → recv of the first event      → write to the client done
 # "woken → recv" is the event loop's share (epoll_wait returning to the read: the runtime, the
 # connection's state machine); "recv → write" is the proxy's own work (parse, route, measure).
 # A leg starts at a wake-up after at least 2 ms asleep, so it is the cold case of C=1.
-#   scripts/overhead-trace.sh           # ~2 min; needs root (perf tracepoints) and perf
+#   scripts/overhead-trace.sh           # about a minute; needs root (perf tracepoints) and perf
 #   TRACE_ROUNDS=12 scripts/overhead-trace.sh
 # perf runs on core 0 and records core 1 only, where the proxies run; it adds a few µs to every
 # syscall of every proxy alike. Tracepoints, not sampling: nothing is estimated.
@@ -17,6 +17,8 @@ command -v perf >/dev/null || { echo "overhead-trace: perf is not installed (lin
 [ "$(nproc)" -ge 2 ] || { echo "overhead-trace: needs 2 cores (proxies on core 1)" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# Both builds overhead.sh makes are done before perf starts recording.
+cargo build --release --locked >/dev/null 2>&1
 cargo bench --locked --bench overhead --no-run >/dev/null 2>&1
 OVERHEAD_PROXIES=${OVERHEAD_PROXIES:-tokentap,nginx,haproxy} OVERHEAD_ROUNDS=${TRACE_ROUNDS:-6} \
   OVERHEAD_LATENCY_C=1 OVERHEAD_SPREAD_C= OVERHEAD_FULL_C= OVERHEAD_STREAMS=0 OVERHEAD_H2_STREAMS=0 \
