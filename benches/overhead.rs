@@ -22,6 +22,8 @@
 //! OVERHEAD_H2_STREAMS (tokentap's slow streams with HTTP/2 clients, default 10000; 0 skips);
 //! OVERHEAD_TOKENTAP=<path> (the tokentap to measure; scripts/overhead.sh sets it to its
 //! `cargo build --release`, see `tokentap_bin`);
+//! OVERHEAD_COALESCE_US (the upstream pacer writes events due within this many µs of each other
+//! in one wake-up, default 20; see `coalesce`);
 //! OVERHEAD_TOKENTAP_B=<path to another tokentap binary> (a second build as target
 //! `tokentap-b`: an A/B of two builds in one interleaved run).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -45,12 +47,13 @@ const EVENTS: usize = 64;
 static ARRIVALS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u64, Instant>>> =
     std::sync::LazyLock::new(Default::default);
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-/// When the pacer wrote each paced request's first event, and when it was due (request id →
-/// (due, written)): the upstream's own timing error, which lands in TTFT, and the start of the
-/// first event's trip through the proxy.
-static FIRST_WRITE: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<u64, (Instant, Instant)>>,
-> = std::sync::LazyLock::new(Default::default);
+/// When the pacer wrote each paced request's first event, when it was due, and in which of the
+/// pacer's wake-ups (request id → (due, written, wake-up number)): the upstream's own timing
+/// error, which lands in TTFT, the start of the first event's trip through the proxy, and how
+/// many first events shared a wake-up.
+static FIRST_WRITE: std::sync::LazyLock<std::sync::Mutex<FirstWrites>> =
+    std::sync::LazyLock::new(Default::default);
+type FirstWrites = std::collections::HashMap<u64, (Instant, Instant, u64)>;
 /// Requests the load generator gave up on, unfinished after `STUCK` (a paced stream takes 84 ms):
 /// the bench must end by itself even if a proxy stalls a stream.
 static STUCK_REQUESTS: AtomicU64 = AtomicU64::new(0);
@@ -131,15 +134,23 @@ struct Paced {
     done: tokio::sync::oneshot::Sender<Option<std::net::TcpStream>>,
 }
 
+/// How close two paced events' instants must be for the pacer to write them in one wake-up
+/// (`OVERHEAD_COALESCE_US`, default 20 µs). An event due within this of the wake-up goes out
+/// early by at most this much.
+fn coalesce() -> Duration {
+    Duration::from_micros(env_num("OVERHEAD_COALESCE_US").map_or(20, |us| us as u64))
+}
+
 /// Writes every paced stream's events at their instants: it sleeps until the earliest one is due
 /// (exactly: the wait is in nanoseconds, and a new stream arriving recomputes it), writes all that
 /// are due, and ends each stream with the chunked terminator.
 fn pacer(rx: std::sync::mpsc::Receiver<Paced>) {
-    const COALESCE: Duration = Duration::from_micros(20);
+    let coalesce = coalesce();
     use std::io::Write;
     use std::sync::mpsc::RecvTimeoutError;
     let chunk = sse_chunk();
     let mut streams: Vec<Paced> = Vec::new();
+    let mut wake: u64 = 0;
     let write = |sock: &mut std::net::TcpStream, mut bytes: &[u8]| -> bool {
         // The socket is non-blocking (it is tokio's too); a full send buffer is waited out.
         let give_up = Instant::now() + Duration::from_secs(5);
@@ -158,9 +169,10 @@ fn pacer(rx: std::sync::mpsc::Receiver<Paced>) {
         true
     };
     loop {
-        // Events due within COALESCE of now go out together: one wake-up for streams whose
+        // Events due within `coalesce` of now go out together: one wake-up for streams whose
         // instants nearly coincide (at C=64 one wake-up per event cost more than the core had).
-        let now = Instant::now() + COALESCE;
+        let now = Instant::now() + coalesce;
+        wake += 1;
         let mut i = 0;
         while i < streams.len() {
             if streams[i].next > now {
@@ -171,7 +183,10 @@ fn pacer(rx: std::sync::mpsc::Receiver<Paced>) {
             let written = Instant::now();
             let mut ok = write(&mut p.sock, chunk.as_bytes());
             if let (EVENTS, Some(id)) = (p.left, p.id) {
-                FIRST_WRITE.lock().unwrap().insert(id, (p.next, written));
+                FIRST_WRITE
+                    .lock()
+                    .unwrap()
+                    .insert(id, (p.next, written, wake));
             }
             p.left -= 1;
             p.next += Duration::from_millis(1);
@@ -580,6 +595,8 @@ struct Samples {
     late_us: Vec<f64>,
     /// The first event's trip: upstream write → client read.
     trip_us: Vec<f64>,
+    /// The pacer's wake-up that wrote each first event.
+    first_wake: Vec<u64>,
     /// Events received.
     events: u64,
 }
@@ -591,6 +608,7 @@ impl Samples {
         self.req_us.extend(o.req_us);
         self.late_us.extend(o.late_us);
         self.trip_us.extend(o.trip_us);
+        self.first_wake.extend(o.first_wake);
         self.events += o.events;
     }
 }
@@ -742,7 +760,8 @@ async fn one(c: &mut Conn, path: &str, s: &mut Samples) -> usize {
     if complete && dec.is_some_and(|(_, reuse)| reuse) {
         c.sock = Some(sock);
     }
-    if let Some((due, written)) = FIRST_WRITE.lock().unwrap().remove(&id) {
+    if let Some((due, written, wake)) = FIRST_WRITE.lock().unwrap().remove(&id) {
+        s.first_wake.push(wake);
         s.late_us
             .push(written.saturating_duration_since(due).as_secs_f64() * 1e6);
         if let Some(read) = first_read {
@@ -1004,7 +1023,7 @@ fn main() {
             Some(p) => println!("tokentap: {} (OVERHEAD_TOKENTAP)", Path::new(&p).display()),
             None => println!("tokentap: {} — built for this bench, with the dev-dependencies' features (tokio test-util), not the release build; scripts/overhead.sh measures the release build", tokentap_bin().display()),
         }
-        println!("upstream: SSE, {EVENTS} events of {} bytes; paced = 20 ms to the first event, 1 ms apart, written at their instants by a pacer thread; upstream threads {}", EVENT.len(),
+        println!("upstream: SSE, {EVENTS} events of {} bytes; paced = 20 ms to the first event, 1 ms apart, written at their instants by a pacer thread (events due within {} µs share a wake-up); upstream threads {}", EVENT.len(), coalesce().as_micros(),
             if UPSTREAM_RT.load(Ordering::Relaxed) { "at real-time priority" } else { "at normal priority (real-time not allowed: events may queue behind the clients)" });
         println!("proxies: {}", proxies.iter().map(|p| p.name).collect::<Vec<_>>().join(", "));
 
@@ -1105,7 +1124,9 @@ fn main() {
                     let n = t.len();
                     let tq = [0.9, 0.99, 0.999, 1.0].map(|p| pct(&mut t, p));
                     let slow = q.iter().filter(|v| **v > 1000.0).count();
-                    println!("{name:<10} {cl:>8} | tails: TTFT p90 {:.0}, p99 {:.0}, p99.9 {:.0}, max {:.0} µs (absolute, n = {n}); req p99 {:.0}, over 1 ms: {slow}; first event: upstream late p50 {:.0}, p99 {:.0}, trip p50 {:.0}, p99 {:.0}",
+                    let wakes: std::collections::HashSet<u64> = acc[i].first_wake.iter().copied().collect();
+                    let per_wake = acc[i].first_wake.len() as f64 / wakes.len().max(1) as f64;
+                    println!("{name:<10} {cl:>8} | tails: TTFT p90 {:.0}, p99 {:.0}, p99.9 {:.0}, max {:.0} µs (absolute, n = {n}); req p99 {:.0}, over 1 ms: {slow}; first event: upstream late p50 {:.0}, p99 {:.0}, trip p50 {:.0}, p99 {:.0}, {per_wake:.2} per pacer wake-up",
                         tq[0], tq[1], tq[2], tq[3], pct(&mut q, 0.99), pct(&mut l, 0.5), pct(&mut l, 0.99), pct(&mut r, 0.5), pct(&mut r, 0.99));
                 }
             }
