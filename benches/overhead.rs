@@ -25,7 +25,8 @@
 //! OVERHEAD_COALESCE_US (the upstream pacer writes events due within this many µs of each other
 //! in one wake-up, default 20; see `coalesce`);
 //! OVERHEAD_TOKENTAP_B=<path to another tokentap binary> (a second build as target
-//! `tokentap-b`: an A/B of two builds in one interleaved run).
+//! `tokentap-b`: an A/B of two builds in one interleaved run). `tcp-relay` and `hyper-only` in
+//! OVERHEAD_PROXIES add two reference proxies with nothing of tokentap in them (see `baseline`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -39,6 +40,9 @@ use bytes::Bytes;
 use tokentap::proxy::h1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+#[path = "overhead/baseline.rs"]
+mod baseline;
 
 const EVENTS: usize = 64;
 
@@ -487,6 +491,31 @@ async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
             name: "haproxy",
             addr: format!("127.0.0.1:{port}").parse().unwrap(),
             child: Some(spawn(&haproxy, &args)),
+        });
+    }
+    // The reference proxies, only when named in OVERHEAD_PROXIES: this binary, re-run.
+    for name in baseline::NAMES {
+        if !only.split(',').any(|p| p.trim() == name) {
+            continue;
+        }
+        let port = free_port();
+        let exe = std::env::current_exe().unwrap();
+        let args: Vec<String> = [
+            baseline::FLAG,
+            name,
+            "serve",
+            "--upstream",
+            &format!("http://{up}"),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.push(Proxy {
+            name,
+            addr: format!("127.0.0.1:{port}").parse().unwrap(),
+            child: Some(spawn(&exe, &args)),
         });
     }
     for p in &v {
@@ -990,6 +1019,11 @@ fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
 }
 
 fn main() {
+    // Re-run by `start_proxies` as a reference proxy (see `baseline`).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(baseline::FLAG) {
+        return baseline::run(&args[1..]);
+    }
     // `cargo test --all-targets` runs bench targets too: only `cargo bench` (which passes
     // --bench) runs the measurement.
     if !std::env::args().any(|a| a == "--bench") {
