@@ -8,13 +8,19 @@
 //!   back as hyper's client yields it. No routing, no metering, no records. (Its full-speed
 //!   figures are hyper's client's: it hands every chunk from a connection task to the request's
 //!   task. tokentap's own client does not.)
+//! - `hyper-tt`: hyper's HTTP/1.1 server in front of tokentap's own upstream client (pooled, the
+//!   response body read by the task that writes it to the client), as tokentap is made, without
+//!   its handler (route, key, admission, the record's set-up) and without measuring. The gap from
+//!   here to tokentap is what those cost; the gap from `hyper-only` to here is the client's.
 //!
 //! Started with the same arguments as tokentap (`serve --upstream http://H:P --listen A …`;
 //! other arguments are ignored) so the bench pins, times and stops them as it does every proxy.
 //! Not a mode of tokentap.
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -24,7 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 pub const FLAG: &str = "--overhead-baseline";
 
 /// The reference proxies by target name.
-pub const NAMES: [&str; 2] = ["tcp-relay", "hyper-only"];
+pub const NAMES: [&str; 3] = ["tcp-relay", "hyper-only", "hyper-tt"];
 
 /// Run the reference proxy `args[0]` with tokentap's `serve` arguments after it; never returns
 /// unless it cannot start.
@@ -48,6 +54,17 @@ pub fn run(args: &[String]) {
         .unwrap();
     rt.block_on(async move {
         let l = TcpListener::bind(listen).await.unwrap();
+        let config = tokentap::config::Config::from_flags(&tokentap::config::Overrides {
+            upstream: Some(format!("http://{up}")),
+            ..Default::default()
+        })
+        .unwrap();
+        let client = tokentap::proxy::client::build(
+            &config.routes[0],
+            Duration::from_secs(5),
+            Arc::new(AtomicU64::new(0)),
+        )
+        .unwrap();
         loop {
             let Ok((c, _)) = l.accept().await else {
                 continue;
@@ -55,6 +72,7 @@ pub fn run(args: &[String]) {
             match kind.as_str() {
                 "tcp-relay" => tokio::spawn(relay(c, up)),
                 "hyper-only" => tokio::spawn(hyper_only(c, up)),
+                "hyper-tt" => tokio::spawn(hyper_tt(c, client.clone())),
                 other => panic!("unknown baseline {other:?}; known: {NAMES:?}"),
             };
         }
@@ -88,6 +106,20 @@ async fn hyper_only(c: TcpStream, up: SocketAddr) {
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let send = send.clone();
         async move { send.lock().await.send_request(req).await }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(c), svc)
+        .await;
+}
+
+async fn hyper_tt(c: TcpStream, client: tokentap::proxy::client::UpstreamClient) {
+    let _ = c.set_nodelay(true);
+    let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let client = client.clone();
+        async move {
+            let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            client.send(req.method(), pq, req.headers(), &[]).await
+        }
     });
     let _ = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(c), svc)
