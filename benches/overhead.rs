@@ -25,8 +25,8 @@
 //! OVERHEAD_COALESCE_US (the upstream pacer writes events due within this many µs of each other
 //! in one wake-up, default 20; see `coalesce`);
 //! OVERHEAD_TOKENTAP_B=<path to another tokentap binary> (a second build as target
-//! `tokentap-b`: an A/B of two builds in one interleaved run). `tcp-relay` and `hyper-only` in
-//! OVERHEAD_PROXIES add two reference proxies with nothing of tokentap in them (see `baseline`).
+//! `tokentap-b`: an A/B of two builds in one interleaved run). `tcp-relay`, `hyper-only` and
+//! `hyper-tt` in OVERHEAD_PROXIES add three reference proxies (see `baseline`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
