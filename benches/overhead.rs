@@ -26,7 +26,8 @@
 //! in one wake-up, default 20; see `coalesce`);
 //! OVERHEAD_TOKENTAP_B=<path to another tokentap binary> (a second build as target
 //! `tokentap-b`: an A/B of two builds in one interleaved run). `tcp-relay`, `hyper-only` and
-//! `hyper-tt` in OVERHEAD_PROXIES add three reference proxies (see `baseline`).
+//! `hyper-tt` in OVERHEAD_PROXIES add three reference proxies (see `baseline`); OVERHEAD_POST=1
+//! (the paced and full-speed requests are POSTs with a chat-completion body, see `post_body`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -236,6 +237,22 @@ async fn serve_upstream(l: TcpListener, jobs: std::sync::mpsc::Sender<Paced>) {
                 let arrived = Instant::now();
                 let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
                 buf.drain(..head_end);
+                // A request body (OVERHEAD_POST=1) is read whole and dropped.
+                let body_len = head
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("content-length")
+                            .then(|| v.trim().parse::<usize>().ok())?
+                    })
+                    .unwrap_or(0);
+                while buf.len() < body_len {
+                    match s.read(&mut tmp).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                    }
+                }
+                buf.drain(..body_len);
                 let mode = head.split(' ').nth(1).unwrap_or("/fast").to_owned();
                 let id = mode.split("id=").nth(1).and_then(|v| v.parse::<u64>().ok());
                 if let Some(id) = id {
@@ -690,13 +707,31 @@ impl Conn {
     }
 }
 
+/// With OVERHEAD_POST=1 the load generator's requests are POSTs with a chat-completion body, as
+/// an LLM client sends (tokentap then reads and inspects the body); else bodyless GETs.
+fn post_body() -> Option<&'static str> {
+    static BODY: std::sync::LazyLock<Option<&'static str>> = std::sync::LazyLock::new(|| {
+        std::env::var("OVERHEAD_POST").is_ok_and(|v| v == "1").then_some(
+            r#"{"model":"tiny","stream":true,"stream_options":{"include_usage":true},"max_tokens":64,"temperature":0,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Summarise the trade-offs of running a measuring proxy in front of an inference server, in three sentences."}]}"#,
+        )
+    });
+    *BODY
+}
+
 /// One streamed request: TTFT (the first event complete) and the gaps between events, in µs,
 /// each event timed by the read that completed it (events that arrive in one read are 0 apart).
 /// Counting events, not chunks, keeps the figures independent of how a proxy re-chunks.
 async fn one(c: &mut Conn, path: &str, s: &mut Samples) -> usize {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let t0 = Instant::now();
-    let req = format!("GET {path}?id={id} HTTP/1.1\r\nhost: {}\r\n\r\n", c.addr);
+    let req = match post_body() {
+        Some(body) => format!(
+            "POST {path}?id={id} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            c.addr,
+            body.len()
+        ),
+        None => format!("GET {path}?id={id} HTTP/1.1\r\nhost: {}\r\n\r\n", c.addr),
+    };
     let mut sock = match c.sock.take() {
         Some(sock) => sock,
         None => {
@@ -1059,6 +1094,10 @@ fn main() {
         }
         println!("upstream: SSE, {EVENTS} events of {} bytes; paced = 20 ms to the first event, 1 ms apart, written at their instants by a pacer thread (events due within {} µs share a wake-up); upstream threads {}", EVENT.len(), coalesce().as_micros(),
             if UPSTREAM_RT.load(Ordering::Relaxed) { "at real-time priority" } else { "at normal priority (real-time not allowed: events may queue behind the clients)" });
+        match post_body() {
+            Some(b) => println!("requests: POST with a {}-byte chat-completion body (OVERHEAD_POST=1)", b.len()),
+            None => println!("requests: GET, no body (OVERHEAD_POST=1 for POSTs with a chat-completion body)"),
+        }
         println!("proxies: {}", proxies.iter().map(|p| p.name).collect::<Vec<_>>().join(", "));
 
         let pids: Vec<Option<u32>> = std::iter::once(None)

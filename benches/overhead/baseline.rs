@@ -9,8 +9,9 @@
 //!   figures are hyper's client's: it hands every chunk from a connection task to the request's
 //!   task. tokentap's own client does not.)
 //! - `hyper-tt`: hyper's HTTP/1.1 server in front of tokentap's own upstream client (pooled, the
-//!   response body read by the task that writes it to the client), as tokentap is made, without
-//!   its handler (route, key, admission, the record's set-up) and without measuring. The gap from
+//!   request body collected first as tokentap does, the response body read by the task that
+//!   writes it to the client), as tokentap is made, without its handler (route, key,
+//!   admission, the record's set-up) and without measuring. The gap from
 //!   here to tokentap is what those cost; the gap from `hyper-only` to here is the client's.
 //!
 //! Started with the same arguments as tokentap (`serve --upstream http://H:P --listen A …`;
@@ -117,8 +118,16 @@ async fn hyper_tt(c: TcpStream, client: tokentap::proxy::client::UpstreamClient)
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let client = client.clone();
         async move {
-            let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
-            client.send(req.method(), pq, req.headers(), &[]).await
+            let (parts, body) = req.into_parts();
+            let body = match http_body_util::BodyExt::collect(body).await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => return Err(std::io::Error::other(e.to_string())),
+            };
+            let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            match client.send(&parts.method, pq, &parts.headers, &body).await {
+                Ok(resp) => Ok(resp),
+                Err(e) => Err(std::io::Error::other(e.to_string())),
+            }
         }
     });
     let _ = hyper::server::conn::http1::Builder::new()
