@@ -422,29 +422,43 @@ fn start_tokentap(
     dir: &Path,
     log_name: &str,
 ) -> Proxy {
+    start_served(name, tt, &[], up, dir, log_name)
+}
+
+/// `bin` run as `bin <pre…> serve --upstream … --listen … --admin off --log …`: tokentap, or
+/// this bench binary as a reference proxy (which ignores the last two).
+fn start_served(
+    name: &'static str,
+    bin: PathBuf,
+    pre: &[&str],
+    up: SocketAddr,
+    dir: &Path,
+    log_name: &str,
+) -> Proxy {
     let port = free_port();
     let log = match std::env::var("OVERHEAD_TOKENTAP_LOG") {
         Ok(v) if v == "off" => v,
         _ => dir.join(log_name).display().to_string(),
     };
-    let args: Vec<String> = [
-        "serve",
-        "--upstream",
-        &format!("http://{up}"),
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--admin",
-        "off",
-        "--log",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain(std::iter::once(log))
-    .collect();
+    let args: Vec<String> = pre
+        .iter()
+        .chain(&[
+            "serve",
+            "--upstream",
+            &format!("http://{up}"),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin",
+            "off",
+            "--log",
+        ])
+        .map(|s| s.to_string())
+        .chain(std::iter::once(log))
+        .collect();
     Proxy {
         name,
         addr: format!("127.0.0.1:{port}").parse().unwrap(),
-        child: Some(spawn(&tt, &args)),
+        child: Some(spawn(&bin, &args)),
     }
 }
 
@@ -515,25 +529,15 @@ async fn start_proxies(up: SocketAddr, dir: &Path) -> Vec<Proxy> {
         if !only.split(',').any(|p| p.trim() == name) {
             continue;
         }
-        let port = free_port();
         let exe = std::env::current_exe().unwrap();
-        let args: Vec<String> = [
-            baseline::FLAG,
+        v.push(start_served(
             name,
-            "serve",
-            "--upstream",
-            &format!("http://{up}"),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        v.push(Proxy {
-            name,
-            addr: format!("127.0.0.1:{port}").parse().unwrap(),
-            child: Some(spawn(&exe, &args)),
-        });
+            exe,
+            &[baseline::FLAG, name],
+            up,
+            dir,
+            "unused.jsonl",
+        ));
     }
     for p in &v {
         wait_up(p.addr).await;
