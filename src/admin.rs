@@ -18,10 +18,10 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-use crate::sink::Sink;
+use crate::proxy::State;
 
 pub struct Admin {
-    pub sink: Arc<Sink>,
+    pub state: Arc<State>,
     pub ready: AtomicBool,
     pub started: Instant,
 }
@@ -56,6 +56,26 @@ fn reply(status: StatusCode, ctype: &'static str, body: impl Into<Bytes>) -> Res
 }
 
 impl Admin {
+    /// The Prometheus exposition, with the live counters brought up to date.
+    pub fn render_metrics(&self) -> String {
+        let st = &self.state;
+        let m = &st.sink.metrics;
+        // NB: the gauge is read from the counters at scrape time; setting it per request from
+        // racing finishes could leave it stale.
+        for r in st.routes.iter() {
+            m.set_in_flight(&r.name, r.in_flight.load(Ordering::Relaxed));
+            if r.target.is_some() {
+                m.set_upstream_opened(&r.name, r.opened());
+            }
+        }
+        m.sync_counters(
+            st.sink.records_dropped.load(Ordering::Relaxed),
+            st.sink.log_counters.write_errors.load(Ordering::Relaxed),
+            st.shadow_skipped.load(Ordering::Relaxed),
+        );
+        m.render()
+    }
+
     fn respond(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         if req.method() != Method::GET && req.method() != Method::HEAD {
             return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
@@ -64,7 +84,7 @@ impl Admin {
             "/metrics" => reply(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
-                self.sink.render_metrics(),
+                self.render_metrics(),
             ),
             "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n"),
             "/readyz" => {
@@ -79,11 +99,11 @@ impl Admin {
                 }
             }
             "/stats" => {
-                let s = &self.sink;
+                let (st, s) = (&self.state, &self.state.sink);
                 let body = StatsBody {
                     uptime_s: self.started.elapsed().as_secs_f64(),
                     ready: self.ready.load(Ordering::Relaxed),
-                    in_flight: s
+                    in_flight: st
                         .routes
                         .iter()
                         .map(|r| (r.name.as_str(), r.in_flight.load(Ordering::Relaxed)))
@@ -94,8 +114,12 @@ impl Admin {
                         dropped: s.records_dropped.load(Ordering::Relaxed),
                         write_errors: s.log_counters.write_errors.load(Ordering::Relaxed),
                     },
-                    shadow_skipped: s.shadow_skipped.load(Ordering::Relaxed),
-                    routes: s.stats.snapshot(),
+                    shadow_skipped: st.shadow_skipped.load(Ordering::Relaxed),
+                    routes: st
+                        .routes
+                        .iter()
+                        .filter_map(|r| Some((r.name.clone(), r.stats.snapshot()?)))
+                        .collect(),
                 };
                 match serde_json::to_vec_pretty(&body) {
                     Ok(v) => reply(StatusCode::OK, "application/json", v),

@@ -8,11 +8,12 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use crate::bench::{self, summary::pct, BenchConfig};
+use crate::bench::{self, BenchConfig};
 use crate::config::{Config, Overrides};
 use crate::meter::{Outcome, RequestRecord};
 use crate::serve::Running;
 use crate::sim::{HopDelay, Profile, Sim};
+use crate::stats::pct;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
@@ -174,4 +175,34 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     println!("competes for compute); per-stream tok/s barely moves (decode is bandwidth-bound); E2E is set by");
     println!("how much was asked for. The gateway hop taxes the front of the request (TTFT), not the body (TPOT).");
     Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Where records and run.json go.
+    #[arg(long, default_value = "tokentap-demo")]
+    pub out: PathBuf,
+    /// Injected gateway admission delay, MS[±JITTER].
+    #[arg(long, default_value = "100±10")]
+    pub gateway_hop: HopDelay,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+/// `tokentap demo` on the command line.
+pub fn cli(a: Args) -> crate::cli::Exit {
+    use crate::cli::Exit;
+    let rt = match crate::cli::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return e,
+    };
+    let cfg = DemoConfig {
+        out: a.out,
+        hop: a.gateway_hop,
+        seed: a.seed,
+    };
+    match rt.block_on(run(&cfg)) {
+        Ok(()) => Exit::Ok,
+        Err(e) => Exit::Failed(e.to_string()),
+    }
 }

@@ -1,27 +1,34 @@
 //! tokentap: a transparent, measuring reverse proxy for LLM inference traffic.
 //!
 //! # Layout
+//! Leaves first; each module uses only those above it in this list.
+//! - [`stats`]: nearest-rank percentiles and bootstrap intervals, for every command.
+//! - [`sse`]: incremental SSE splitter over arbitrary chunks.
+//! - [`openai`]: lenient read-only views of requests and chunks; byte-exact request splices.
+//! - [`keys`]: API key fingerprints and aliases; `Secret<T>`.
+//! - [`headers`]: hop-by-hop header hygiene.
+//! - [`meter`]: timeline, per-chunk observer, `MeteredBody`, the `RequestRecord` schema.
 //! - [`config`]: TOML → validated `Config`, errors with file and key path.
+//! - [`route`]: path → route and the experiment's arm choice, as pure functions.
+//! - [`tls`]: PEM files, the listener's acceptor, an upstream route's connector.
+//! - [`sink`]: metrics, per-route live stats and the JSONL writer.
+//! - [`proxy`]: the tower stack, the per-request `Exchange`, the routes, the upstream client.
 //! - [`server`]: client-facing accept loop (HTTP/1.1 + HTTP/2, TLS), graceful drain.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, `/stats` on their own listener.
-//! - [`proxy`]: the per-request service, pooled upstream clients, header hygiene, local errors.
-//! - [`route`]: path-prefix route table (upstreams only from the config).
-//! - [`keys`]: API key fingerprints and aliases; `Secret<T>`.
-//! - [`openai`]: lenient read-only views of requests and chunks.
-//! - [`sse`]: incremental SSE splitter over arbitrary chunks.
-//! - [`meter`]: timeline, per-chunk observer, `MeteredBody`, the `RequestRecord` schema.
-//! - [`sink`]: metrics, live stats and the JSONL writer.
-//! - [`serve`]: the `serve` command's wiring.
+//! - [`serve`], [`check`]: the `serve` and `check` commands; [`cli`]: exit codes, runtime, signals.
 //! - [`sim`]: simulated engine (continuous-batching cost model) and gateway hop.
 //! - [`bench`]: closed-loop load generator (buckets × concurrency), raw records and run.json.
-//! - [`demo`]: the embedded default: sim + hop + proxy + bench in one process.
 //! - [`report`]: records → tables, SLO verdicts, provisioning, per-key, HTML charts.
+//! - [`demo`]: the embedded default: sim + hop + proxy + bench in one process.
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod bench;
+pub mod check;
+pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod headers;
 pub mod keys;
 pub mod meter;
 pub mod openai;
@@ -33,3 +40,5 @@ pub mod server;
 pub mod sim;
 pub mod sink;
 pub mod sse;
+pub mod stats;
+pub mod tls;

@@ -3,19 +3,20 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
 use crate::config::Config;
 use crate::proxy::{client, State};
-use crate::route::RouteTable;
 use crate::server;
 use crate::sink::log::{self, LogCounters};
+use crate::sink::metrics::Metrics;
 use crate::sink::Sink;
 
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +29,7 @@ pub enum ServeError {
     #[error(transparent)]
     Client(#[from] client::ClientError),
     #[error("listener TLS: {0}")]
-    Tls(#[from] server::TlsError),
+    Tls(#[from] crate::tls::TlsError),
     #[error("request log {path}: {source}")]
     Log {
         path: String,
@@ -69,15 +70,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let config = Arc::new(config);
-    let tls = config.tls.as_ref().map(server::tls_acceptor).transpose()?;
-    let opened: Vec<Arc<std::sync::atomic::AtomicU64>> =
-        config.routes.iter().map(|_| Arc::default()).collect();
-    let clients = config
-        .routes
-        .iter()
-        .zip(&opened)
-        .map(|(r, o)| client::build(r, config.timeouts.connect, o.clone()))
-        .collect::<Result<Vec<_>, _>>()?;
+    let tls = config.tls.as_ref().map(crate::tls::acceptor).transpose()?;
 
     let counters = Arc::new(LogCounters::default());
     let (log_tx, writer) = match &config.log.path {
@@ -93,19 +86,12 @@ pub async fn run(
         }
         None => (None, None),
     };
-    let sink = Arc::new(Sink::new(config.clone(), log_tx, counters, &opened)?);
-    let state = Arc::new(State {
-        config: config.clone(),
-        sink: sink.clone(),
-        routes: RouteTable::new(&config.routes),
-        clients,
-        limit: Arc::new(Semaphore::new(config.limits.max_concurrent)),
-        shadow: Arc::new(Semaphore::new(config.experiment.max_shadow_in_flight)),
-        rng: std::sync::Mutex::new(fastrand::Rng::with_seed(config.experiment.seed)),
-    });
+    let metrics = Metrics::new(config.limits.max_key_labels, config.limits.max_model_labels)?;
+    let sink = Arc::new(Sink::new(metrics, log_tx, counters));
+    let state = Arc::new(State::new(config.clone(), sink.clone())?);
 
     let admin = Arc::new(Admin {
-        sink: sink.clone(),
+        state: state.clone(),
         ready: AtomicBool::new(true),
         started: tokio::time::Instant::now(),
     });
@@ -125,16 +111,15 @@ pub async fn run(
     // anything scrapes, so memory stays flat with the admin listener off.
     // Pooled upstream connections the upstream closed are let go on the same tick.
     let upkeep = {
-        let sink = sink.clone();
-        let clients = state.clients.clone();
+        let state = state.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             tick.tick().await; // the first tick is immediate: nothing to do yet
             loop {
                 tick.tick().await;
-                sink.metrics.run_upkeep();
-                for c in &clients {
-                    c.prune();
+                state.sink.metrics.run_upkeep();
+                for t in state.routes.iter().filter_map(|r| r.target.as_ref()) {
+                    t.client.prune();
                 }
             }
         })
@@ -163,15 +148,16 @@ pub async fn run(
     upkeep.abort();
     // Every connection is closed; records still being made (a stream's is made just after its
     // last write; experiment copies run on their own) are waited for, briefly.
-    if !sink.settle(SETTLE).await {
+    if !state.settle(SETTLE).await {
         tracing::warn!(
-            in_flight = sink.in_flight(),
+            in_flight = state.routes.in_flight(),
             "shutdown: requests still unrecorded after the drain; closing the log"
         );
     }
     // Let the writer empty its queue and stop.
     sink.close_log().await;
     drop(state);
+    drop(admin);
     if let Some(w) = writer {
         let _ = tokio::task::spawn_blocking(move || w.join()).await;
     }
@@ -231,4 +217,59 @@ impl Running {
             Err(_) => Ok(()),
         }
     }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// TOML config file (see config/tokentap.toml).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Upstream base URL (quick start without a file; replaces the first route's upstream).
+    #[arg(long)]
+    pub upstream: Option<String>,
+    /// Proxy listen address [default: 0.0.0.0:8080].
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Admin listen address for /metrics /healthz /readyz /stats [default: 127.0.0.1:9464];
+    /// "off" disables it.
+    #[arg(long)]
+    pub admin: Option<String>,
+    /// Request log (JSONL) path [default: tokentap.jsonl]; "off" disables it.
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+}
+
+/// `tokentap serve`: load the config (errors exit 64 before any port is bound), serve until
+/// SIGTERM or Ctrl-C, drain, flush.
+pub fn cli(a: Args) -> crate::cli::Exit {
+    use crate::cli::Exit;
+    let over = crate::config::Overrides {
+        upstream: a.upstream,
+        listen: a.listen,
+        admin: a.admin,
+        log: a.log.map(|p| p.display().to_string()),
+    };
+    let loaded = match &a.config {
+        Some(p) => Config::load(p, &over),
+        None => Config::from_flags(&over),
+    };
+    let config = match loaded {
+        Ok(c) => c,
+        Err(e) => return Exit::Usage(format!("config error: {e}")),
+    };
+    crate::cli::init_tracing();
+    let rt = match crate::cli::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return e,
+    };
+    rt.block_on(async move {
+        let (main, admin) = match bind(&config).await {
+            Ok(l) => l,
+            Err(e) => return Exit::Failed(e.to_string()),
+        };
+        match run(config, main, admin, crate::cli::shutdown_signal()).await {
+            Ok(()) => Exit::Ok,
+            Err(e) => Exit::Failed(e.to_string()),
+        }
+    })
 }

@@ -5,7 +5,6 @@
 //! what is left — each cut stream is still recorded (`shutdown_cut`).
 
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,50 +12,15 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::TlsFiles;
 use crate::proxy::{Proxy, State};
 
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("{path}: {message}")]
-    File { path: String, message: String },
-    #[error("TLS configuration: {0}")]
-    Rustls(#[from] rustls::Error),
-}
-
-/// Build the TLS acceptor for the listener (ALPN: h2, http/1.1).
-pub fn tls_acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
-    let file_err = |p: &Path, m: String| TlsError::File {
-        path: p.display().to_string(),
-        message: m,
-    };
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
-        .map_err(|e| file_err(&files.cert, e.to_string()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| file_err(&files.cert, e.to_string()))?;
-    if certs.is_empty() {
-        return Err(file_err(&files.cert, "no PEM certificate found".into()));
-    }
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|e| file_err(&files.key, e.to_string()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(cfg)))
-}
 
 fn builder(header_read: Duration) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
@@ -138,6 +102,7 @@ pub async fn run(
     grace: Duration,
 ) {
     let builder = Arc::new(builder(state.config.timeouts.header_read));
+    let proxy = Proxy::new(state.clone());
     let mut drains = Drains::default();
     let mut conns = JoinSet::new();
     tokio::pin!(shutdown);
@@ -156,7 +121,7 @@ pub async fn run(
             },
         };
         let _ = stream.set_nodelay(true);
-        let service = Proxy(state.clone());
+        let service = proxy.clone();
         let builder = builder.clone();
         let drain = drains.add();
         match &tls {
@@ -190,7 +155,7 @@ pub async fn run(
         () = async { while conns.join_next().await.is_some() {} } => {}
         () = tokio::time::sleep(grace) => {
             tracing::warn!("shutdown grace period over: cutting the remaining streams");
-            state.sink.shutdown_cut.store(true, Ordering::Relaxed);
+            state.shutdown_cut.store(true, Ordering::Relaxed);
         }
     }
     // Connections still open are cut here; dropping them finalizes their requests.

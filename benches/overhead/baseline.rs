@@ -20,7 +20,6 @@
 //! Not a mode of tokentap.
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,12 +64,8 @@ pub fn run(args: &[String]) {
             ..Default::default()
         })
         .unwrap();
-        let client = tokentap::proxy::client::build(
-            &config.routes[0],
-            Duration::from_secs(5),
-            Arc::new(AtomicU64::new(0)),
-        )
-        .unwrap();
+        let client =
+            tokentap::proxy::client::build(&config.routes[0], Duration::from_secs(5)).unwrap();
         loop {
             let Ok((c, _)) = l.accept().await else {
                 continue;

@@ -3,6 +3,7 @@
 //! `Meter`), raw records persisted to `requests.jsonl`, the run described in `run.json`.
 //! Errors are counted per cell and never abort the sweep; Ctrl-C keeps what was measured.
 
+pub mod cli;
 pub mod dataset;
 mod runner;
 pub mod summary;
@@ -14,6 +15,7 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+pub use cli::{cli, Args};
 pub use runner::Target;
 
 #[derive(Debug, thiserror::Error)]

@@ -16,9 +16,10 @@ use tokio::time::Instant;
 
 use super::dataset::Chosen;
 use super::{BenchConfig, Overhead};
-use crate::config::Buckets;
-use crate::meter::body::End;
-use crate::meter::{build_record, Ctx, Meter, Outcome, RequestRecord};
+use crate::meter::{
+    BodyEnd, Buckets, Experiment, Facts, Meter, MeteredBody, Observer, Outcome, RequestRecord,
+    Stamp, Verdict,
+};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -142,128 +143,151 @@ impl Target {
             body["min_tokens"] = out.into();
         }
         let body = Bytes::from(body.to_string());
-        let stamp = crate::meter::Stamp::now();
         let prefix = arm.as_ref().map(|a| a.1).unwrap_or("");
         let endpoint = format!("{prefix}/v1/chat/completions");
-        let ctx = Ctx {
-            stamp,
-            route: 0,
-            experiment: arm
-                .as_ref()
-                .map(|(name, _, pair)| crate::meter::Experiment {
-                    arm: (*name).to_owned(),
-                    pair_id: Some(pair.clone()),
-                }),
-            method: "POST".into(),
-            endpoint: endpoint.clone(),
-            model: Some(model.to_owned()),
-            upstream_model: None,
-            key_id: self.key_id.clone(),
-            key: None,
-            stream: true,
-            max_tokens: Some(out),
-            request_bytes: body.len() as u64,
-            in_flight: conc as u64,
-            status: 0,
-            gateway_overhead_ms: None,
-            bucket: Some(bucket.to_owned()),
-            concurrency: Some(conc as u64),
-        };
+        let mut facts = Facts::new(Stamp::now(), "POST", &endpoint);
+        facts.experiment = arm.as_ref().map(|(name, _, pair)| Experiment {
+            arm: (*name).to_owned(),
+            pair_id: Some(pair.clone()),
+        });
+        facts.model = Some(model.to_owned());
+        facts.key_id = self.key_id.clone();
+        facts.stream = true;
+        facts.max_tokens = Some(out);
+        facts.request_bytes = body.len() as u64;
+        facts.in_flight = conc as u64;
+        facts.bucket = Some(bucket.to_owned());
+        facts.concurrency = Some(conc as u64);
         let route = arm.as_ref().map(|a| a.0).unwrap_or("bench").to_owned();
         let extra = route_header.zip(arm.as_ref().map(|a| a.0));
-        let (ctx, mut meter, end) = self
-            .exchange(ctx, &endpoint, body, extra)
-            .await
-            .into_parts(stop)
-            .await;
-        build_record(
-            ctx,
+        let (mut meter, verdict) = self.exchange(&endpoint, body, extra, stop).await;
+        RequestRecord::assemble(
+            facts,
             &mut meter,
-            end,
+            verdict,
             Instant::now(),
             &route,
             &Buckets::default(),
         )
     }
 
+    /// Send one request and read its response through the proxy's own observer; the meter and
+    /// this client's verdict on the request.
     async fn exchange(
         &self,
-        mut ctx: Ctx,
         path: &str,
         body: Bytes,
         extra: Option<(&str, &str)>,
-    ) -> Exchange {
+        stop: &AtomicBool,
+    ) -> (Meter, Verdict) {
         let t0 = Instant::now();
-        let mut meter = Meter::new(t0);
+        let meter = Meter::new(t0);
+        let fail = |meter, outcome, e: String| {
+            let v = Verdict {
+                status: 0,
+                outcome,
+                error: Some(e),
+            };
+            (meter, v)
+        };
         let req = match self.request("POST", path, body, extra) {
             Ok(r) => r,
-            Err(e) => return Exchange::Done(ctx, meter, End::Outcome(Outcome::Rejected, e)),
+            Err(e) => return fail(meter, Outcome::Rejected, e),
         };
-        match tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(req)).await {
-            Err(_) => Exchange::Done(
-                ctx,
-                meter,
-                End::Outcome(Outcome::Timeout, "no response headers".into()),
-            ),
+        let resp = match tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(req)).await {
+            Err(_) => return fail(meter, Outcome::Timeout, "no response headers".into()),
             Ok(Err(e)) => {
                 let o = if e.is_connect() {
                     Outcome::ConnectError
                 } else {
                     Outcome::UpstreamReset
                 };
-                Exchange::Done(ctx, meter, End::Outcome(o, format!("{e}")))
+                return fail(meter, o, format!("{e}"));
             }
-            Ok(Ok(resp)) => {
-                meter.timeline.headers = Some(Instant::now());
-                ctx.status = resp.status().as_u16();
-                meter.expect_body(
-                    resp.headers()
-                        .get(http::header::CONTENT_TYPE)
-                        .map(|v| v.as_bytes()),
-                    1 << 20,
-                    8 << 20,
-                );
-                Exchange::Streaming(ctx, meter, resp.into_body(), t0)
+            Ok(Ok(resp)) => resp,
+        };
+        let mut meter = meter;
+        meter.timeline.headers = Some(Instant::now());
+        let status = resp.status().as_u16();
+        meter.expect_body(
+            resp.headers()
+                .get(http::header::CONTENT_TYPE)
+                .map(|v| v.as_bytes()),
+            1 << 20,
+            8 << 20,
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut body = MeteredBody::new(
+            resp.into_body(),
+            Ended {
+                meter,
+                tx: Some(tx),
+            },
+        );
+        let deadline = t0 + REQUEST_TIMEOUT;
+        // Why this client stopped reading, when it did.
+        let mut cut: Option<(Outcome, &str)> = None;
+        loop {
+            if stop.load(Ordering::Relaxed) && !body.meter().is_some_and(|m| m.done) {
+                break;
+            }
+            match tokio::time::timeout_at(deadline, body.frame()).await {
+                Err(_) => {
+                    cut = Some((Outcome::Timeout, "total timeout"));
+                    break;
+                }
+                Ok(None) | Ok(Some(Err(_))) => break,
+                Ok(Some(Ok(_))) => {}
             }
         }
+        drop(body);
+        let Ok((mut meter, end)) = rx.await else {
+            return fail(Meter::new(t0), Outcome::ClientCancelled, "lost".into());
+        };
+        meter.settle();
+        let (outcome, error) = match (cut, end) {
+            (Some((o, e)), _) => (o, Some(e.to_owned())),
+            (None, End::Complete) => meter.clean_end(status),
+            (None, End::Error(e)) => (Outcome::UpstreamReset, Some(format!("body: {e}"))),
+            (None, End::Dropped) if meter.done => meter.clean_end(status),
+            (None, End::Dropped) => (Outcome::ClientCancelled, Some("client went away".into())),
+        };
+        let error = meter.merge_error_event(outcome, error);
+        let v = Verdict {
+            status,
+            outcome,
+            error,
+        };
+        (meter, v)
     }
 }
 
-enum Exchange {
-    Done(Ctx, Meter, End),
-    Streaming(Ctx, Meter, hyper::body::Incoming, Instant),
+/// How a response body ended, as bench's observer saw it (owned: it crosses a channel).
+enum End {
+    Complete,
+    Error(String),
+    Dropped,
 }
 
-impl Exchange {
-    async fn into_parts(self, stop: &AtomicBool) -> (Ctx, Meter, End) {
-        match self {
-            Exchange::Done(c, m, e) => (c, m, e),
-            Exchange::Streaming(c, mut m, mut body, t0) => {
-                let deadline = t0 + REQUEST_TIMEOUT;
-                loop {
-                    if stop.load(Ordering::Relaxed) && !m.done {
-                        return (c, m, End::Dropped);
-                    }
-                    match tokio::time::timeout_at(deadline, body.frame()).await {
-                        Err(_) => {
-                            return (c, m, End::Outcome(Outcome::Timeout, "total timeout".into()))
-                        }
-                        Ok(None) => return (c, m, End::Complete),
-                        Ok(Some(Err(e))) => {
-                            return (
-                                c,
-                                m,
-                                End::Outcome(Outcome::UpstreamReset, format!("body: {e}")),
-                            )
-                        }
-                        Ok(Some(Ok(f))) => {
-                            if let Some(d) = f.data_ref() {
-                                m.on_data(d, Instant::now());
-                            }
-                        }
-                    }
-                }
-            }
+/// Bench's observer: hands the meter and the ending back to the request's task.
+struct Ended {
+    meter: Meter,
+    tx: Option<tokio::sync::oneshot::Sender<(Meter, End)>>,
+}
+
+impl Observer for Ended {
+    fn meter(&mut self) -> &mut Meter {
+        &mut self.meter
+    }
+
+    fn end(mut self, end: BodyEnd<'_>) {
+        let end = match end {
+            BodyEnd::Complete => End::Complete,
+            BodyEnd::Error(e) => End::Error(e.to_string()),
+            BodyEnd::Dropped => End::Dropped,
+        };
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send((self.meter, end));
         }
     }
 }
@@ -473,12 +497,8 @@ pub async fn client_overhead() -> Overhead {
             ttft.push(v);
         }
     }
-    ttft.sort_by(f64::total_cmp);
-    let q = |p: f64| {
-        ttft.get(((p * ttft.len() as f64).ceil() as usize).clamp(1, ttft.len().max(1)) - 1)
-            .copied()
-            .unwrap_or(f64::NAN)
-    };
+    let ttft = crate::stats::sorted(ttft);
+    let q = |p: f64| crate::stats::pct(&ttft, p).unwrap_or(f64::NAN);
     Overhead {
         n: ttft.len(),
         p50: q(0.5),

@@ -4,21 +4,7 @@ use std::fmt::Write;
 
 use super::RunInfo;
 use crate::meter::{Outcome, RequestRecord};
-
-/// Nearest-rank percentile of sorted values.
-pub fn pct(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    Some(sorted[rank - 1])
-}
-
-fn sorted(v: impl Iterator<Item = f64>) -> Vec<f64> {
-    let mut v: Vec<f64> = v.filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    v
-}
+use crate::stats::{pct, sorted};
 
 fn f(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}"))

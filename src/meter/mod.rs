@@ -1,4 +1,6 @@
-//! Measurement of one request: the timeline, the per-chunk observer, and the record it becomes.
+//! Measurement of one request: the timeline, the per-chunk observer, the body wrapper that feeds
+//! it, and the record it becomes. A leaf: it knows SSE and the API shapes, nothing of routes,
+//! sinks or configs.
 //!
 //! The observer only reads the bytes it is shown; it never changes, delays or holds them. Times
 //! are stamped by the caller at the moment a chunk is handed on (one monotonic clock,
@@ -6,56 +8,22 @@
 //! once the client has it, and always in arrival order.
 
 pub mod body;
+mod bucket;
 pub mod record;
+mod timeline;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::config::Buckets;
-use crate::keys::Secret;
 use crate::openai::{self, ServerTimings, Usage};
 use crate::sse::{SseItem, SseSplitter};
-pub use record::{Experiment, Outcome, RequestRecord, TokensSource};
+pub use body::{BodyEnd, MeteredBody, Observer};
+pub use bucket::Buckets;
+pub use record::{tpot_ms, Experiment, Facts, Outcome, RequestRecord, TokensSource, Verdict};
+pub use timeline::{ms_between, Stamp, Timeline};
 
 /// Gaps kept per request for ITL percentiles (µs); beyond this only the max is updated.
 const MAX_ITL_SAMPLES: usize = 1 << 16;
-
-/// Instants of one request's life, all on the same monotonic clock.
-#[derive(Debug, Clone, Copy)]
-pub struct Timeline {
-    pub t0: Instant,
-    pub body_read: Option<Instant>,
-    pub headers: Option<Instant>,
-    pub first_byte: Option<Instant>,
-    pub first_event: Option<Instant>,
-    pub first_token: Option<Instant>,
-    pub last_token: Option<Instant>,
-    pub end: Option<Instant>,
-}
-
-impl Timeline {
-    pub fn new(t0: Instant) -> Self {
-        Self {
-            t0,
-            body_read: None,
-            headers: None,
-            first_byte: None,
-            first_event: None,
-            first_token: None,
-            last_token: None,
-            end: None,
-        }
-    }
-
-    /// Milliseconds from `t0` to `t`.
-    pub fn ms(&self, t: Option<Instant>) -> Option<f64> {
-        t.map(|t| ms_between(self.t0, t))
-    }
-}
-
-pub fn ms_between(a: Instant, b: Instant) -> f64 {
-    b.saturating_duration_since(a).as_secs_f64() * 1000.0
-}
 
 /// How the response body is read for measurement.
 enum BodyKind {
@@ -124,15 +92,18 @@ impl Meter {
         }
     }
 
+    /// Everything handed on is inspected: the deferred chunk, and a buffered JSON body. Call it
+    /// before reading the meter's verdict-bearing fields (`done`, `error_event`).
+    pub fn settle(&mut self) {
+        self.catch_up();
+        self.finish_body();
+    }
+
     /// Inspect the deferred chunk, if any.
     pub fn catch_up(&mut self) {
         if let Some((chunk, at)) = self.deferred.take() {
             self.on_data(&chunk, at);
         }
-    }
-
-    pub fn has_deferred(&self) -> bool {
-        self.deferred.is_some()
     }
 
     /// Decide how to read the body from the response's content type.
@@ -307,10 +278,7 @@ impl Meter {
         }
         let mut v = self.itl_us.clone();
         v.sort_unstable();
-        let pick = |q: f64| {
-            let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-            v[rank - 1] as f64 / 1000.0
-        };
+        let pick = |q: f64| v[crate::stats::rank(v.len(), q)] as f64 / 1000.0;
         (
             Some(pick(0.50)),
             Some(pick(0.99)),
@@ -322,175 +290,36 @@ impl Meter {
     pub fn itl_samples(&self) -> &[u32] {
         &self.itl_us
     }
-}
 
-/// What is known of a request before its response: everything the record needs besides the
-/// meter's observations.
-#[derive(Debug, Clone)]
-pub struct Ctx {
-    pub stamp: Stamp,
-    pub route: usize,
-    pub experiment: Option<Experiment>,
-    pub method: String,
-    pub endpoint: String,
-    pub model: Option<String>,
-    pub upstream_model: Option<String>,
-    pub key_id: Option<String>,
-    /// The client's key when `key_id` is not known yet: fingerprinted when the record is made
-    /// (off the request's path), then dropped. Never written anywhere.
-    pub key: Option<Secret<Vec<u8>>>,
-    pub stream: bool,
-    pub max_tokens: Option<u64>,
-    pub request_bytes: u64,
-    pub in_flight: u64,
-    /// Status sent to the client (0 until known).
-    pub status: u16,
-    pub gateway_overhead_ms: Option<f64>,
-    /// A bucket known in advance (bench knows its prompt's bucket); else derived from tokens.
-    pub bucket: Option<String>,
-    /// The load generator's concurrency level for this request (bench only).
-    pub concurrency: Option<u64>,
-}
-
-/// When a request arrived (wall clock) and its id: formatted only when the record is made.
-#[derive(Debug, Clone, Copy)]
-pub struct Stamp {
-    pub at: std::time::SystemTime,
-    pub id: u64,
-}
-
-impl Stamp {
-    pub fn now() -> Self {
-        Self {
-            at: std::time::SystemTime::now(),
-            id: fastrand::u64(..),
+    /// What a stream that ended cleanly says of its request, given the status sent: an upstream
+    /// error status, an in-band error event, a stream cut short of `[DONE]`, or ok.
+    pub fn clean_end(&self, status: u16) -> (Outcome, Option<String>) {
+        if status >= 400 {
+            (
+                Outcome::UpstreamError,
+                Some(format!("upstream status {status}")),
+            )
+        } else if self.error_event.is_some() {
+            (Outcome::StreamError, None)
+        } else if self.is_sse() && !self.done {
+            (
+                Outcome::Incomplete,
+                Some("stream ended without [DONE]".into()),
+            )
+        } else {
+            (Outcome::Ok, None)
         }
     }
-}
 
-/// Classify by observed token counts (see `[buckets]`).
-pub fn bucket_of(b: &Buckets, input: Option<u64>, output: Option<u64>) -> Option<&'static str> {
-    let (i, o) = (input?, output?);
-    Some(if i >= b.long_input_min && o <= b.short_output_max {
-        "long-short"
-    } else if i <= b.short_input_max && o >= b.long_output_min {
-        "short-long"
-    } else if i > b.short_input_max
-        && i < b.long_input_min
-        && o > b.short_output_max
-        && o < b.long_output_min
-    {
-        "balanced"
-    } else {
-        "other"
-    })
-}
-
-/// TPOT per DESIGN.md: (E2E − TTFT) ÷ (output tokens − 1), only with ≥ 2 tokens.
-pub fn tpot_ms(e2e_ms: f64, ttft_ms: Option<f64>, output_tokens: Option<u64>) -> Option<f64> {
-    match (ttft_ms, output_tokens) {
-        (Some(ttft), Some(n)) if n >= 2 => Some((e2e_ms - ttft).max(0.0) / (n - 1) as f64),
-        _ => None,
-    }
-}
-
-/// Turn a finished request into its record: the outcome from how it ended, the five numbers per
-/// DESIGN.md. Shared by the proxy (`sink`) and the load generator (`bench`).
-pub fn build_record(
-    ctx: Ctx,
-    meter: &mut Meter,
-    end: body::End,
-    now: Instant,
-    route: &str,
-    buckets: &Buckets,
-) -> RequestRecord {
-    meter.catch_up();
-    meter.finish_body();
-    // A client that hangs up after `[DONE]` (the openai client does, without reading the
-    // chunked terminator) received the whole stream: that is a complete request.
-    let end = match end {
-        body::End::Dropped if meter.done => body::End::Complete,
-        e => e,
-    };
-    let (outcome, mut error) = match end {
-        body::End::Complete => {
-            if ctx.status >= 400 {
-                (
-                    Outcome::UpstreamError,
-                    Some(format!("upstream status {}", ctx.status)),
-                )
-            } else if meter.error_event.is_some() {
-                (Outcome::StreamError, None)
-            } else if meter.is_sse() && !meter.done {
-                (
-                    Outcome::Incomplete,
-                    Some("stream ended without [DONE]".into()),
-                )
-            } else {
-                (Outcome::Ok, None)
-            }
+    /// `error` with the upstream's own in-band error (type and code only) added: the most
+    /// useful thing to keep. For a stream error it is the whole text.
+    pub fn merge_error_event(&mut self, outcome: Outcome, error: Option<String>) -> Option<String> {
+        match self.error_event.take() {
+            None => error,
+            Some(ev) => Some(match error {
+                Some(e) if outcome != Outcome::StreamError => format!("{e}; {ev}"),
+                _ => ev,
+            }),
         }
-        body::End::Outcome(o, e) => (o, Some(e)),
-        body::End::Dropped => (Outcome::ClientCancelled, Some("client went away".into())),
-    };
-    if let Some(ev) = meter.error_event.take() {
-        // The upstream's own error (type/code only) is the most useful thing to keep.
-        error = Some(match error {
-            Some(e) if outcome != Outcome::StreamError => format!("{e}; {ev}"),
-            _ => ev,
-        });
-    }
-    let tl = &mut meter.timeline;
-    let end_at = *tl.end.get_or_insert(now);
-    let e2e_ms = ms_between(tl.t0, end_at);
-    let ttft_ms = tl.ms(tl.first_token);
-    let (input_tokens, output_tokens, tokens_source) = meter.tokens();
-    let (itl_p50_ms, itl_p99_ms, itl_max_ms) = meter.itl_summary();
-    let tl = &meter.timeline;
-    RequestRecord {
-        ts: humantime::format_rfc3339_micros(ctx.stamp.at).to_string(),
-        id: format!("{:016x}", ctx.stamp.id),
-        route: route.to_owned(),
-        experiment: ctx.experiment,
-        method: ctx.method,
-        endpoint: ctx.endpoint,
-        model: ctx.model,
-        upstream_model: ctx.upstream_model,
-        key_id: ctx.key_id,
-        stream: ctx.stream,
-        status: ctx.status,
-        outcome,
-        input_tokens,
-        output_tokens,
-        tokens_source,
-        ttft_ms,
-        tpot_ms: tpot_ms(e2e_ms, ttft_ms, output_tokens),
-        e2e_ms,
-        itl_p50_ms,
-        itl_p99_ms,
-        itl_max_ms,
-        body_read_ms: tl.ms(tl.body_read),
-        upstream_headers_ms: tl.ms(tl.headers),
-        first_byte_ms: tl.ms(tl.first_byte),
-        first_event_ms: tl.ms(tl.first_event),
-        last_token_ms: tl.ms(tl.last_token),
-        in_flight: ctx.in_flight,
-        max_tokens: ctx.max_tokens,
-        request_bytes: ctx.request_bytes,
-        response_bytes: meter.response_bytes,
-        events: meter.events,
-        content_events: meter.content_events,
-        done: meter.is_sse().then_some(meter.done),
-        bucket: ctx
-            .bucket
-            .or_else(|| bucket_of(buckets, input_tokens, output_tokens).map(str::to_owned)),
-        parse_errors: meter.parse_errors,
-        oversize_events: meter.oversize_events,
-        engine_queue_ms: meter.timings.queue_ms,
-        engine_ttft_ms: meter.timings.ttft_ms,
-        engine_decode_ms: meter.timings.generation_ms,
-        gateway_overhead_ms: ctx.gateway_overhead_ms,
-        concurrency: ctx.concurrency,
-        error,
     }
 }

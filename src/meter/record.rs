@@ -1,7 +1,13 @@
 //! The per-request record: the JSONL schema, one line per request, written by `serve` and read by
-//! the offline commands. Additive changes only; the README documents every field.
+//! the offline commands. Additive changes only; `docs/records.md` documents every field.
+//!
+//! Serialised by `serde_json` alone, so a new field is added here and nowhere else.
 
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use super::timeline::{ms_between, Stamp};
+use super::{Buckets, Meter};
 
 /// How a request ended. A closed set: it becomes a metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -133,262 +139,129 @@ pub struct RequestRecord {
     pub error: Option<String>,
 }
 
-/// Writes a record as one JSON object, byte for byte what `serde_json::to_writer` writes for it
-/// (tested below), for the request log: the keys are literals and a string with nothing to
-/// escape is copied as is, where serde_json escapes every key and string byte by byte.
-/// A field added to `RequestRecord` goes here too: the test's records set every field (the
-/// struct literal will not compile without it) and compare the bytes with serde_json's.
-pub fn write_json(r: &RequestRecord, out: &mut Vec<u8>) {
-    let mut w = JsonOut { out, first: true };
-    w.open();
-    w.key("ts").str(&r.ts);
-    w.key("id").str(&r.id);
-    w.key("route").str(&r.route);
-    match &r.experiment {
-        None => w.key("experiment").null(),
-        Some(e) => {
-            w.key("experiment").open();
-            w.key("arm").str(&e.arm);
-            w.key("pair_id").opt_str(e.pair_id.as_deref());
-            w.close();
-        }
-    }
-    w.key("method").str(&r.method);
-    w.key("endpoint").str(&r.endpoint);
-    w.key("model").opt_str(r.model.as_deref());
-    w.key("upstream_model").opt_str(r.upstream_model.as_deref());
-    w.key("key_id").opt_str(r.key_id.as_deref());
-    w.key("stream").value(&r.stream);
-    w.key("status").value(&r.status);
-    w.key("outcome").raw_str(r.outcome.as_str());
-    w.key("input_tokens").value(&r.input_tokens);
-    w.key("output_tokens").value(&r.output_tokens);
-    w.key("tokens_source").value(&r.tokens_source);
-    w.key("ttft_ms").value(&r.ttft_ms);
-    w.key("tpot_ms").value(&r.tpot_ms);
-    w.key("e2e_ms").value(&r.e2e_ms);
-    w.key("itl_p50_ms").value(&r.itl_p50_ms);
-    w.key("itl_p99_ms").value(&r.itl_p99_ms);
-    w.key("itl_max_ms").value(&r.itl_max_ms);
-    w.key("body_read_ms").value(&r.body_read_ms);
-    w.key("upstream_headers_ms").value(&r.upstream_headers_ms);
-    w.key("first_byte_ms").value(&r.first_byte_ms);
-    w.key("first_event_ms").value(&r.first_event_ms);
-    w.key("last_token_ms").value(&r.last_token_ms);
-    w.key("in_flight").value(&r.in_flight);
-    w.key("max_tokens").value(&r.max_tokens);
-    w.key("request_bytes").value(&r.request_bytes);
-    w.key("response_bytes").value(&r.response_bytes);
-    w.key("events").value(&r.events);
-    w.key("content_events").value(&r.content_events);
-    w.key("done").value(&r.done);
-    w.key("bucket").opt_str(r.bucket.as_deref());
-    w.key("parse_errors").value(&r.parse_errors);
-    w.key("oversize_events").value(&r.oversize_events);
-    w.key("engine_queue_ms").value(&r.engine_queue_ms);
-    w.key("engine_ttft_ms").value(&r.engine_ttft_ms);
-    w.key("engine_decode_ms").value(&r.engine_decode_ms);
-    w.key("gateway_overhead_ms").value(&r.gateway_overhead_ms);
-    if let Some(c) = r.concurrency {
-        w.key("concurrency").value(&c);
-    }
-    w.key("error").opt_str(r.error.as_deref());
-    w.close();
+/// What is known of a request besides the meter's observations: everything else its record
+/// says. Filled as the request goes (the body read tells `model`, `stream`, `max_tokens`).
+#[derive(Debug, Clone)]
+pub struct Facts {
+    pub stamp: Stamp,
+    pub experiment: Option<Experiment>,
+    pub method: String,
+    pub endpoint: String,
+    pub model: Option<String>,
+    pub upstream_model: Option<String>,
+    pub key_id: Option<String>,
+    pub stream: bool,
+    pub max_tokens: Option<u64>,
+    pub request_bytes: u64,
+    pub in_flight: u64,
+    pub gateway_overhead_ms: Option<f64>,
+    /// A bucket known in advance (bench knows its prompt's bucket); else derived from tokens.
+    pub bucket: Option<String>,
+    /// The load generator's concurrency level for this request (bench only).
+    pub concurrency: Option<u64>,
 }
 
-struct JsonOut<'a> {
-    out: &'a mut Vec<u8>,
-    /// No key written yet in the innermost open object (no comma before the next).
-    first: bool,
-}
-
-impl JsonOut<'_> {
-    fn open(&mut self) {
-        self.out.push(b'{');
-        self.first = true;
-    }
-
-    fn close(&mut self) {
-        self.out.push(b'}');
-        self.first = false;
-    }
-
-    /// `"name":`, after a comma unless it is the object's first key. Names are plain ASCII.
-    fn key(&mut self, name: &str) -> &mut Self {
-        if !std::mem::take(&mut self.first) {
-            self.out.push(b',');
-        }
-        self.raw_str(name);
-        self.out.push(b':');
-        self
-    }
-
-    /// A string known to need no escaping.
-    fn raw_str(&mut self, s: &str) {
-        self.out.push(b'"');
-        self.out.extend_from_slice(s.as_bytes());
-        self.out.push(b'"');
-    }
-
-    fn str(&mut self, s: &str) {
-        // serde_json escapes control characters, `"` and `\`; anything else is copied.
-        if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-            self.raw_str(s);
-        } else {
-            self.value(s);
-        }
-    }
-
-    fn opt_str(&mut self, s: Option<&str>) {
-        match s {
-            None => self.null(),
-            Some(s) => self.str(s),
-        }
-    }
-
-    fn null(&mut self) {
-        self.out.extend_from_slice(b"null");
-    }
-
-    /// Numbers, booleans, enums and options of them go through serde_json itself (its float
-    /// formatting, `null` for non-finite and `None`): short values, nothing to gain by hand.
-    fn value<T: Serialize + ?Sized>(&mut self, v: &T) {
-        // Writing into a Vec cannot fail; a value that cannot be serialised writes `null`.
-        if serde_json::to_writer(&mut *self.out, v).is_err() {
-            self.null();
+impl Facts {
+    pub fn new(stamp: Stamp, method: &str, endpoint: &str) -> Facts {
+        Facts {
+            stamp,
+            experiment: None,
+            method: method.to_owned(),
+            endpoint: endpoint.chars().take(256).collect(),
+            model: None,
+            upstream_model: None,
+            key_id: None,
+            stream: false,
+            max_tokens: None,
+            request_bytes: 0,
+            in_flight: 0,
+            gateway_overhead_ms: None,
+            bucket: None,
+            concurrency: None,
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// How a request ended, decided by its caller (the proxy's `ending::verdict`, bench's client).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// The status the client received (0 when none was sent).
+    pub status: u16,
+    pub outcome: Outcome,
+    pub error: Option<String>,
+}
 
-    fn text(rng: &mut fastrand::Rng) -> String {
-        const PIECES: [&str; 12] = [
-            "a", "model-7b", " ", "\"", "\\", "\n", "\u{1}", "\u{1f}", "\u{7f}", "é", "日本", "/",
-        ];
-        (0..rng.usize(0..6))
-            .map(|_| PIECES[rng.usize(..PIECES.len())])
-            .collect()
+/// TPOT per DESIGN.md: (E2E − TTFT) ÷ (output tokens − 1), only with ≥ 2 tokens.
+pub fn tpot_ms(e2e_ms: f64, ttft_ms: Option<f64>, output_tokens: Option<u64>) -> Option<f64> {
+    match (ttft_ms, output_tokens) {
+        (Some(ttft), Some(n)) if n >= 2 => Some((e2e_ms - ttft).max(0.0) / (n - 1) as f64),
+        _ => None,
     }
+}
 
-    fn float(rng: &mut fastrand::Rng) -> f64 {
-        match rng.u8(..8) {
-            0 => 0.0,
-            1 => f64::NAN,
-            2 => f64::INFINITY,
-            3 => -rng.f64() * 1e3,
-            4 => rng.f64() * 1e-9,
-            5 => rng.f64() * 1e18,
-            6 => (rng.u32(..) as f64) / 1e6,
-            _ => rng.f64() * 100.0,
-        }
-    }
-
-    fn record(rng: &mut fastrand::Rng) -> RequestRecord {
-        let some = |rng: &mut fastrand::Rng| rng.bool();
-        let opt_s = |rng: &mut fastrand::Rng, on: bool| on.then(|| text(rng));
-        let outcomes = [
-            Outcome::Ok,
-            Outcome::UpstreamError,
-            Outcome::StreamError,
-            Outcome::Incomplete,
-            Outcome::UpstreamReset,
-            Outcome::ConnectError,
-            Outcome::Timeout,
-            Outcome::ClientCancelled,
-            Outcome::Rejected,
-            Outcome::ShutdownCut,
-        ];
-        let u = |rng: &mut fastrand::Rng| match rng.u8(..3) {
-            0 => 0,
-            1 => u64::MAX,
-            _ => rng.u64(..100_000),
-        };
-        let (a, b, c, d, e, f, g) = (
-            some(rng),
-            some(rng),
-            some(rng),
-            some(rng),
-            some(rng),
-            some(rng),
-            some(rng),
-        );
+impl RequestRecord {
+    /// The record of a finished request: its facts, what the meter saw (caught up first) and
+    /// its verdict; E2E ends at `[DONE]` when the stream had one, else at `now`.
+    pub fn assemble(
+        facts: Facts,
+        meter: &mut Meter,
+        verdict: Verdict,
+        now: Instant,
+        route: &str,
+        buckets: &Buckets,
+    ) -> RequestRecord {
+        meter.settle();
+        let end_at = *meter.timeline.end.get_or_insert(now);
+        let tl = meter.timeline;
+        let e2e_ms = ms_between(tl.t0, end_at);
+        let ttft_ms = tl.ms(tl.first_token);
+        let (input_tokens, output_tokens, tokens_source) = meter.tokens();
+        let (itl_p50_ms, itl_p99_ms, itl_max_ms) = meter.itl_summary();
         RequestRecord {
-            ts: text(rng),
-            id: text(rng),
-            route: text(rng),
-            experiment: a.then(|| Experiment {
-                arm: text(rng),
-                pair_id: if rng.bool() { Some(text(rng)) } else { None },
-            }),
-            method: text(rng),
-            endpoint: text(rng),
-            model: opt_s(rng, b),
-            upstream_model: opt_s(rng, c),
-            key_id: opt_s(rng, d),
-            stream: rng.bool(),
-            status: rng.u16(..),
-            outcome: outcomes[rng.usize(..outcomes.len())],
-            input_tokens: e.then(|| u(rng)),
-            output_tokens: f.then(|| u(rng)),
-            tokens_source: match rng.u8(..3) {
-                0 => None,
-                1 => Some(TokensSource::Usage),
-                _ => Some(TokensSource::Events),
-            },
-            ttft_ms: rng.bool().then(|| float(rng)),
-            tpot_ms: rng.bool().then(|| float(rng)),
-            e2e_ms: float(rng),
-            itl_p50_ms: rng.bool().then(|| float(rng)),
-            itl_p99_ms: rng.bool().then(|| float(rng)),
-            itl_max_ms: rng.bool().then(|| float(rng)),
-            body_read_ms: rng.bool().then(|| float(rng)),
-            upstream_headers_ms: rng.bool().then(|| float(rng)),
-            first_byte_ms: rng.bool().then(|| float(rng)),
-            first_event_ms: rng.bool().then(|| float(rng)),
-            last_token_ms: rng.bool().then(|| float(rng)),
-            in_flight: u(rng),
-            max_tokens: g.then(|| u(rng)),
-            request_bytes: u(rng),
-            response_bytes: u(rng),
-            events: u(rng),
-            content_events: u(rng),
-            done: match rng.u8(..3) {
-                0 => None,
-                1 => Some(true),
-                _ => Some(false),
-            },
-            bucket: rng.bool().then(|| text(rng)),
-            parse_errors: u(rng),
-            oversize_events: u(rng),
-            engine_queue_ms: rng.bool().then(|| float(rng)),
-            engine_ttft_ms: rng.bool().then(|| float(rng)),
-            engine_decode_ms: rng.bool().then(|| float(rng)),
-            gateway_overhead_ms: rng.bool().then(|| float(rng)),
-            concurrency: rng.bool().then(|| u(rng)),
-            error: rng.bool().then(|| text(rng)),
-        }
-    }
-
-    /// The log's writer and serde_json agree byte for byte, and the line reads back.
-    #[test]
-    fn write_json_is_serde_json_byte_for_byte() {
-        let mut rng = fastrand::Rng::with_seed(6);
-        let mut ours = Vec::new();
-        for i in 0..20_000 {
-            let r = record(&mut rng);
-            ours.clear();
-            write_json(&r, &mut ours);
-            let theirs = serde_json::to_vec(&r).unwrap();
-            assert_eq!(
-                String::from_utf8_lossy(&ours),
-                String::from_utf8_lossy(&theirs),
-                "record {i}"
-            );
-            let back: serde_json::Value = serde_json::from_slice(&ours).unwrap();
-            assert!(back.is_object());
+            ts: humantime::format_rfc3339_micros(facts.stamp.at).to_string(),
+            id: format!("{:016x}", facts.stamp.id),
+            route: route.to_owned(),
+            experiment: facts.experiment,
+            method: facts.method,
+            endpoint: facts.endpoint,
+            model: facts.model,
+            upstream_model: facts.upstream_model,
+            key_id: facts.key_id,
+            stream: facts.stream,
+            status: verdict.status,
+            outcome: verdict.outcome,
+            input_tokens,
+            output_tokens,
+            tokens_source,
+            ttft_ms,
+            tpot_ms: tpot_ms(e2e_ms, ttft_ms, output_tokens),
+            e2e_ms,
+            itl_p50_ms,
+            itl_p99_ms,
+            itl_max_ms,
+            body_read_ms: tl.ms(tl.body_read),
+            upstream_headers_ms: tl.ms(tl.headers),
+            first_byte_ms: tl.ms(tl.first_byte),
+            first_event_ms: tl.ms(tl.first_event),
+            last_token_ms: tl.ms(tl.last_token),
+            in_flight: facts.in_flight,
+            max_tokens: facts.max_tokens,
+            request_bytes: facts.request_bytes,
+            response_bytes: meter.response_bytes,
+            events: meter.events,
+            content_events: meter.content_events,
+            done: meter.is_sse().then_some(meter.done),
+            bucket: facts
+                .bucket
+                .or_else(|| buckets.of(input_tokens, output_tokens).map(str::to_owned)),
+            parse_errors: meter.parse_errors,
+            oversize_events: meter.oversize_events,
+            engine_queue_ms: meter.timings.queue_ms,
+            engine_ttft_ms: meter.timings.ttft_ms,
+            engine_decode_ms: meter.timings.generation_ms,
+            gateway_overhead_ms: facts.gateway_overhead_ms,
+            concurrency: facts.concurrency,
+            error: verdict.error,
         }
     }
 }

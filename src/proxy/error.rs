@@ -1,12 +1,11 @@
 //! Responses tokentap makes itself, in OpenAI's error shape:
 //! `{"error":{"message","type","param":null,"code"}}`. Messages are fixed texts plus error
-//! kinds — never a header value, a key or a request body.
+//! kinds — never a header value, a key or a request body. What each means for the record is
+//! decided in `ending::verdict`.
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::Full;
-
-use crate::meter::Outcome;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -43,16 +42,8 @@ impl ProxyError {
         }
     }
 
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            ProxyError::Connect(..) => Outcome::ConnectError,
-            ProxyError::Upstream(..) => Outcome::UpstreamReset,
-            ProxyError::Timeout(..) => Outcome::Timeout,
-            _ => Outcome::Rejected,
-        }
-    }
-
-    fn kind(&self) -> (&'static str, &'static str) {
+    /// The OpenAI-shaped error `type` and `code`.
+    pub fn kind(&self) -> (&'static str, &'static str) {
         match self {
             ProxyError::BodyTooLarge(_) => ("invalid_request_error", "request_too_large"),
             ProxyError::BodyRead => ("invalid_request_error", "bad_request_body"),
@@ -64,11 +55,6 @@ impl ProxyError {
             ProxyError::Upstream(..) => ("upstream_error", "upstream_failed"),
             ProxyError::Timeout(..) => ("upstream_error", "upstream_timeout"),
         }
-    }
-
-    /// Short, secret-free text for the record's `error` field.
-    pub fn record_text(&self) -> String {
-        format!("tokentap: {}", self.kind().1)
     }
 
     pub fn to_response(&self) -> Response<Full<Bytes>> {

@@ -57,7 +57,7 @@ pub fn request_head(
     out.extend_from_slice(host.as_bytes());
     out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
-        if !super::headers::forwarded(name) {
+        if !crate::headers::forwarded(name) {
             continue;
         }
         out.extend_from_slice(name.as_str().as_bytes());

@@ -7,10 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::bench::summary::pct;
 use crate::meter::{Outcome, RequestRecord};
-
-const RESAMPLES: usize = 2000;
+use crate::stats::{bootstrap, bootstrap_diff, pct, sorted};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct DiffStats {
@@ -63,32 +61,9 @@ pub struct GatewayHop {
     pub summary: String,
 }
 
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
-    v.retain(|x| x.is_finite());
-    v.sort_by(f64::total_cmp);
-    v
-}
-
-/// Bootstrap 95 % interval of a statistic of `v` (seeded: the same data give the same interval).
-fn bootstrap(v: &[f64], stat: impl Fn(&[f64]) -> Option<f64>) -> Option<[f64; 2]> {
-    if v.len() < 2 {
-        return None;
-    }
-    let mut rng = fastrand::Rng::with_seed(0x7153_11a5);
-    let mut stats = Vec::with_capacity(RESAMPLES);
-    let mut sample = vec![0.0; v.len()];
-    for _ in 0..RESAMPLES {
-        for s in sample.iter_mut() {
-            *s = v[rng.usize(..v.len())];
-        }
-        sample.sort_by(f64::total_cmp);
-        if let Some(x) = stat(&sample) {
-            stats.push(x);
-        }
-    }
-    let stats = sorted(stats);
-    Some([pct(&stats, 0.025)?, pct(&stats, 0.975)?])
-}
+/// Seeds of the section's bootstrap intervals (fixed: the same records give the same report).
+const SEED_MEDIAN: u64 = 0x7153_11a5;
+const SEED_PERCENTILE: u64 = 0x5b17;
 
 fn diff_stats(v: Vec<f64>) -> DiffStats {
     let v = sorted(v);
@@ -97,7 +72,7 @@ fn diff_stats(v: Vec<f64>) -> DiffStats {
         median: pct(&v, 0.5),
         p95: pct(&v, 0.95),
         p99: pct(&v, 0.99),
-        ci95: bootstrap(&v, |s| pct(s, 0.5)),
+        ci95: bootstrap(&v, SEED_MEDIAN, |s| pct(s, 0.5)),
     }
 }
 
@@ -121,27 +96,7 @@ fn hop_set(pairs: &[Pair<'_>]) -> HopSet {
 
 fn percentile_diff(g: &[f64], d: &[f64], p: f64) -> (Option<f64>, Option<[f64; 2]>) {
     let point = pct(g, p).zip(pct(d, p)).map(|(a, b)| a - b);
-    if g.len() < 2 || d.len() < 2 {
-        return (point, None);
-    }
-    let mut rng = fastrand::Rng::with_seed(0x5b17);
-    let mut stats = Vec::with_capacity(RESAMPLES);
-    for _ in 0..RESAMPLES {
-        let rs = |v: &[f64], rng: &mut fastrand::Rng| {
-            sorted((0..v.len()).map(|_| v[rng.usize(..v.len())]).collect())
-        };
-        let (a, b) = (rs(g, &mut rng), rs(d, &mut rng));
-        if let (Some(x), Some(y)) = (pct(&a, p), pct(&b, p)) {
-            stats.push(x - y);
-        }
-    }
-    let stats = sorted(stats);
-    (
-        point,
-        pct(&stats, 0.025)
-            .zip(pct(&stats, 0.975))
-            .map(|(a, b)| [a, b]),
-    )
+    (point, bootstrap_diff(g, d, p, SEED_PERCENTILE))
 }
 
 fn fmt_ci(d: &DiffStats) -> String {
@@ -230,10 +185,10 @@ pub fn compute(records: &[RequestRecord], gateway: &str, direct: &str) -> Option
     });
 
     let split = pairs.is_empty().then(|| {
-        let g_ttft = sorted(g_recs.iter().filter_map(|r| r.ttft_ms).collect());
-        let d_ttft = sorted(d_recs.iter().filter_map(|r| r.ttft_ms).collect());
-        let g_tpot = sorted(g_recs.iter().filter_map(|r| r.tpot_ms).collect());
-        let d_tpot = sorted(d_recs.iter().filter_map(|r| r.tpot_ms).collect());
+        let g_ttft = sorted(g_recs.iter().filter_map(|r| r.ttft_ms));
+        let d_ttft = sorted(d_recs.iter().filter_map(|r| r.ttft_ms));
+        let g_tpot = sorted(g_recs.iter().filter_map(|r| r.tpot_ms));
+        let d_tpot = sorted(d_recs.iter().filter_map(|r| r.tpot_ms));
         let ps = [("p50", 0.5), ("p95", 0.95), ("p99", 0.99)];
         SplitStats {
             gateway_n: g_recs.len(),

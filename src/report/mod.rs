@@ -4,6 +4,7 @@
 //! file with SVG charts. Percentiles come from exact sorted values, so merging files gives the
 //! same answer as one file with the same records.
 
+pub mod cli;
 pub mod hop;
 mod render;
 mod svg;
@@ -13,9 +14,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::summary::pct;
 use crate::meter::{Outcome, RequestRecord};
+use crate::stats::pct;
 
+pub use cli::{cli, Args};
 pub use render::{render, Format};
 
 #[derive(Debug, thiserror::Error)]
@@ -194,8 +196,7 @@ pub struct Dist {
 }
 
 pub fn dist(values: impl Iterator<Item = f64>) -> Dist {
-    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
+    let v = crate::stats::sorted(values);
     Dist {
         n: v.len(),
         p50: pct(&v, 0.5),

@@ -2,6 +2,7 @@
 //! optional simulated gateway hop in front of it. For demos, tests and dry runs — the README and
 //! every output say it is a simulation.
 
+pub mod cli;
 pub mod engine;
 pub mod hop;
 pub mod http;
@@ -16,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+pub use cli::{cli, Args};
 pub use engine::Profile;
 pub use hop::HopDelay;
 

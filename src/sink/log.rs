@@ -1,6 +1,6 @@
 //! The JSONL request log: a bounded queue drained by one writer thread, with size rotation.
 //!
-//! The data path only `try_send`s (see `Sink::finish`); the writer never blocks it. Disk errors
+//! The data path only `try_send`s (see `Sink::write`); the writer never blocks it. Disk errors
 //! are counted and reported once, and the writer keeps trying: traffic is never affected.
 //! Records are written in batches (at most `BATCH_WAIT` after they end). On close, everything
 //! queued is written and flushed before the writer exits.
@@ -132,7 +132,12 @@ impl Writer {
 
     fn write(&mut self, rec: &RequestRecord) {
         self.line.clear();
-        crate::meter::record::write_json(rec, &mut self.line);
+        // Writing into a Vec cannot fail but for a value that cannot be serialised: not a
+        // record's (its floats are written as null when not finite).
+        if serde_json::to_writer(&mut self.line, rec).is_err() {
+            self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         self.line.push(b'\n');
         if self.size > 0 && self.size + self.line.len() as u64 > self.max_bytes {
             self.rotate();

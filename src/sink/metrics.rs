@@ -15,7 +15,6 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use crate::config::Config;
 use crate::meter::RequestRecord;
 
 pub const REQUESTS: &str = "tokentap_requests_total";
@@ -161,7 +160,12 @@ fn status_class(status: u16) -> &'static str {
 }
 
 impl Metrics {
-    pub fn new(config: &Config) -> Result<Self, metrics_exporter_prometheus::BuildError> {
+    /// `max_keys` and `max_models` cap the distinct label values (`limits.max_key_labels`,
+    /// `limits.max_model_labels`).
+    pub fn new(
+        max_keys: usize,
+        max_models: usize,
+    ) -> Result<Self, metrics_exporter_prometheus::BuildError> {
         let mut builder = PrometheusBuilder::new();
         for (names, buckets) in [
             (&[TTFT, E2E, UPSTREAM_HEADERS][..], LATENCY_BUCKETS),
@@ -254,13 +258,19 @@ impl Metrics {
             "SSE events over the size bound (forwarded, not measured).",
             'c',
         );
+        describe(
+            SHADOW_SKIPPED,
+            None,
+            "Experiment copies skipped at experiment.max_shadow_in_flight (never queued).",
+            'c',
+        );
         Ok(Self {
             recorder,
             handle,
             itl: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
-            keys: Capped::new(config.limits.max_key_labels),
-            models: Capped::new(config.limits.max_model_labels),
+            keys: Capped::new(max_keys),
+            models: Capped::new(max_models),
         })
     }
 

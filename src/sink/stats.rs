@@ -1,5 +1,6 @@
-//! Live per-route percentiles for `/stats`, from HDR histograms (microseconds, 3 significant
+//! Live percentiles of one route for `/stats`, from HDR histograms (microseconds, 3 significant
 //! digits) fed by finished requests. Cumulative since start; the JSONL log is the source of truth.
+//! Each route owns one (`proxy::Route`).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -9,8 +10,7 @@ use serde::Serialize;
 
 use crate::meter::{Outcome, RequestRecord};
 
-struct RouteHists {
-    name: String,
+struct Hists {
     ttft: Histogram<u64>,
     tpot: Histogram<u64>,
     itl: Histogram<u64>,
@@ -28,8 +28,21 @@ fn hist() -> Histogram<u64> {
     }
 }
 
-pub struct Stats {
-    routes: Vec<Mutex<RouteHists>>,
+/// The live statistics of one route.
+pub struct LiveStats(Mutex<Hists>);
+
+impl Default for LiveStats {
+    fn default() -> Self {
+        LiveStats(Mutex::new(Hists {
+            ttft: hist(),
+            tpot: hist(),
+            itl: hist(),
+            e2e: hist(),
+            outcomes: BTreeMap::new(),
+            input_tokens: 0,
+            output_tokens: 0,
+        }))
+    }
 }
 
 #[derive(Debug, Serialize, serde::Deserialize, PartialEq)]
@@ -67,27 +80,9 @@ fn summary(h: &Histogram<u64>) -> Option<Summary> {
     })
 }
 
-impl Stats {
-    pub fn new(route_names: impl Iterator<Item = String>) -> Self {
-        let routes = route_names
-            .map(|name| {
-                Mutex::new(RouteHists {
-                    name,
-                    ttft: hist(),
-                    tpot: hist(),
-                    itl: hist(),
-                    e2e: hist(),
-                    outcomes: BTreeMap::new(),
-                    input_tokens: 0,
-                    output_tokens: 0,
-                })
-            })
-            .collect();
-        Self { routes }
-    }
-
-    pub fn observe(&self, route: usize, rec: &RequestRecord, itl_us: &[u32]) {
-        let Some(Ok(mut h)) = self.routes.get(route).map(|m| m.lock()) else {
+impl LiveStats {
+    pub fn observe(&self, rec: &RequestRecord, itl_us: &[u32]) {
+        let Ok(mut h) = self.0.lock() else {
             return;
         };
         let us = |ms: f64| (ms * 1000.0).round().max(1.0) as u64;
@@ -109,29 +104,22 @@ impl Stats {
         h.output_tokens += rec.output_tokens.unwrap_or(0);
     }
 
-    /// Snapshot of every route, by name.
-    pub fn snapshot(&self) -> BTreeMap<String, RouteStats> {
-        let mut out = BTreeMap::new();
-        for m in &self.routes {
-            let Ok(h) = m.lock() else { continue };
-            out.insert(
-                h.name.clone(),
-                RouteStats {
-                    requests: h.outcomes.values().sum(),
-                    outcomes: h
-                        .outcomes
-                        .iter()
-                        .map(|(k, v)| ((*k).to_owned(), *v))
-                        .collect(),
-                    input_tokens: h.input_tokens,
-                    output_tokens: h.output_tokens,
-                    ttft_ms: summary(&h.ttft),
-                    tpot_ms: summary(&h.tpot),
-                    itl_ms: summary(&h.itl),
-                    e2e_ms: summary(&h.e2e),
-                },
-            );
-        }
-        out
+    /// A snapshot; `None` only if a writer panicked while holding the lock.
+    pub fn snapshot(&self) -> Option<RouteStats> {
+        let h = self.0.lock().ok()?;
+        Some(RouteStats {
+            requests: h.outcomes.values().sum(),
+            outcomes: h
+                .outcomes
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect(),
+            input_tokens: h.input_tokens,
+            output_tokens: h.output_tokens,
+            ttft_ms: summary(&h.ttft),
+            tpot_ms: summary(&h.tpot),
+            itl_ms: summary(&h.itl),
+            e2e_ms: summary(&h.e2e),
+        })
     }
 }

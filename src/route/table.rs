@@ -1,6 +1,6 @@
-//! The route table: which configured upstream a request goes to, by path prefix (longest
-//! first, on a segment boundary). Upstreams come only from the config — the Host header and
-//! absolute-form URIs never choose one.
+//! The route table: which configured route a request goes to, by path prefix (longest first, on
+//! a segment boundary). Upstreams come only from the config — the Host header and absolute-form
+//! URIs never choose one.
 
 use crate::config::RouteConfig;
 

@@ -1,0 +1,44 @@
+//! Every default of the config file, in one place (`config/tokentap.toml` documents the same
+//! values; change both together).
+
+/// `listen.addr`.
+pub const LISTEN: &str = "0.0.0.0:8080";
+/// `admin.addr`.
+pub const ADMIN: &str = "127.0.0.1:9464";
+/// `log.path`.
+pub const LOG_PATH: &str = "tokentap.jsonl";
+pub const LOG_MAX_BYTES: u64 = 256 * 1024 * 1024;
+/// The smallest `log.max_bytes` accepted.
+pub const LOG_MIN_BYTES: u64 = 4096;
+pub const LOG_KEEP: u32 = 5;
+pub const LOG_QUEUE: usize = 16_384;
+
+pub const CONNECT_MS: u64 = 5_000;
+pub const FIRST_BYTE_MS: u64 = 300_000;
+pub const IDLE_MS: u64 = 120_000;
+/// 0 = no limit.
+pub const TOTAL_MS: u64 = 0;
+pub const SHUTDOWN_GRACE_MS: u64 = 30_000;
+pub const HEADER_READ_MS: u64 = 30_000;
+
+pub const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
+pub const MAX_CONCURRENT: usize = 10_000;
+pub const MAX_SSE_EVENT_BYTES: usize = 1024 * 1024;
+pub const MAX_RESPONSE_JSON_BYTES: usize = 8 * 1024 * 1024;
+pub const MAX_KEY_LABELS: usize = 100;
+pub const MAX_MODEL_LABELS: usize = 50;
+
+// `[buckets]`: `meter::Buckets::default()` (the meter classifies records without a config).
+
+/// The route added by `--upstream` when the file has none.
+pub const QUICK_ROUTE: &str = "default";
+/// `routes[].path_prefix`.
+pub const PATH_PREFIX: &str = "/";
+
+/// `[experiment]`.
+pub const EXPERIMENT_MODE: &str = "off";
+pub const ROUTE_HEADER: &str = "x-tokentap-route";
+pub const EXPERIMENT_SEED: u64 = 42;
+pub const SAMPLE: f64 = 1.0;
+pub const MAX_SHADOW_IN_FLIGHT: usize = 64;
+pub const WEIGHTS: [f64; 2] = [0.5, 0.5];

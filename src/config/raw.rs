@@ -1,0 +1,122 @@
+//! The config file as written: every section optional, unknown keys refused. Nothing here is
+//! checked beyond its TOML type; `validate` turns it into a typed `Config`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub listen: RawListen,
+    #[serde(default)]
+    pub admin: RawAdmin,
+    #[serde(default)]
+    pub log: RawLog,
+    #[serde(default)]
+    pub timeouts: RawTimeouts,
+    #[serde(default)]
+    pub limits: RawLimits,
+    #[serde(default)]
+    pub buckets: RawBuckets,
+    #[serde(default)]
+    pub keys: RawKeys,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    #[serde(default)]
+    pub experiment: RawExperiment,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExperiment {
+    pub mode: Option<String>,
+    pub arms: Option<Vec<String>>,
+    pub gateway: Option<String>,
+    pub primary: Option<String>,
+    pub weights: Option<Vec<f64>>,
+    pub seed: Option<u64>,
+    pub sample: Option<f64>,
+    pub max_shadow_in_flight: Option<usize>,
+    pub cache_salt: Option<bool>,
+    pub route_header: Option<String>,
+    pub allow_forcing: Option<bool>,
+    #[serde(default)]
+    pub direct_keys: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListen {
+    pub addr: Option<String>,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub addr: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    pub path: Option<String>,
+    pub max_bytes: Option<u64>,
+    pub keep: Option<u32>,
+    pub queue: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimeouts {
+    pub connect_ms: Option<u64>,
+    pub first_byte_ms: Option<u64>,
+    pub idle_ms: Option<u64>,
+    pub total_ms: Option<u64>,
+    pub shutdown_grace_ms: Option<u64>,
+    pub header_read_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_request_bytes: Option<usize>,
+    pub max_concurrent: Option<usize>,
+    pub max_sse_event_bytes: Option<usize>,
+    pub max_response_json_bytes: Option<usize>,
+    pub max_key_labels: Option<usize>,
+    pub max_model_labels: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBuckets {
+    pub short_input_max: Option<u64>,
+    pub long_input_min: Option<u64>,
+    pub short_output_max: Option<u64>,
+    pub long_output_min: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKeys {
+    /// `"sha256:<hex>" = "alias"`.
+    #[serde(default)]
+    pub aliases: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub name: String,
+    pub upstream: String,
+    pub path_prefix: Option<String>,
+    #[serde(default)]
+    pub set_headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub model_map: BTreeMap<String, String>,
+    pub ca_file: Option<String>,
+}

@@ -1,0 +1,211 @@
+//! How a proxied request ended, and the one function that decides what that makes of it: the
+//! status the client got, the outcome and the record's error text. Every ending of every request
+//! goes through [`verdict`]; nothing else sets an outcome.
+
+use super::timeout::BodyError;
+use super::ProxyError;
+use crate::meter::{BodyEnd, Meter, Outcome, Verdict};
+
+/// Every way a request can end.
+#[derive(Debug)]
+pub enum Ending<'a> {
+    /// tokentap answered itself, with this error, before or instead of the upstream.
+    Local(&'a ProxyError),
+    /// The upstream's response body ended, failed, or was dropped by the client.
+    Body(BodyEnd<'a>),
+    /// The request was dropped before it had a response: the client went away (or the
+    /// shutdown cut it) while its body was read or the upstream was asked.
+    Abandoned,
+}
+
+/// The verdict on a request. `head` is the status of the upstream's response head, once it
+/// came; `cut` is set once the shutdown's grace period ran out.
+pub fn verdict(ending: &Ending<'_>, head: Option<u16>, meter: &mut Meter, cut: bool) -> Verdict {
+    // The last chunk handed on may not be inspected yet: it can turn a drop into a complete
+    // stream (a client that hangs up right after `[DONE]` got the whole stream); a JSON body is
+    // read at its end.
+    meter.settle();
+    let status = head.unwrap_or(0);
+    let gone = |meter: &Meter| -> (Outcome, Option<String>) {
+        if meter.done {
+            meter.clean_end(status)
+        } else if cut {
+            (
+                Outcome::ShutdownCut,
+                Some("cut at shutdown grace deadline".into()),
+            )
+        } else {
+            (Outcome::ClientCancelled, Some("client went away".into()))
+        }
+    };
+    let (status, outcome, error) = match ending {
+        Ending::Local(err) => {
+            let outcome = match err {
+                ProxyError::BodyRead => Outcome::ClientCancelled,
+                ProxyError::Connect(..) => Outcome::ConnectError,
+                ProxyError::Upstream(..) => Outcome::UpstreamReset,
+                ProxyError::Timeout(..) => Outcome::Timeout,
+                ProxyError::BodyTooLarge(_)
+                | ProxyError::NoRoute
+                | ProxyError::Overloaded(_)
+                | ProxyError::BadRequest(_)
+                | ProxyError::ForcedDirect => Outcome::Rejected,
+            };
+            let text = match err {
+                ProxyError::BodyRead => "request body not received".to_owned(),
+                _ => format!("tokentap: {}", err.kind().1),
+            };
+            (err.status().as_u16(), outcome, Some(text))
+        }
+        Ending::Abandoned | Ending::Body(BodyEnd::Dropped) => {
+            let (o, e) = gone(meter);
+            (status, o, e)
+        }
+        Ending::Body(BodyEnd::Complete) => {
+            let (o, e) = meter.clean_end(status);
+            (status, o, e)
+        }
+        Ending::Body(BodyEnd::Error(e)) => {
+            let (o, text) = match e.downcast_ref::<BodyError>() {
+                Some(BodyError::Idle(_)) => (Outcome::Timeout, "idle timeout".to_owned()),
+                Some(BodyError::Total) => (Outcome::Timeout, "total timeout".to_owned()),
+                Some(BodyError::Upstream(u)) => {
+                    (Outcome::UpstreamReset, format!("upstream body: {u}"))
+                }
+                None => (Outcome::UpstreamReset, format!("upstream body: {e}")),
+            };
+            (status, o, Some(text))
+        }
+    };
+    let error = meter.merge_error_event(outcome, error);
+    Verdict {
+        status,
+        outcome,
+        error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    fn stream(events: &[&str]) -> Meter {
+        let mut m = Meter::new(Instant::now());
+        m.expect_body(Some(b"text/event-stream"), 1 << 20, 1 << 20);
+        for e in events {
+            m.defer(bytes::Bytes::from(format!("data: {e}\n\n")), Instant::now());
+        }
+        m
+    }
+
+    const TOKEN: &str = r#"{"choices":[{"delta":{"content":"hi"}}]}"#;
+
+    #[test]
+    fn every_ending_has_one_verdict() {
+        let v = |e: &Ending<'_>, head, events: &[&str], cut| {
+            let r = verdict(e, head, &mut stream(events), cut);
+            (r.status, r.outcome, r.error)
+        };
+        let done = [TOKEN, "[DONE]"];
+        let ok = (200, Outcome::Ok, None);
+        assert_eq!(
+            v(&Ending::Body(BodyEnd::Complete), Some(200), &done, false),
+            ok
+        );
+        // A client that left after `[DONE]` got the whole stream; shutdown or not.
+        assert_eq!(
+            v(&Ending::Body(BodyEnd::Dropped), Some(200), &done, false),
+            ok
+        );
+        assert_eq!(
+            v(&Ending::Body(BodyEnd::Dropped), Some(200), &done, true),
+            ok
+        );
+        assert_eq!(
+            v(&Ending::Body(BodyEnd::Dropped), Some(200), &[TOKEN], false).1,
+            Outcome::ClientCancelled
+        );
+        assert_eq!(
+            v(&Ending::Body(BodyEnd::Dropped), Some(200), &[TOKEN], true).1,
+            Outcome::ShutdownCut
+        );
+        assert_eq!(
+            v(&Ending::Abandoned, None, &[], false),
+            (0, Outcome::ClientCancelled, Some("client went away".into()))
+        );
+        assert_eq!(
+            v(&Ending::Body(BodyEnd::Complete), Some(200), &[TOKEN], false).1,
+            Outcome::Incomplete
+        );
+        assert_eq!(
+            v(&Ending::Body(BodyEnd::Complete), Some(503), &done, false),
+            (
+                503,
+                Outcome::UpstreamError,
+                Some("upstream status 503".into())
+            )
+        );
+        let err = [
+            r#"{"error":{"message":"key sk-1 bad","type":"x","code":7}}"#,
+            "[DONE]",
+        ];
+        assert_eq!(
+            v(&Ending::Body(BodyEnd::Complete), Some(200), &err, false),
+            (200, Outcome::StreamError, Some("type=x,code=7".into()))
+        );
+        let idle = BodyError::Idle(std::time::Duration::from_secs(1));
+        assert_eq!(
+            v(
+                &Ending::Body(BodyEnd::Error(&idle)),
+                Some(200),
+                &[TOKEN],
+                false
+            ),
+            (200, Outcome::Timeout, Some("idle timeout".into()))
+        );
+        for (e, status, outcome, text) in [
+            (
+                ProxyError::BodyRead,
+                400,
+                Outcome::ClientCancelled,
+                "request body not received",
+            ),
+            (
+                ProxyError::Overloaded(1),
+                503,
+                Outcome::Rejected,
+                "tokentap: overloaded",
+            ),
+            (
+                ProxyError::NoRoute,
+                404,
+                Outcome::Rejected,
+                "tokentap: no_route",
+            ),
+            (
+                ProxyError::ForcedDirect,
+                403,
+                Outcome::Rejected,
+                "tokentap: forced_direct_not_allowed",
+            ),
+            (
+                ProxyError::Connect("r".into(), "x".into()),
+                502,
+                Outcome::ConnectError,
+                "tokentap: upstream_unreachable",
+            ),
+            (
+                ProxyError::Timeout("r".into(), 5),
+                504,
+                Outcome::Timeout,
+                "tokentap: upstream_timeout",
+            ),
+        ] {
+            assert_eq!(
+                v(&Ending::Local(&e), None, &[], false),
+                (status, outcome, Some(text.to_owned()))
+            );
+        }
+    }
+}

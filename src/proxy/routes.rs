@@ -1,0 +1,109 @@
+//! The live routes: each configured route is one value holding its config, its upstream client
+//! and its counters; requests hold an `Arc` of theirs until their record is made. Requests no
+//! route matched are counted on the `unrouted` pseudo-route, which has no upstream.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::client::{self, ClientError, UpstreamClient};
+use crate::config::{RouteConfig, UNROUTED};
+use crate::route::RouteTable;
+use crate::sink::stats::LiveStats;
+
+/// A configured route's upstream: its config and its pooled client.
+pub struct Target {
+    pub config: RouteConfig,
+    pub client: UpstreamClient,
+}
+
+pub struct Route {
+    pub name: String,
+    /// `None` for `unrouted`.
+    pub target: Option<Target>,
+    /// Requests admitted on this route whose record is not yet made.
+    pub in_flight: AtomicU64,
+    /// `/stats` percentiles since start.
+    pub stats: LiveStats,
+}
+
+impl Route {
+    /// Admit one request: the in-flight count including it.
+    pub fn admit(&self) -> u64 {
+        self.in_flight.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The request's record is queued: it leaves the count.
+    pub fn release(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Connections opened to the upstream since start (0 for `unrouted`).
+    pub fn opened(&self) -> u64 {
+        self.target.as_ref().map_or(0, |t| t.client.opened())
+    }
+}
+
+/// Every route of a config, the prefix table over them, and `unrouted`.
+pub struct Routes {
+    table: RouteTable,
+    configured: Vec<Arc<Route>>,
+    unrouted: Arc<Route>,
+}
+
+impl Routes {
+    pub fn new(routes: &[RouteConfig], connect_timeout: Duration) -> Result<Routes, ClientError> {
+        let configured = routes
+            .iter()
+            .map(|r| {
+                Ok(Arc::new(Route {
+                    name: r.name.clone(),
+                    target: Some(Target {
+                        config: r.clone(),
+                        client: client::build(r, connect_timeout)?,
+                    }),
+                    in_flight: AtomicU64::new(0),
+                    stats: LiveStats::default(),
+                }))
+            })
+            .collect::<Result<Vec<_>, ClientError>>()?;
+        Ok(Routes {
+            table: RouteTable::new(routes),
+            configured,
+            unrouted: Arc::new(Route {
+                name: UNROUTED.to_owned(),
+                target: None,
+                in_flight: AtomicU64::new(0),
+                stats: LiveStats::default(),
+            }),
+        })
+    }
+
+    /// The route for a path (its index in the config), and the path to send upstream.
+    pub fn pick<'p>(&self, path: &'p str) -> Option<(usize, &'p str)> {
+        self.table.pick(path)
+    }
+
+    /// The route at a config index; `unrouted` for an index out of range.
+    pub fn get(&self, index: usize) -> &Arc<Route> {
+        self.configured.get(index).unwrap_or(&self.unrouted)
+    }
+
+    pub fn unrouted(&self) -> &Arc<Route> {
+        &self.unrouted
+    }
+
+    /// Every route, `unrouted` last.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.configured
+            .iter()
+            .chain(std::iter::once(&self.unrouted))
+    }
+
+    /// Requests admitted whose record is not yet made, over all routes.
+    pub fn in_flight(&self) -> u64 {
+        self.iter()
+            .map(|r| r.in_flight.load(Ordering::Acquire))
+            .sum()
+    }
+}

@@ -1,0 +1,87 @@
+//! `tokentap sim` on the command line: the engine (and optionally the hop) until Ctrl-C.
+
+use std::path::PathBuf;
+
+use super::{HopDelay, Profile, Sim};
+use crate::cli::Exit;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Engine listen address.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub listen: String,
+    /// Model name served.
+    #[arg(long, default_value = "sim-qwen2.5-7b")]
+    pub model: String,
+    /// Cost-model profile (TOML with the fields of the built-in v100 profile); default built-in.
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// Add a gateway hop with this admission delay, MS[±JITTER] (e.g. 100±10).
+    #[arg(long)]
+    pub gateway_hop: Option<HopDelay>,
+    /// Where the gateway hop listens.
+    #[arg(long, default_value = "127.0.0.1:4000")]
+    pub hop_listen: String,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Print the built-in profile as TOML and exit.
+    #[arg(long)]
+    pub print_profile: bool,
+}
+
+/// Serve the simulated engine (and hop) until SIGTERM or Ctrl-C.
+pub fn cli(a: Args) -> Exit {
+    let profile = match &a.profile {
+        None => Profile::v100(),
+        Some(p) => match std::fs::read_to_string(p)
+            .map_err(|e| e.to_string())
+            .and_then(|t| toml::from_str(&t).map_err(|e| e.to_string()))
+        {
+            Ok(p) => p,
+            Err(e) => return Exit::Usage(format!("config error: {}: {e}", p.display())),
+        },
+    };
+    if a.print_profile {
+        print!("{}", toml::to_string(&profile).unwrap_or_default());
+        return Exit::Ok;
+    }
+    let rt = match crate::cli::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return e,
+    };
+    rt.block_on(async move {
+        let bind = |s: String| async move {
+            tokio::net::TcpListener::bind(&s)
+                .await
+                .map_err(|e| format!("cannot listen on {s}: {e}"))
+        };
+        let engine = match bind(a.listen.clone()).await {
+            Ok(l) => l,
+            Err(e) => return Exit::Failed(e),
+        };
+        let hop = match a.gateway_hop {
+            None => None,
+            Some(d) => match bind(a.hop_listen.clone()).await {
+                Ok(l) => Some((l, d)),
+                Err(e) => return Exit::Failed(e),
+            },
+        };
+        match Sim::start(profile.clone(), &a.model, a.seed, engine, hop).await {
+            Ok(sim) => {
+                eprintln!(
+                    "tokentap sim: SIMULATED engine ({}) serving model {:?} on http://{}/v1",
+                    profile.name, a.model, sim.engine
+                );
+                if let (Some(h), Some(d)) = (sim.hop, a.gateway_hop) {
+                    eprintln!(
+                        "tokentap sim: simulated gateway hop ({}±{} ms) on http://{h}/v1",
+                        d.ms, d.jitter_ms
+                    );
+                }
+                crate::cli::shutdown_signal().await;
+                Exit::Ok
+            }
+            Err(e) => Exit::Failed(format!("sim: {e}")),
+        }
+    })
+}
