@@ -3,7 +3,7 @@
 //! the proxy's.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use tokentap_test_support as support;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

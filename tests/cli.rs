@@ -2,7 +2,7 @@
 //! `serve --upstream …` stopped by SIGTERM (exit 0, log flushed).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use tokentap_test_support as support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

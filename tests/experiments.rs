@@ -2,7 +2,7 @@
 //! never a way around the gateway; shadow copies never touch the client's response.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use tokentap_test_support as support;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -14,8 +14,6 @@ use tokentap::keys::fingerprint;
 use tokentap::meter::Outcome;
 use tokentap::report::{self, Slos};
 use tokentap::sim::{HopDelay, Profile, Sim};
-
-const MS: fn(u64) -> Duration = Duration::from_millis;
 
 fn fast() -> Profile {
     Profile {

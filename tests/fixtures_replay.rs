@@ -3,7 +3,7 @@
 //! E2E and token counts agree with the schedule the upstream used.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use tokentap_test_support as support;
 
 use std::time::Duration;
 

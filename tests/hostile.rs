@@ -3,7 +3,7 @@
 //! proxy keeps serving, every request is recorded once, no key leaks, memory stays bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use tokentap_test_support as support;
 
 use std::time::Duration;
 
@@ -13,19 +13,6 @@ use support::*;
 use tokentap::meter::Outcome;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-const MS: fn(u64) -> Duration = Duration::from_millis;
-
-fn rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("VmRSS:")
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_cancellations_leak_nothing() {
@@ -54,7 +41,7 @@ async fn a_thousand_cancellations_leak_nothing() {
     };
     round(100).await;
     let _ = px.records(100).await;
-    let before = rss_kb();
+    let before = rss_kb(None);
     for _ in 0..9 {
         round(100).await;
     }
@@ -70,7 +57,7 @@ async fn a_thousand_cancellations_leak_nothing() {
         m.contains("tokentap_in_flight_requests{route=\"default\"} 0"),
         "in-flight gauge back to 0"
     );
-    let after = rss_kb();
+    let after = rss_kb(None);
     assert!(
         after < before + 16 * 1024,
         "RSS grew from {before} kB to {after} kB over 900 cancellations"

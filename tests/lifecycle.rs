@@ -1,17 +1,14 @@
 //! Shutdown, the request log (rotation, unwritable disk, full queue), TLS on both sides.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use tokentap_test_support as support;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use support::*;
 use tokentap::meter::Outcome;
-
-const MS: fn(u64) -> Duration = Duration::from_millis;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_finishes_in_flight_streams_and_flushes_every_record() {

@@ -2,15 +2,11 @@
 //! sees what the upstream sent (or a clean JSON error before any byte was sent).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
-use std::time::Duration;
+use tokentap_test_support as support;
 
 use bytes::Bytes;
 use support::*;
 use tokentap::meter::Outcome;
-
-const MS: fn(u64) -> Duration = Duration::from_millis;
 
 #[tokio::test]
 async fn streaming_ok_with_usage_and_exact_timing() {

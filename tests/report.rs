@@ -3,7 +3,7 @@
 //! HTML is self-contained; and on a simulated sweep the report reads like the write-up.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use tokentap_test_support as support;
 
 use std::process::Command;
 use std::sync::atomic::AtomicBool;

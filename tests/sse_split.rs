@@ -3,7 +3,7 @@
 //! servers and hostile ones produce.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use tokentap_test_support as support;
 
 use proptest::prelude::*;
 use support::Fixture;

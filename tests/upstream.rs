@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use tokentap_test_support as support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,8 +14,6 @@ use support::*;
 use tokentap::meter::Outcome;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-
-const MS: fn(u64) -> Duration = Duration::from_millis;
 
 /// What a raw upstream does with the n-th request it reads (counted over all connections).
 #[derive(Clone)]

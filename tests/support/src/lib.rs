@@ -1,7 +1,8 @@
-//! Test support: a scriptable upstream on raw TCP (exact wire control: chunking, delays,
-//! resets, stalls), fixture loading, a proxy on ephemeral ports, a real HTTP client, and log
-//! reading. Everything binds 127.0.0.1:0.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! tokentap's test support, shared by every integration test and the overhead bench: a
+//! scriptable upstream on raw TCP (exact wire control: chunking, delays, resets, stalls),
+//! fixture loading, a proxy on ephemeral ports, a real HTTP client, log reading, `/proc`
+//! readings. Everything binds 127.0.0.1:0. Test code: it panics on anything unexpected.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +21,25 @@ use tokio::time::Instant;
 use tokentap::config::{Config, Overrides};
 use tokentap::meter::RequestRecord;
 use tokentap::serve::Running;
+
+/// Milliseconds, for scripts and timeouts.
+pub const MS: fn(u64) -> Duration = Duration::from_millis;
+
+/// Resident memory of one process (`None`: this one), in KiB, from `/proc/<pid>/status`.
+pub fn rss_kb(pid: Option<u32>) -> u64 {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/status"),
+        None => "/proc/self/status".to_owned(),
+    };
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
 
 pub fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sse")
