@@ -313,6 +313,12 @@ async fn a_stalled_shadow_arm_changes_nothing_for_the_client() {
     let (_, stats) = px.admin_get("/stats").await;
     let j: serde_json::Value = serde_json::from_str(&stats).unwrap();
     assert_eq!(j["shadow_skipped"], 2, "{j}");
+    let (_, metrics) = px.admin_get("/metrics").await;
+    assert!(
+        metrics.contains("# HELP tokentap_shadow_skipped_total ")
+            && metrics.contains("tokentap_shadow_skipped_total 2"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

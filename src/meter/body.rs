@@ -46,6 +46,8 @@ pin_project_lite::pin_project! {
         // Told once the stream is complete for its consumer (`[DONE]` seen) when the body is
         // dropped before its end: what follows is framing.
         on_complete: Option<fn(Pin<&mut B>)>,
+        // When the last frame came (its stamp), or when the body was made.
+        last_frame: Instant,
     }
 
     impl<B, O: Observer> PinnedDrop for MeteredBody<B, O> {
@@ -71,6 +73,7 @@ impl<B, O: Observer> MeteredBody<B, O> {
             observer: Some(observer),
             parked: false,
             on_complete: None,
+            last_frame: Instant::now(),
         }
     }
 
@@ -84,6 +87,20 @@ impl<B, O: Observer> MeteredBody<B, O> {
     /// The meter, while the body has not ended.
     pub fn meter(&mut self) -> Option<&mut Meter> {
         self.observer.as_mut().map(O::meter)
+    }
+
+    /// When the last frame came (the instant the meter stamped it), or when the body was made:
+    /// what an idle deadline counts from, without reading the clock again.
+    pub fn last_frame(&self) -> Instant {
+        self.last_frame
+    }
+
+    /// The consumer cuts the body for `why` (a deadline): the observer is ended with it as the
+    /// body's error, exactly as if the wrapped body had failed.
+    pub fn cut(self: Pin<&mut Self>, why: &(dyn std::error::Error + 'static)) {
+        if let Some(o) = self.project().observer.take() {
+            o.end(BodyEnd::Error(why));
+        }
     }
 }
 
@@ -135,8 +152,10 @@ where
         let mut inner = this.inner;
         match inner.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
+                let now = Instant::now();
+                *this.last_frame = now;
                 if let Some(data) = frame.data_ref() {
-                    obs.meter().defer(data.clone(), Instant::now());
+                    obs.meter().defer(data.clone(), now);
                 }
                 if inner.is_end_stream() {
                     if let Some(o) = this.observer.take() {

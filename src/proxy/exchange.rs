@@ -139,8 +139,9 @@ impl Exchange {
             limits.max_response_json_bytes,
         );
         crate::headers::response_headers(&mut parts.headers);
-        let body = MeteredBody::new(TimeoutBody::new(body, idle, deadline), self)
-            .on_stream_complete(TimeoutBody::pool_after_drop);
+        let metered =
+            MeteredBody::new(body, self).on_stream_complete(UpstreamBody::pool_after_drop);
+        let body = TimeoutBody::new(metered, idle, deadline);
         Response::from_parts(parts, ProxyBody::Metered { body })
     }
 

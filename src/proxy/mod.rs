@@ -31,7 +31,6 @@ use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::keys::KeyIdentity;
-use crate::meter::MeteredBody;
 use crate::sink::Sink;
 pub use error::ProxyError;
 pub use exchange::Exchange;
@@ -88,14 +87,11 @@ impl State {
     }
 }
 
-/// The body of a proxied response.
-type Metered = MeteredBody<timeout::TimeoutBody, Exchange>;
-
 pin_project_lite::pin_project! {
     /// The body of every response the proxy returns.
     #[project = ProxyBodyProj]
     pub enum ProxyBody {
-        Metered { #[pin] body: Metered },
+        Metered { #[pin] body: timeout::TimeoutBody },
         Local { #[pin] body: Full<Bytes> },
     }
 }

@@ -1,6 +1,7 @@
 //! The response body's deadlines: `timeouts.idle_ms` between chunks and `timeouts.total_ms` for
 //! the whole request. Either cuts the stream with an error the client connection sees, and the
-//! meter around this body records as `timeout`. It holds no data: frames pass as they come.
+//! meter inside records as `timeout` (`MeteredBody::cut`). It holds no data: frames pass as they
+//! come, and it reads no clock per frame (the idle deadline counts from the meter's own stamp).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,6 +13,11 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use super::client::{UpstreamBody, UpstreamError};
+use super::exchange::Exchange;
+use crate::meter::MeteredBody;
+
+/// The metered upstream body, inside the deadlines.
+pub type Metered = MeteredBody<UpstreamBody, Exchange>;
 
 /// Errors the proxied response body yields to the client connection (which then cuts it).
 #[derive(Debug, thiserror::Error)]
@@ -27,30 +33,23 @@ pub enum BodyError {
 pin_project_lite::pin_project! {
     pub struct TimeoutBody {
         #[pin]
-        inner: UpstreamBody,
+        inner: Metered,
         idle: Duration,
         idle_timer: Pin<Box<Sleep>>,
-        last_activity: Instant,
         deadline: Option<Pin<Box<Sleep>>>,
     }
 }
 
 impl TimeoutBody {
     /// `deadline`: the instant the whole request must be over by (total timeout), if any.
-    pub fn new(inner: UpstreamBody, idle: Duration, deadline: Option<Instant>) -> Self {
-        let now = Instant::now();
+    pub fn new(inner: Metered, idle: Duration, deadline: Option<Instant>) -> Self {
+        let first = inner.last_frame() + idle;
         Self {
             inner,
             idle,
-            idle_timer: Box::pin(tokio::time::sleep_until(now + idle)),
-            last_activity: now,
+            idle_timer: Box::pin(tokio::time::sleep_until(first)),
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
         }
-    }
-
-    /// See [`UpstreamBody::pool_after_drop`].
-    pub fn pool_after_drop(self: Pin<&mut Self>) {
-        self.project().inner.pool_after_drop();
     }
 }
 
@@ -63,26 +62,26 @@ impl Body for TimeoutBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        let this = self.project();
-        match this.inner.poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                *this.last_activity = Instant::now();
-                Poll::Ready(Some(Ok(frame)))
-            }
+        let mut this = self.project();
+        match this.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Upstream(e)))),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
                 if let Some(deadline) = this.deadline.as_mut() {
                     if deadline.as_mut().poll(cx).is_ready() {
+                        this.inner.cut(&BodyError::Total);
                         return Poll::Ready(Some(Err(BodyError::Total)));
                     }
                 }
-                // The idle timer is re-armed lazily: per chunk only the time is stored.
+                // The idle timer is re-armed lazily: per chunk nothing is done.
                 loop {
                     ready!(this.idle_timer.as_mut().poll(cx));
-                    let due = *this.last_activity + *this.idle;
+                    let due = this.inner.last_frame() + *this.idle;
                     if Instant::now() >= due {
-                        return Poll::Ready(Some(Err(BodyError::Idle(*this.idle))));
+                        let err = BodyError::Idle(*this.idle);
+                        this.inner.cut(&err);
+                        return Poll::Ready(Some(Err(err)));
                     }
                     this.idle_timer.as_mut().reset(due);
                 }

@@ -42,6 +42,7 @@ pub enum SimBody {
     Stream(mpsc::Receiver<Bytes>),
 }
 
+#[warn(clippy::missing_trait_methods)]
 impl Body for SimBody {
     type Data = Bytes;
     type Error = Infallible;
@@ -52,6 +53,20 @@ impl Body for SimBody {
         match &mut *self {
             SimBody::Full(f) => Pin::new(f).poll_frame(cx),
             SimBody::Stream(rx) => rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            SimBody::Full(f) => f.is_end_stream(),
+            SimBody::Stream(rx) => rx.is_closed() && rx.is_empty(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            SimBody::Full(f) => f.size_hint(),
+            SimBody::Stream(_) => http_body::SizeHint::default(),
         }
     }
 }

@@ -42,7 +42,8 @@ pub fn rss_kb(pid: Option<u32>) -> u64 {
 }
 
 pub fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sse")
+    // This crate lives in tests/support; the fixtures beside it in tests/fixtures.
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/sse")
 }
 
 /// A recorded exchange from `tests/fixtures/sse`.
