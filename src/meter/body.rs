@@ -18,8 +18,8 @@ use super::Meter;
 /// How a metered body ended, as its observer is told.
 #[derive(Debug)]
 pub enum BodyEnd<'a> {
-    /// The body ended cleanly (reported once the task yielded: hyper writes the last chunk
-    /// first, so the record is made off the client's path).
+    /// The body ended cleanly (with `end_complete_after_yield`, reported once the task
+    /// yielded: hyper writes the last chunk first, so the record is made off the client's path).
     Complete,
     /// The wrapped body failed; the same error went on to the consumer.
     Error(&'a (dyn std::error::Error + 'static)),
@@ -48,6 +48,8 @@ pin_project_lite::pin_project! {
         on_complete: Option<fn(Pin<&mut B>)>,
         // When the last frame came (its stamp), or when the body was made.
         last_frame: Instant,
+        // End a completed body on the runtime once the current task yielded.
+        after_yield: bool,
     }
 
     impl<B, O: Observer> PinnedDrop for MeteredBody<B, O> {
@@ -74,7 +76,16 @@ impl<B, O: Observer> MeteredBody<B, O> {
             parked: false,
             on_complete: None,
             last_frame: Instant::now(),
+            after_yield: false,
         }
+    }
+
+    /// Report a clean end once the current task has yielded, on the runtime, instead of at
+    /// once: a server's consumer (hyper) writes the last chunk first, so the observer's work is
+    /// off the client's path. A client reading its own responses wants the default.
+    pub fn end_complete_after_yield(mut self) -> Self {
+        self.after_yield = true;
+        self
     }
 
     /// Call `hook` on the wrapped body if it is dropped after the stream was complete for its
@@ -116,8 +127,11 @@ impl<O: Observer> Drop for EndLater<O> {
     }
 }
 
-/// End `o` as complete once the current task has yielded; without a runtime, now.
-fn end_complete_soon<O: Observer + Send + 'static>(o: O) {
+/// End `o` as complete: now, or once the current task has yielded (without a runtime, now).
+fn end_complete<O: Observer + Send + 'static>(o: O, after_yield: bool) {
+    if !after_yield {
+        return o.end(BodyEnd::Complete);
+    }
     let later = EndLater(Some(o));
     if let Ok(rt) = tokio::runtime::Handle::try_current() {
         rt.spawn(async move { drop(later) });
@@ -159,7 +173,7 @@ where
                 }
                 if inner.is_end_stream() {
                     if let Some(o) = this.observer.take() {
-                        end_complete_soon(o);
+                        end_complete(o, *this.after_yield);
                     }
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -172,7 +186,7 @@ where
             }
             Poll::Ready(None) => {
                 if let Some(o) = this.observer.take() {
-                    end_complete_soon(o);
+                    end_complete(o, *this.after_yield);
                 }
                 Poll::Ready(None)
             }
@@ -274,9 +288,11 @@ mod tests {
             meter,
             seen: seen.clone(),
         };
-        let body = MeteredBody::new(script, probe).on_stream_complete(|s| {
-            *s.completed.lock().unwrap() = true;
-        });
+        let body = MeteredBody::new(script, probe)
+            .on_stream_complete(|s| {
+                *s.completed.lock().unwrap() = true;
+            })
+            .end_complete_after_yield();
         (body, seen, completed)
     }
 
@@ -360,5 +376,26 @@ mod tests {
         drop(body);
         assert_eq!(*seen.lock().unwrap(), vec![("dropped", false, 1)]);
         assert!(!*completed.lock().unwrap());
+    }
+
+    /// By default a clean end is reported at once, in the consumer's poll.
+    #[tokio::test]
+    async fn a_clean_end_is_reported_at_once_by_default() {
+        let seen: Seen = Default::default();
+        let mut meter = Meter::new(Instant::now());
+        meter.expect_body(Some(b"text/event-stream"), 1 << 20, 1 << 20);
+        let script = Script {
+            steps: vec![Some(TOKEN), Some("data: [DONE]\n\n")].into(),
+            completed: Default::default(),
+        };
+        let probe = Probe {
+            meter,
+            seen: seen.clone(),
+        };
+        let mut body = MeteredBody::new(script, probe);
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        while let Poll::Ready(Some(_)) = Pin::new(&mut body).poll_frame(&mut cx) {}
+        assert_eq!(*seen.lock().unwrap(), vec![("complete", true, 2)]);
     }
 }
