@@ -5,7 +5,7 @@
 #   scripts/overhead.sh                 # full run (~7 min on 2 cores, the release build first)
 #   OVERHEAD_QUICK=1 OVERHEAD_STREAMS=2000 scripts/overhead.sh
 #   OVERHEAD_PROXIES=tokentap,nginx,haproxy,tcp-relay,hyper-only,hyper-tt OVERHEAD_STREAMS=0 \
-#     OVERHEAD_H2_STREAMS=0 scripts/overhead.sh   # with three reference proxies (README)
+#     OVERHEAD_H2_STREAMS=0 scripts/overhead.sh   # with three reference proxies (docs/overhead.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v nginx >/dev/null || ! command -v haproxy >/dev/null; then

@@ -5,7 +5,7 @@
 //! to 1..n). No interpolation, so merging inputs never changes a percentile's meaning.
 
 /// Resamples behind every bootstrap interval.
-pub const RESAMPLES: usize = 2000;
+const RESAMPLES: usize = 2000;
 
 /// The 0-based index of the nearest-rank `q` percentile among `len` sorted values (`len > 0`).
 pub fn rank(len: usize, q: f64) -> usize {

@@ -265,7 +265,7 @@ async fn empty_buckets_are_reported_and_bad_datasets_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_client_overhead_is_well_under_a_millisecond() {
     // Not a timing gate on the machine: the calibration must exist and be sane; the figure
-    // itself is reported in run.json and the README.
+    // itself is reported in run.json and docs/measured.md.
     let s = sim().await;
     let dir = scratch("overhead");
     let cfg = BenchConfig {

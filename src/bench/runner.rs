@@ -241,8 +241,15 @@ impl Target {
             }
         }
         drop(body);
+        // NB: the body was dropped, so its observer has ended (MeteredBody ends it on drop at the
+        // latest) and sent its meter; a closed channel would be a bug in MeteredBody, recorded
+        // as such rather than invented.
         let Ok((mut meter, end)) = rx.await else {
-            return fail(Meter::new(t0), Outcome::ClientCancelled, "lost".into());
+            return fail(
+                Meter::new(t0),
+                Outcome::ClientCancelled,
+                "measurement lost: the body's observer never ended".into(),
+            );
         };
         meter.settle();
         let (outcome, error) = match (cut, end) {

@@ -115,14 +115,23 @@ fn now<F>(r: Response<ProxyBody>) -> Respond<F> {
     Respond::Now { response: Some(r) }
 }
 
-/// A layer made from a function of the inner service.
-#[derive(Clone)]
-pub struct LayerFn<F>(F);
+/// A layer of the stack: its service is made from the shared state and the inner service.
+pub struct WithState<T, S> {
+    state: Arc<State>,
+    make: fn(Arc<State>, S) -> T,
+}
 
-impl<F: Fn(S) -> T, S, T> Layer<S> for LayerFn<F> {
+impl<T, S> Layer<S> for WithState<T, S> {
     type Service = T;
     fn layer(&self, inner: S) -> T {
-        (self.0)(inner)
+        (self.make)(self.state.clone(), inner)
+    }
+}
+
+fn with_state<T, S>(state: &Arc<State>, make: fn(Arc<State>, S) -> T) -> WithState<T, S> {
+    WithState {
+        state: state.clone(),
+        make,
     }
 }
 
@@ -300,25 +309,17 @@ impl<S: Service<Routed>> Service<Routed> for Timeouts<S> {
 pub type Stack = RouteHeader<Routing<Admission<Timeouts<Forward>>>>;
 
 pub fn stack(state: Arc<State>) -> Stack {
-    let s = state.clone();
-    let (a, b, c) = (state.clone(), state.clone(), state.clone());
     ServiceBuilder::new()
-        .layer(LayerFn(move |inner| RouteHeader {
-            state: a.clone(),
+        .layer(with_state(&state, |state, inner| RouteHeader {
+            state,
             inner,
         }))
-        .layer(LayerFn(move |inner| Routing {
-            state: b.clone(),
+        .layer(with_state(&state, |state, inner| Routing { state, inner }))
+        .layer(with_state(&state, |state, inner| Admission {
+            state,
             inner,
         }))
-        .layer(LayerFn(move |inner| Admission {
-            state: c.clone(),
-            inner,
-        }))
-        .layer(LayerFn(move |inner| Timeouts {
-            state: s.clone(),
-            inner,
-        }))
+        .layer(with_state(&state, |state, inner| Timeouts { state, inner }))
         .service(Forward::new(state))
 }
 

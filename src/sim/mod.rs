@@ -1,5 +1,5 @@
 //! `tokentap sim`: a simulated OpenAI-compatible engine (continuous-batching cost model) and an
-//! optional simulated gateway hop in front of it. For demos, tests and dry runs — the README and
+//! optional simulated gateway hop in front of it. For demos, tests and dry runs — docs/bench.md and
 //! every output say it is a simulation.
 
 pub mod cli;
