@@ -1,8 +1,10 @@
 //! `tokentap demo`: the embedded default. In one process, on ephemeral loopback ports: a
-//! simulated engine, a simulated gateway hop in front of it, tokentap with two routes (`direct`
-//! → engine, `gateway` → hop → engine), and a short bench sweep of the three prompt shapes that
-//! alternates the two routes on identical prompts. Ends in a report. Everything it measures is
-//! real; the engine is SIMULATED, and the output says so.
+//! simulated engine, a simulated gateway hop, tokentap with three routes (`direct` → engine,
+//! `gateway` → hop, and `engine` → engine behind the gateway: the hop relays through it, so the
+//! tap sees both sides of the hop), and a short bench sweep of the three prompt shapes that
+//! alternates direct and gateway on identical prompts. Ends with the hop per concurrency level,
+//! A/B and tap side by side. Everything it measures is real; the engine is SIMULATED, and the
+//! output says so.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -11,6 +13,7 @@ use std::sync::Arc;
 use crate::bench::{self, BenchConfig};
 use crate::config::{Config, Overrides};
 use crate::meter::{Outcome, RequestRecord};
+use crate::report;
 use crate::serve::Running;
 use crate::sim::{HopDelay, Profile, Sim};
 use crate::stats::pct;
@@ -35,30 +38,24 @@ fn setup<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> DemoError + '_ {
 
 pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     std::fs::create_dir_all(&cfg.out).map_err(setup("output folder"))?;
-    let engine_l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(setup("bind"))?;
-    let hop_l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(setup("bind"))?;
+    let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
+    let engine_l = bind().await.map_err(setup("bind"))?;
+    let hop_l = bind().await.map_err(setup("bind"))?;
+    let hop_addr = hop_l.local_addr().map_err(setup("bind"))?;
     let profile = Profile::v100();
-    let sim = Sim::start(
-        profile.clone(),
-        "sim-qwen2.5-7b",
-        cfg.seed,
-        engine_l,
-        Some((hop_l, cfg.hop)),
-    )
-    .await
-    .map_err(setup("simulator"))?;
-    let hop_addr = sim
-        .hop
-        .ok_or_else(|| DemoError::Setup("hop did not start".into()))?;
+    let mut sim = Sim::start(profile.clone(), "sim-qwen2.5-7b", cfg.seed, engine_l, None)
+        .await
+        .map_err(setup("simulator"))?;
     let proxy_log = cfg.out.join("proxy.jsonl");
     let _ = std::fs::remove_file(&proxy_log);
+    // Three routes: direct → engine; gateway → hop; and the hop's own upstream, `engine`, behind
+    // the gateway route: the tap sees every gateway request on both sides of the hop.
     let toml = format!(
-        "[[routes]]\nname = \"direct\"\nupstream = \"http://{}\"\n[[routes]]\nname = \"gateway\"\nupstream = \"http://{hop_addr}\"\npath_prefix = \"/gateway\"\n",
-        sim.engine
+        "[[routes]]\nname = \"direct\"\nupstream = \"http://{e}\"\n\
+         [[routes]]\nname = \"gateway\"\nupstream = \"http://{hop_addr}\"\npath_prefix = \"/gateway\"\n\
+         [[routes]]\nname = \"engine\"\nupstream = \"http://{e}\"\npath_prefix = \"/engine\"\n\
+         behind = \"gateway\"\nbehind_sources = [\"127.0.0.1/32\"]\n",
+        e = sim.engine
     );
     let over = Overrides {
         listen: Some("127.0.0.1:0".into()),
@@ -68,14 +65,23 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     };
     let config = Config::from_toml(&toml, "(demo)", &over).map_err(setup("config"))?;
     let proxy = Running::start(config).await.map_err(setup("proxy"))?;
+    let via = format!("http://{}/engine", proxy.addr)
+        .parse()
+        .map_err(setup("hop upstream"))?;
+    sim.start_hop(hop_l, cfg.hop, via, cfg.seed)
+        .map_err(setup("hop"))?;
 
     println!("tokentap demo — the engine is SIMULATED ({}: a continuous-batching cost model shaped on the", profile.name);
     println!(
         "write-up's 4× V100 / Qwen2.5-7B / TP=4 results). Proxy, client and measurements are real."
     );
     println!(
-        "  engine {}   gateway hop {} (injected {}±{} ms)   tokentap {} (direct: /v1, gateway: /gateway/v1)\n",
-        sim.engine, hop_addr, cfg.hop.ms, cfg.hop.jitter_ms, proxy.addr
+        "  engine {}   gateway hop {hop_addr} (injected {}±{} ms)   tokentap {}",
+        sim.engine, cfg.hop.ms, cfg.hop.jitter_ms, proxy.addr
+    );
+    println!("  direct:  client → tokentap /v1 → engine");
+    println!(
+        "  gateway: client → tokentap /gateway/v1 → hop → tokentap /engine/v1 → engine (the tap)\n"
     );
 
     let bench_cfg = BenchConfig {
@@ -98,63 +104,28 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     let _ = proxy.shutdown().await;
     drop(sim);
 
-    let text = std::fs::read_to_string(bench_cfg.out.join("requests.jsonl")).unwrap_or_default();
-    let records: Vec<RequestRecord> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let proxy_text = std::fs::read_to_string(&proxy_log).unwrap_or_default();
-    let proxied: Vec<RequestRecord> = proxy_text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-
-    // Injected vs measured hop: paired differences (gateway − direct, same prompt), by
-    // concurrency. At C=1 the pair does not share the engine; above it, the two arms' requests
-    // land in different batches, so engine contention is mixed into the difference.
-    let arm_of = |r: &RequestRecord| {
-        r.experiment
-            .as_ref()
-            .map(|e| (e.arm.clone(), e.pair_id.clone()))
+    let read = |p: &std::path::Path| -> Vec<RequestRecord> {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     };
-    println!();
-    println!("gateway hop (injected {:.0}±{:.0} ms), paired TTFT(gateway) − TTFT(direct) on identical prompts:", cfg.hop.ms, cfg.hop.jitter_ms);
-    for &c in &bench_cfg.concurrency {
-        let mut ttft = Vec::new();
-        let mut tpot = Vec::new();
-        for g in records.iter().filter(|r| {
-            r.concurrency == Some(c as u64)
-                && r.outcome == Outcome::Ok
-                && arm_of(r).is_some_and(|(a, _)| a == "gateway")
-        }) {
-            let pair = arm_of(g).and_then(|(_, p)| p);
-            let direct = records.iter().find(|r| {
-                r.outcome == Outcome::Ok
-                    && arm_of(r).is_some_and(|(a, p)| a == "direct" && p == pair)
-            });
-            if let Some(d) = direct {
-                if let (Some(a), Some(b)) = (g.ttft_ms, d.ttft_ms) {
-                    ttft.push(a - b);
-                }
-                if let (Some(a), Some(b)) = (g.tpot_ms, d.tpot_ms) {
-                    tpot.push(a - b);
-                }
-            }
-        }
-        ttft.sort_by(f64::total_cmp);
-        tpot.sort_by(f64::total_cmp);
-        println!(
-            "  C={c}: {:>2} pairs  TTFT median {:>6.1} ms  p95 {:>6.1} ms  |  TPOT median {:>5.2} ms{}",
-            ttft.len(),
-            pct(&ttft, 0.5).unwrap_or(f64::NAN),
-            pct(&ttft, 0.95).unwrap_or(f64::NAN),
-            pct(&tpot, 0.5).unwrap_or(f64::NAN),
-            if c == 1 { "  (no engine contention: this is the hop)" } else { "  (engine contention mixed in)" }
-        );
-    }
+    let records = read(&bench_cfg.out.join("requests.jsonl"));
+    let proxied = read(&proxy_log);
+    let rep = report::compute_all(
+        &records,
+        &proxied,
+        &report::Slos::default(),
+        0,
+        false,
+        ("gateway", "direct"),
+    );
+    print_hop(cfg, &rep, &proxied);
+
     let ok = proxied.iter().filter(|r| r.outcome == Outcome::Ok).count();
     println!(
-        "tokentap recorded {} requests ({ok} ok) in {}; bench's own records: {} (+ run.json) in {}",
+        "\ntokentap recorded {} requests ({ok} ok) in {}; bench's own records: {} (+ run.json) in {}",
         proxied.len(),
         proxy_log.display(),
         records.len(),
@@ -168,13 +139,72 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
             .unwrap_or(f64::NAN)
     );
     println!(
-        "full report with SLO verdicts, provisioning and charts: tokentap report {} --format html --out report.html",
-        bench_cfg.out.display()
+        "full report (answers, SLO verdicts, provisioning, charts): tokentap report {} --tap {} --format html --out report.html",
+        bench_cfg.out.display(),
+        proxy_log.display()
     );
     println!("\nReading it like the write-up: TTFT grows with prompt length and with concurrency (prefill");
     println!("competes for compute); per-stream tok/s barely moves (decode is bandwidth-bound); E2E is set by");
     println!("how much was asked for. The gateway hop taxes the front of the request (TTFT), not the body (TPOT).");
     Ok(())
+}
+
+/// The hop at every level: the A/B's paired difference beside the tap's per-request hop and
+/// the hop's own claim (its injected delay), and what the tap's extra tokentap leg costs.
+fn print_hop(cfg: &DemoConfig, rep: &report::Report, proxied: &[RequestRecord]) {
+    let f = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:+.1}"));
+    println!();
+    println!(
+        "gateway hop (injected {:.0}±{:.0} ms), TTFT ms, median per concurrency level:",
+        cfg.hop.ms, cfg.hop.jitter_ms
+    );
+    println!("  level  A/B pairs  A/B gateway−direct  tap joined  tap hop  admission  relay  tap − injected (median, max |·|)");
+    let (hop, tap) = (rep.gateway_hop.as_ref(), rep.gateway_tap.as_ref());
+    let mut levels: Vec<&String> = hop
+        .map(|h| h.by_concurrency.keys().collect())
+        .unwrap_or_default();
+    levels.sort_by_key(|l| l.parse::<u64>().unwrap_or(u64::MAX));
+    for l in levels {
+        let ab = hop.and_then(|h| h.by_concurrency.get(l));
+        let t = tap.and_then(|t| t.by_concurrency.get(l));
+        // The hop claims its injected delay per request: the tap's error on each one.
+        let err = crate::stats::sorted(proxied.iter().filter_map(|r| {
+            let g = r.gateway_tap.as_ref()?;
+            (r.concurrency.map(|c| c.to_string()).as_ref() == Some(l))
+                .then_some(g.ttft_ms? - r.gateway_overhead_ms?)
+        }));
+        let max_abs = err
+            .iter()
+            .map(|e| e.abs())
+            .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))));
+        println!(
+            "  C={l:<4} {:>9}  {:>18}  {:>10}  {:>7}  {:>9}  {:>5}  {} , {}",
+            ab.map_or(0, |a| a.pairs),
+            f(ab.and_then(|a| a.ttft_ms.median)),
+            t.map_or(0, |t| t.joined),
+            f(t.and_then(|t| t.ttft_ms.median)),
+            f(t.and_then(|t| t.admission_ms.median)),
+            f(t.and_then(|t| t.relay_ms.median)),
+            f(pct(&err, 0.5)),
+            max_abs.map_or_else(|| "-".into(), |v| format!("{v:.1}")),
+        );
+    }
+    if let Some(h) = hop {
+        println!("  A/B: {}", h.summary);
+    }
+    if let Some(t) = tap {
+        println!("  tap: {}", t.summary);
+    }
+    // The gateway arm also crosses tokentap's engine route: its own share of that leg.
+    let leg = crate::stats::sorted(proxied.iter().filter_map(|r| {
+        let inner = r.gateway_tap.as_ref()?.side == crate::meter::TapSide::Inner;
+        inner.then_some(r.upstream_sent_ms?)
+    }));
+    println!(
+        "  the tap's extra leg (tokentap's engine route: request head → written upstream) median {:.3} ms, p99 {:.3} ms: the A/B's gateway arm pays it, the tap's figure does not",
+        pct(&leg, 0.5).unwrap_or(f64::NAN),
+        pct(&leg, 0.99).unwrap_or(f64::NAN)
+    );
 }
 
 #[derive(clap::Args)]

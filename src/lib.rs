@@ -10,6 +10,7 @@
 //! - [`meter`]: timeline, per-chunk observer, `MeteredBody`, the `RequestRecord` schema.
 //! - [`config`]: TOML → validated `Config`, errors with file and key path.
 //! - [`route`]: path → route and the experiment's arm choice, as pure functions.
+//! - [`tap`]: the gateway tap's join of a request's outer and inner sides.
 //! - [`tls`]: PEM files, the listener's acceptor, an upstream route's connector.
 //! - [`sink`]: metrics, per-route live stats and the JSONL writer.
 //! - [`proxy`]: the tower stack, the per-request `Exchange`, the routes, the upstream client.
@@ -41,4 +42,5 @@ pub mod sim;
 pub mod sink;
 pub mod sse;
 pub mod stats;
+pub mod tap;
 pub mod tls;

@@ -108,7 +108,7 @@ pub async fn run(
     tokio::pin!(shutdown);
     loop {
         while conns.try_join_next().is_some() {}
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -121,7 +121,7 @@ pub async fn run(
             },
         };
         let _ = stream.set_nodelay(true);
-        let service = proxy.clone();
+        let service = proxy.for_peer(peer.ip());
         let builder = builder.clone();
         let drain = drains.add();
         match &tls {

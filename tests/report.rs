@@ -57,6 +57,9 @@ fn rec(i: usize, bucket: &str, c: u64, ttft: f64, tpot: f64, key: &str) -> Reque
         engine_decode_ms: None,
         gateway_overhead_ms: None,
         concurrency: Some(c),
+        upstream_sent_ms: None,
+        ttft_split: None,
+        gateway_tap: None,
         error: None,
     }
 }

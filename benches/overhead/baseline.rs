@@ -124,7 +124,7 @@ async fn hyper_tt(c: TcpStream, client: tokentap::proxy::client::UpstreamClient)
             };
             let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
             match client.send(&parts.method, pq, &parts.headers, &body).await {
-                Ok(resp) => Ok(resp),
+                Ok((resp, _)) => Ok(resp),
                 Err(e) => Err(std::io::Error::other(e.to_string())),
             }
         }

@@ -74,6 +74,7 @@ impl Target {
         path: &str,
         body: Bytes,
         extra: Option<(&str, &str)>,
+        conc: Option<usize>,
     ) -> Result<Request<Full<Bytes>>, String> {
         let mut b = Request::builder()
             .method(method)
@@ -90,12 +91,16 @@ impl Target {
         if let Some((k, v)) = extra {
             b = b.header(k, v);
         }
+        // tokentap takes it off and records it: its records then carry bench's level too.
+        if let Some(c) = conc {
+            b = b.header(crate::config::defaults::CONCURRENCY_HEADER, c.to_string());
+        }
         b.body(Full::new(body)).map_err(|e| e.to_string())
     }
 
     /// The first model the target lists (`GET /v1/models`).
     pub async fn first_model(&self) -> Result<String, String> {
-        let req = self.request("GET", "/v1/models", Bytes::new(), None)?;
+        let req = self.request("GET", "/v1/models", Bytes::new(), None, None)?;
         let resp = tokio::time::timeout(Duration::from_secs(30), self.client.request(req))
             .await
             .map_err(|_| "GET /v1/models timed out".to_string())?
@@ -160,7 +165,7 @@ impl Target {
         facts.concurrency = Some(conc as u64);
         let route = arm.as_ref().map(|a| a.0).unwrap_or("bench").to_owned();
         let extra = route_header.zip(arm.as_ref().map(|a| a.0));
-        let (mut meter, verdict) = self.exchange(&endpoint, body, extra, stop).await;
+        let (mut meter, verdict) = self.exchange(&endpoint, body, extra, conc, stop).await;
         RequestRecord::assemble(
             facts,
             &mut meter,
@@ -178,6 +183,7 @@ impl Target {
         path: &str,
         body: Bytes,
         extra: Option<(&str, &str)>,
+        conc: usize,
         stop: &AtomicBool,
     ) -> (Meter, Verdict) {
         let t0 = Instant::now();
@@ -190,7 +196,7 @@ impl Target {
             };
             (meter, v)
         };
-        let req = match self.request("POST", path, body, extra) {
+        let req = match self.request("POST", path, body, extra, Some(conc)) {
             Ok(r) => r,
             Err(e) => return fail(meter, Outcome::Rejected, e),
         };

@@ -35,6 +35,13 @@ pub const QUICK_ROUTE: &str = "default";
 /// `routes[].path_prefix`.
 pub const PATH_PREFIX: &str = "/";
 
+/// `routes[].behind_window_ms`: how long an outer request waits for its inner one.
+pub const BEHIND_WINDOW_MS: u64 = 60_000;
+/// The header a gateway tap's outer route adds to what it forwards (its record's id).
+pub const TAP_HEADER: &str = "x-tokentap-join";
+/// The header `tokentap bench` names its concurrency level in (taken off, recorded).
+pub const CONCURRENCY_HEADER: &str = "x-tokentap-concurrency";
+
 /// `[experiment]`.
 pub const EXPERIMENT_MODE: &str = "off";
 pub const ROUTE_HEADER: &str = "x-tokentap-route";

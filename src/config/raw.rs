@@ -119,4 +119,10 @@ pub struct RawRoute {
     #[serde(default)]
     pub model_map: BTreeMap<String, String>,
     pub ca_file: Option<String>,
+    pub behind: Option<String>,
+    #[serde(default)]
+    pub behind_keys: Vec<String>,
+    #[serde(default)]
+    pub behind_sources: Vec<String>,
+    pub behind_window_ms: Option<u64>,
 }

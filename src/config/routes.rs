@@ -3,7 +3,9 @@
 //! credential.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use http::header::{HeaderName, HeaderValue};
 use http::Uri;
@@ -28,6 +30,69 @@ pub struct RouteConfig {
     pub set_headers: Vec<(HeaderName, Secret<HeaderValue>)>,
     pub model_map: HashMap<String, String>,
     pub ca_file: Option<PathBuf>,
+    /// Set on the inner route of a gateway tap: the gateway's upstream is this route.
+    pub behind: Option<Behind>,
+}
+
+/// `behind = "gateway"`: this route serves only the gateway named, and tokentap joins each of
+/// its requests to the request the gateway route forwarded.
+#[derive(Debug, Clone)]
+pub struct Behind {
+    /// The outer route (the gateway's own route in tokentap).
+    pub gateway: String,
+    /// `sha256:` fingerprints of the credential the gateway sends upstream.
+    pub keys: Vec<String>,
+    /// Networks the gateway connects from.
+    pub sources: Vec<Cidr>,
+    /// How long an outer request waits for its inner one (and a fingerprint stays ambiguous).
+    pub window: Duration,
+}
+
+impl Behind {
+    /// Whether a request with this key fingerprint, from this address, is the gateway's.
+    pub fn admits(&self, key_fingerprint: Option<&str>, peer: Option<IpAddr>) -> bool {
+        key_fingerprint.is_some_and(|k| self.keys.iter().any(|x| x == k))
+            || peer.is_some_and(|ip| self.sources.iter().any(|c| c.contains(ip)))
+    }
+}
+
+/// An address block, `10.0.0.0/8`, `::1/128` or a bare address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    net: IpAddr,
+    bits: u8,
+}
+
+impl Cidr {
+    pub fn parse(s: &str) -> Option<Cidr> {
+        let (a, bits) = match s.trim().split_once('/') {
+            Some((a, b)) => (a, Some(b.parse::<u8>().ok()?)),
+            None => (s.trim(), None),
+        };
+        let net: IpAddr = a.parse().ok()?;
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let bits = bits.unwrap_or(max);
+        (bits <= max).then_some(Cidr { net, bits })
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        // An IPv4 client on a dual-stack listener arrives as ::ffff:a.b.c.d.
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        let prefix = |a: u128, b: u128, width: u32| {
+            let shift = width - u32::from(self.bits);
+            shift >= width || (a >> shift) == (b >> shift)
+        };
+        match (self.net, ip) {
+            (IpAddr::V4(n), IpAddr::V4(i)) => {
+                prefix(u128::from(u32::from(n)), u128::from(u32::from(i)), 32)
+            }
+            (IpAddr::V6(n), IpAddr::V6(i)) => prefix(u128::from(n), u128::from(i), 128),
+            _ => false,
+        }
+    }
 }
 
 /// Check every route, in order; names and prefixes must be unique.
@@ -52,11 +117,97 @@ pub fn validate(raw: Vec<RawRoute>, file: &str) -> Result<Vec<RouteConfig>, Conf
         }
         routes.push(route);
     }
+    for (i, r) in routes.iter().enumerate() {
+        let Some(b) = &r.behind else { continue };
+        let key = format!("routes[{i}].behind");
+        match routes.iter().find(|x| x.name == b.gateway) {
+            None => {
+                return Err(err(
+                    file,
+                    key,
+                    format!(
+                        "{:?} names no route: a tap needs its gateway's route",
+                        b.gateway
+                    ),
+                ))
+            }
+            Some(g) if g.name == r.name => {
+                return Err(err(file, key, "a route cannot be behind itself"))
+            }
+            Some(g) if g.behind.is_some() => {
+                return Err(err(
+                    file,
+                    key,
+                    format!(
+                        "{:?} is itself behind another route: taps do not chain",
+                        g.name
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
     Ok(routes)
+}
+
+fn validate_behind(r: &RawRoute, i: usize, file: &str) -> Result<Option<Behind>, ConfigError> {
+    let k = |f: &str| format!("routes[{i}].{f}");
+    let Some(gateway) = r.behind.clone() else {
+        for (f, set) in [
+            ("behind_keys", !r.behind_keys.is_empty()),
+            ("behind_sources", !r.behind_sources.is_empty()),
+            ("behind_window_ms", r.behind_window_ms.is_some()),
+        ] {
+            if set {
+                return Err(err(file, k(f), "only for a route with `behind`"));
+            }
+        }
+        return Ok(None);
+    };
+    let mut keys = Vec::new();
+    for (j, fp) in r.behind_keys.iter().enumerate() {
+        let hex = fp.strip_prefix("sha256:").unwrap_or("");
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(err(
+                file,
+                k(&format!("behind_keys[{j}]")),
+                "must be sha256:<64 hex> (the fingerprint of the gateway's upstream key, never the key)",
+            ));
+        }
+        keys.push(format!("sha256:{}", hex.to_ascii_lowercase()));
+    }
+    let mut sources = Vec::new();
+    for (j, s) in r.behind_sources.iter().enumerate() {
+        sources.push(Cidr::parse(s).ok_or_else(|| {
+            err(
+                file,
+                k(&format!("behind_sources[{j}]")),
+                format!("{s:?} is not an address or CIDR block"),
+            )
+        })?);
+    }
+    if keys.is_empty() && sources.is_empty() {
+        return Err(err(
+            file,
+            k("behind_keys"),
+            "a route behind a gateway serves only the gateway: list its key (behind_keys) or its networks (behind_sources)",
+        ));
+    }
+    let window_ms = r.behind_window_ms.unwrap_or(defaults::BEHIND_WINDOW_MS);
+    if window_ms == 0 {
+        return Err(err(file, k("behind_window_ms"), "must be > 0"));
+    }
+    Ok(Some(Behind {
+        gateway,
+        keys,
+        sources,
+        window: Duration::from_millis(window_ms),
+    }))
 }
 
 fn validate_one(r: RawRoute, i: usize, file: &str) -> Result<RouteConfig, ConfigError> {
     let k = |f: &str| format!("routes[{i}].{f}");
+    let behind = validate_behind(&r, i, file)?;
     if r.name.is_empty()
         || !r
             .name
@@ -133,6 +284,7 @@ fn validate_one(r: RawRoute, i: usize, file: &str) -> Result<RouteConfig, Config
         set_headers,
         model_map: r.model_map.into_iter().collect(),
         ca_file,
+        behind,
     })
 }
 
@@ -169,4 +321,28 @@ fn parse_upstream(s: &str, file: &str, key: &str) -> Result<(Uri, String), Confi
         .build()
         .map_err(|e| err(file, key, format!("invalid URL {s:?}: {e}")))?;
     Ok((root, base))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cidr;
+
+    #[test]
+    fn cidr_blocks() {
+        let c = Cidr::parse("10.1.0.0/16").unwrap();
+        assert!(c.contains("10.1.200.3".parse().unwrap()));
+        assert!(!c.contains("10.2.0.1".parse().unwrap()));
+        assert!(c.contains("::ffff:10.1.0.9".parse().unwrap()));
+        assert!(Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("1.2.3.4".parse().unwrap()));
+        let one = Cidr::parse("127.0.0.1").unwrap();
+        assert!(one.contains("127.0.0.1".parse().unwrap()));
+        assert!(!one.contains("127.0.0.2".parse().unwrap()));
+        assert!(Cidr::parse("::1/128")
+            .unwrap()
+            .contains("::1".parse().unwrap()));
+        assert!(Cidr::parse("10.0.0.0/33").is_none());
+        assert!(Cidr::parse("nope").is_none());
+    }
 }

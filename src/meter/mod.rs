@@ -12,6 +12,8 @@ mod bucket;
 pub mod record;
 mod timeline;
 
+use std::sync::{Arc, OnceLock};
+
 use bytes::Bytes;
 use tokio::time::Instant;
 
@@ -19,7 +21,10 @@ use crate::openai::{self, ServerTimings, Usage};
 use crate::sse::{SseItem, SseSplitter};
 pub use body::{BodyEnd, MeteredBody, Observer};
 pub use bucket::Buckets;
-pub use record::{tpot_ms, Experiment, Facts, Outcome, RequestRecord, TokensSource, Verdict};
+pub use record::{
+    tpot_ms, Experiment, Facts, GatewayTap, JoinBy, Outcome, RequestRecord, TapSide, TokensSource,
+    TtftSplit, Unjoined, Verdict,
+};
 pub use timeline::{ms_between, Stamp, Timeline};
 
 /// Gaps kept per request for ITL percentiles (µs); beyond this only the max is updated.
@@ -60,6 +65,8 @@ pub struct Meter {
     /// A chunk already handed on but not yet looked at, with the instant it arrived: it is
     /// inspected once the client has it (see `MeteredBody`), or before the record is made.
     deferred: Option<(Bytes, Instant)>,
+    /// Told the first token's instant as soon as it is seen (a gateway tap's inner side).
+    pub first_token_signal: Option<Arc<OnceLock<Instant>>>,
 }
 
 impl Meter {
@@ -80,6 +87,7 @@ impl Meter {
             itl_us: Vec::new(),
             itl_max_us: 0,
             deferred: None,
+            first_token_signal: None,
         }
     }
 
@@ -201,6 +209,9 @@ impl Meter {
                         }
                     } else {
                         self.timeline.first_token = Some(now);
+                        if let Some(signal) = &self.first_token_signal {
+                            let _ = signal.set(now);
+                        }
                     }
                     self.timeline.last_token = Some(now);
                 }

@@ -69,6 +69,95 @@ pub struct Experiment {
     pub pair_id: Option<String>,
 }
 
+/// Which side of a gateway tap a record is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TapSide {
+    /// The client's request to the gateway (its route is the gateway's).
+    Outer,
+    /// The gateway's request to the engine (its route is `behind` the gateway's).
+    Inner,
+}
+
+/// How the two records of one request were joined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinBy {
+    /// The gateway forwarded tokentap's `x-tokentap-join` header.
+    Header,
+    /// The forwarded request's text, sampling and length fields matched exactly one request.
+    Fingerprint,
+}
+
+/// Why a tapped request was left unjoined. A closed set: it becomes a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unjoined {
+    /// No outer request matched (inner side).
+    NoMatch,
+    /// More than one outer request could have been this one (the same prompt twice at once).
+    Ambiguous,
+    /// Its outer request was already joined to another inner one (a retry).
+    Duplicate,
+    /// Its outer request had ended, or waited longer than `behind_window_ms`.
+    Late,
+    /// The inner request started before its outer one: the join is refused.
+    ClockAnomaly,
+    /// The body had nothing to fingerprint and no header came.
+    Unreadable,
+    /// The table of waiting outer requests was full (outer side).
+    Full,
+    /// No inner request was joined to it before it ended (outer side).
+    NoInner,
+}
+
+impl Unjoined {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unjoined::NoMatch => "no_match",
+            Unjoined::Ambiguous => "ambiguous",
+            Unjoined::Duplicate => "duplicate",
+            Unjoined::Late => "late",
+            Unjoined::ClockAnomaly => "clock_anomaly",
+            Unjoined::Unreadable => "unreadable",
+            Unjoined::Full => "full",
+            Unjoined::NoInner => "no_inner",
+        }
+    }
+}
+
+/// A record's part in a gateway tap (`behind` routes and their gateway's route).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GatewayTap {
+    pub side: TapSide,
+    /// The other side's record `id`, when joined.
+    pub peer: Option<String>,
+    pub join: Option<JoinBy>,
+    pub unjoined: Option<Unjoined>,
+    /// Outer side, joined: inner t0 − outer t0 (the gateway's admission).
+    pub admission_ms: Option<f64>,
+    /// Outer side, joined: outer first token − inner first token (the gateway's relay).
+    pub relay_ms: Option<f64>,
+    /// Outer side, joined: outer TTFT − inner TTFT (= admission + relay).
+    pub ttft_ms: Option<f64>,
+}
+
+/// The TTFT of one request split into where the time went (milliseconds, medians in reports).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TtftSplit {
+    /// tokentap's own share: the request head to the request written upstream (body read,
+    /// connect, write). Null in a client's records (bench).
+    pub proxy_ms: Option<f64>,
+    /// Written upstream → the upstream's response headers.
+    pub upstream_headers_ms: Option<f64>,
+    /// The engine's own queue and prefill (vLLM `--enable-per-request-metrics`).
+    pub engine_queue_ms: Option<f64>,
+    pub engine_prefill_ms: Option<f64>,
+    /// TTFT − proxy − engine queue − engine prefill: network, gateway, tokenisation,
+    /// detokenisation (in a client's records, tokentap's share too).
+    pub outside_engine_ms: Option<f64>,
+}
+
 /// One request, as measured. Durations are milliseconds from `t0` (the request head received),
 /// on a monotonic clock; `ts` is the wall-clock time of `t0`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,9 +221,19 @@ pub struct RequestRecord {
     pub engine_decode_ms: Option<f64>,
     /// LiteLLM's own estimate of its overhead (`x-litellm-overhead-duration-ms`).
     pub gateway_overhead_ms: Option<f64>,
-    /// The load generator's concurrency level (`tokentap bench` records only).
+    /// The load generator's concurrency level (`tokentap bench` records, and proxy records of
+    /// requests bench sent: its `x-tokentap-concurrency` header).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u64>,
+    /// Request head → request written upstream (tokentap's own share of TTFT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_sent_ms: Option<f64>,
+    /// Where the TTFT went; null without a first token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_split: Option<TtftSplit>,
+    /// On the two routes of a gateway tap: the join and, outer side, the hop's parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_tap: Option<GatewayTap>,
     /// What went wrong, without secrets: an error kind, never an upstream message.
     pub error: Option<String>,
 }
@@ -157,8 +256,9 @@ pub struct Facts {
     pub gateway_overhead_ms: Option<f64>,
     /// A bucket known in advance (bench knows its prompt's bucket); else derived from tokens.
     pub bucket: Option<String>,
-    /// The load generator's concurrency level for this request (bench only).
+    /// The load generator's concurrency level for this request.
     pub concurrency: Option<u64>,
+    pub gateway_tap: Option<GatewayTap>,
 }
 
 impl Facts {
@@ -178,6 +278,7 @@ impl Facts {
             gateway_overhead_ms: None,
             bucket: None,
             concurrency: None,
+            gateway_tap: None,
         }
     }
 }
@@ -217,6 +318,21 @@ impl RequestRecord {
         let ttft_ms = tl.ms(tl.first_token);
         let (input_tokens, output_tokens, tokens_source) = meter.tokens();
         let (itl_p50_ms, itl_p99_ms, itl_max_ms) = meter.itl_summary();
+        let upstream_sent_ms = tl.ms(tl.sent);
+        let timings = meter.timings;
+        let engine = timings.queue_ms.zip(timings.ttft_ms).map(|(q, p)| q + p);
+        let ttft_split = ttft_ms
+            .filter(|_| upstream_sent_ms.is_some() || engine.is_some())
+            .map(|ttft| {
+                let own = upstream_sent_ms.unwrap_or(0.0);
+                TtftSplit {
+                    proxy_ms: upstream_sent_ms,
+                    upstream_headers_ms: tl.ms(tl.headers).map(|h| (h - own).max(0.0)),
+                    engine_queue_ms: timings.queue_ms,
+                    engine_prefill_ms: timings.ttft_ms,
+                    outside_engine_ms: engine.map(|e| ttft - own - e),
+                }
+            });
         RequestRecord {
             ts: humantime::format_rfc3339_micros(facts.stamp.at).to_string(),
             id: format!("{:016x}", facts.stamp.id),
@@ -261,6 +377,9 @@ impl RequestRecord {
             engine_decode_ms: meter.timings.generation_ms,
             gateway_overhead_ms: facts.gateway_overhead_ms,
             concurrency: facts.concurrency,
+            upstream_sent_ms,
+            ttft_split,
+            gateway_tap: facts.gateway_tap,
             error: verdict.error,
         }
     }

@@ -9,6 +9,8 @@ pub struct Timeline {
     /// The request head was received.
     pub t0: Instant,
     pub body_read: Option<Instant>,
+    /// The request was written upstream (the upstream has all of it).
+    pub sent: Option<Instant>,
     pub headers: Option<Instant>,
     pub first_byte: Option<Instant>,
     pub first_event: Option<Instant>,
@@ -22,6 +24,7 @@ impl Timeline {
         Self {
             t0,
             body_read: None,
+            sent: None,
             headers: None,
             first_byte: None,
             first_event: None,

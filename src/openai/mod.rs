@@ -9,9 +9,11 @@
 //! - [`splice`]: byte-exact edits of a request body (model rename, cache salt).
 //! - [`chunk`]: what one event or JSON body says (output, usage, errors, engine timings).
 //! - [`fast`]: the per-event fast path (a plain token event classified without a parse).
+//! - [`fingerprint`]: a hash of what a gateway forwards unchanged (text, sampling, length).
 
 pub mod chunk;
 pub mod fast;
+pub mod fingerprint;
 pub mod request;
 pub mod splice;
 
@@ -20,6 +22,7 @@ use serde_json::value::RawValue;
 
 pub use chunk::{describe_error, inspect_chunk, ChunkInfo, ServerTimings, Usage};
 pub use fast::{inspect_chunk_in, Shape};
+pub use fingerprint::fingerprint;
 pub use request::{peek_request, RequestInfo};
 pub use splice::{insert_field, rewrite_model};
 

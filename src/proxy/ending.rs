@@ -49,7 +49,8 @@ pub fn verdict(ending: &Ending<'_>, head: Option<u16>, meter: &mut Meter, cut: b
                 | ProxyError::NoRoute
                 | ProxyError::Overloaded(_)
                 | ProxyError::BadRequest(_)
-                | ProxyError::ForcedDirect => Outcome::Rejected,
+                | ProxyError::ForcedDirect
+                | ProxyError::NotTheGateway(_) => Outcome::Rejected,
             };
             let text = match err {
                 ProxyError::BodyRead => "request body not received".to_owned(),

@@ -21,6 +21,8 @@ pub enum ProxyError {
     BadRequest(&'static str),
     #[error("this key may not force the direct arm: it is not in experiment.direct_keys")]
     ForcedDirect,
+    #[error("route {0} serves only its gateway: neither this key nor this address is in its behind_keys or behind_sources")]
+    NotTheGateway(String),
     #[error("upstream {0} unreachable: {1}")]
     Connect(String, String),
     #[error("upstream {0} failed before responding: {1}")]
@@ -35,7 +37,7 @@ impl ProxyError {
             ProxyError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::BodyRead | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
-            ProxyError::ForcedDirect => StatusCode::FORBIDDEN,
+            ProxyError::ForcedDirect | ProxyError::NotTheGateway(_) => StatusCode::FORBIDDEN,
             ProxyError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Connect(..) | ProxyError::Upstream(..) => StatusCode::BAD_GATEWAY,
             ProxyError::Timeout(..) => StatusCode::GATEWAY_TIMEOUT,
@@ -50,6 +52,7 @@ impl ProxyError {
             ProxyError::BadRequest(_) => ("invalid_request_error", "bad_request"),
             ProxyError::NoRoute => ("invalid_request_error", "no_route"),
             ProxyError::ForcedDirect => ("permission_error", "forced_direct_not_allowed"),
+            ProxyError::NotTheGateway(_) => ("permission_error", "not_the_gateway"),
             ProxyError::Overloaded(_) => ("server_error", "overloaded"),
             ProxyError::Connect(..) => ("upstream_error", "upstream_unreachable"),
             ProxyError::Upstream(..) => ("upstream_error", "upstream_failed"),

@@ -21,7 +21,21 @@ use super::routes::Route;
 use super::timeout::TimeoutBody;
 use super::{ProxyBody, ProxyError, State};
 use crate::keys::Secret;
-use crate::meter::{BodyEnd, Facts, Meter, MeteredBody, Observer, RequestRecord, Stamp, Verdict};
+use crate::meter::{
+    BodyEnd, Facts, GatewayTap, JoinBy, Meter, MeteredBody, Observer, RequestRecord, Stamp,
+    TapSide, Unjoined, Verdict,
+};
+use crate::tap::{Joiner, Link};
+
+/// A request's part in a gateway tap, once its body was read.
+enum TapPart {
+    /// Outer side, waiting in (or joined through) its gateway route's joiner.
+    Outer(Arc<Joiner>, Arc<Link>),
+    /// Inner side, joined.
+    Inner(Arc<Link>, JoinBy),
+    /// Either side, left unjoined.
+    Unjoined(TapSide, Unjoined),
+}
 
 /// Run once the record is made, with its verdict (the paired experiment's copy).
 pub type After = Box<dyn FnOnce(&Verdict) + Send>;
@@ -38,6 +52,7 @@ struct Inner {
     /// Held for the request's life; released when it ends.
     permit: Option<OwnedSemaphorePermit>,
     after: Option<After>,
+    tap: Option<TapPart>,
     ended: bool,
 }
 
@@ -63,6 +78,7 @@ impl Exchange {
             head: None,
             permit: None,
             after: None,
+            tap: None,
             ended: false,
         }))
     }
@@ -92,6 +108,41 @@ impl Exchange {
     pub fn body_read(&mut self, bytes: usize) {
         self.0.meter.timeline.body_read = Some(Instant::now());
         self.0.facts.request_bytes = bytes as u64;
+    }
+
+    /// The request was written upstream whole.
+    pub fn sent(&mut self, at: Instant) {
+        self.0.meter.timeline.sent = Some(at);
+    }
+
+    /// This request's id (its record's `id`).
+    pub fn id(&self) -> u64 {
+        self.0.facts.stamp.id
+    }
+
+    /// Outer side of a gateway tap: wait in `joiner` for the inner side.
+    pub fn tap_outer(&mut self, joiner: &Arc<Joiner>, fp: Option<u64>) {
+        let i = &mut *self.0;
+        i.tap = Some(
+            match joiner.open(i.facts.stamp.id, i.meter.timeline.t0, fp) {
+                Ok(link) => TapPart::Outer(joiner.clone(), link),
+                Err(why) => TapPart::Unjoined(TapSide::Outer, why),
+            },
+        );
+    }
+
+    /// Inner side of a gateway tap: join the outer side, by the header's `token` or by `fp`.
+    pub fn tap_inner(&mut self, joiner: &Joiner, token: Option<u64>, fp: Option<u64>) {
+        let i = &mut *self.0;
+        let (id, t0) = (i.facts.stamp.id, i.meter.timeline.t0);
+        i.tap = Some(match joiner.join(id, t0, token, fp) {
+            Ok(link) => {
+                i.meter.first_token_signal = Some(link.inner_first_token.clone());
+                let by = link.joined().map_or(JoinBy::Header, |j| j.by);
+                TapPart::Inner(link, by)
+            }
+            Err(why) => TapPart::Unjoined(TapSide::Inner, why),
+        });
     }
 
     /// Hold an admission permit until the request ends.
@@ -161,6 +212,8 @@ impl Exchange {
                 .or_else(|| Some(i.state.keys.id_of(key.expose())));
         }
         let after = i.after.take();
+        i.meter.settle();
+        facts.gateway_tap = i.tap.take().map(|t| tap_record(t, &i.meter));
         let rec = RequestRecord::assemble(
             facts,
             &mut i.meter,
@@ -179,6 +232,53 @@ impl Exchange {
             after(&v);
         }
     }
+}
+
+/// The record's `gateway_tap`; an outer side leaves the joiner here.
+fn tap_record(t: TapPart, meter: &Meter) -> GatewayTap {
+    let mut g = GatewayTap {
+        side: TapSide::Outer,
+        peer: None,
+        join: None,
+        unjoined: None,
+        admission_ms: None,
+        relay_ms: None,
+        ttft_ms: None,
+    };
+    match t {
+        TapPart::Unjoined(side, why) => {
+            g.side = side;
+            g.unjoined = Some(why);
+        }
+        TapPart::Inner(link, by) => {
+            g.side = TapSide::Inner;
+            g.peer = Some(crate::tap::token(link.outer_id));
+            g.join = Some(by);
+        }
+        TapPart::Outer(joiner, link) => {
+            g.unjoined = joiner.close(&link);
+            if let Some(j) = link.joined() {
+                let signed = |a: Instant, b: Instant| match b.checked_duration_since(a) {
+                    Some(d) => d.as_secs_f64() * 1000.0,
+                    None => -(a.saturating_duration_since(b).as_secs_f64() * 1000.0),
+                };
+                g.peer = Some(crate::tap::token(j.inner_id));
+                g.join = Some(j.by);
+                let admission = signed(link.outer_t0, j.inner_t0);
+                g.admission_ms = Some(admission);
+                let inner_ft = link.inner_first_token.get().copied();
+                if let (Some(outer), Some(inner)) = (meter.timeline.first_token, inner_ft) {
+                    let relay = signed(inner, outer);
+                    // The outer side's first token cannot come before the inner side's.
+                    if relay >= 0.0 {
+                        g.relay_ms = Some(relay);
+                        g.ttft_ms = Some(admission + relay);
+                    }
+                }
+            }
+        }
+    }
+    g
 }
 
 impl Observer for Exchange {

@@ -14,13 +14,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Response};
+use http::{HeaderMap, HeaderValue, Method, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Limited};
 use tokio::time::Instant;
 use tower::Service;
 
 use super::exchange::Exchange;
+use super::routes::{Route, Tap};
 use super::stack::{Deadlines, Routed};
 use super::{ProxyBody, ProxyError, State};
 use crate::config::Mode;
@@ -208,6 +209,7 @@ async fn forward(
     for (name, value) in &rc.set_headers {
         headers.insert(name.clone(), value.expose().clone());
     }
+    tap(&mut ex, &route, &mut headers, &body);
     let wait = deadlines.head_wait();
     let mut send = std::pin::pin!(target.client.send(&req.method, &path, &headers, &body));
     let sent = tokio::time::timeout(
@@ -239,7 +241,10 @@ async fn forward(
             };
             return ex.reject(err);
         }
-        Ok(Ok(resp)) => resp,
+        Ok(Ok((resp, at))) => {
+            ex.sent(at);
+            resp
+        }
     };
     if let Some(plan) = mirror {
         if resp.status().is_success() {
@@ -247,6 +252,33 @@ async fn forward(
         }
     }
     ex.respond(resp, deadlines.total)
+}
+
+/// A gateway tap: the outer side waits for its inner side and tells the gateway its id (in
+/// `x-tokentap-join`, which a gateway may forward); the inner side takes that header off and
+/// joins by it, or by the body's fingerprint.
+fn tap(ex: &mut Exchange, route: &Route, headers: &mut HeaderMap, body: &[u8]) {
+    const HEADER: &str = crate::config::defaults::TAP_HEADER;
+    match &route.tap {
+        None => {}
+        Some(Tap::Outer(joiner)) => {
+            ex.tap_outer(joiner, openai::fingerprint(body));
+            if let Ok(v) = HeaderValue::from_str(&crate::tap::token(ex.id())) {
+                headers.insert(HEADER, v);
+            }
+        }
+        Some(Tap::Inner(joiner)) => {
+            let token = headers
+                .remove(HEADER)
+                .and_then(|v| crate::tap::parse_token(v.as_bytes()));
+            let fp = if token.is_none() {
+                openai::fingerprint(body)
+            } else {
+                None
+            };
+            ex.tap_inner(joiner, token, fp);
+        }
+    }
 }
 
 /// What the request body says (model, stream, max_tokens), into the record.

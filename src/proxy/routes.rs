@@ -10,6 +10,15 @@ use super::client::{self, ClientError, UpstreamClient};
 use crate::config::{RouteConfig, UNROUTED};
 use crate::route::RouteTable;
 use crate::sink::stats::LiveStats;
+use crate::tap::Joiner;
+
+/// A route's part in a gateway tap.
+pub enum Tap {
+    /// The gateway's own route: its requests wait in the joiner for their inner side.
+    Outer(Arc<Joiner>),
+    /// A route behind the gateway: its requests are joined to their outer side.
+    Inner(Arc<Joiner>),
+}
 
 /// A configured route's upstream: its config and its pooled client.
 pub struct Target {
@@ -25,6 +34,7 @@ pub struct Route {
     pub in_flight: AtomicU64,
     /// `/stats` percentiles since start.
     pub stats: LiveStats,
+    pub tap: Option<Tap>,
 }
 
 impl Route {
@@ -53,10 +63,27 @@ pub struct Routes {
 
 impl Routes {
     pub fn new(routes: &[RouteConfig], connect_timeout: Duration) -> Result<Routes, ClientError> {
+        // One joiner per gateway route, shared with the routes behind it.
+        let mut joiners: std::collections::HashMap<&str, Arc<Joiner>> = Default::default();
+        for r in routes {
+            if let Some(b) = &r.behind {
+                let j = joiners
+                    .entry(b.gateway.as_str())
+                    .or_insert_with(|| Arc::new(Joiner::new(b.window)));
+                if b.window > j.window() {
+                    *j = Arc::new(Joiner::new(b.window));
+                }
+            }
+        }
         let configured = routes
             .iter()
             .map(|r| {
+                let tap = match &r.behind {
+                    Some(b) => joiners.get(b.gateway.as_str()).cloned().map(Tap::Inner),
+                    None => joiners.get(r.name.as_str()).cloned().map(Tap::Outer),
+                };
                 Ok(Arc::new(Route {
+                    tap,
                     name: r.name.clone(),
                     target: Some(Target {
                         config: r.clone(),
@@ -75,6 +102,7 @@ impl Routes {
                 target: None,
                 in_flight: AtomicU64::new(0),
                 stats: LiveStats::default(),
+                tap: None,
             }),
         })
     }

@@ -1,8 +1,9 @@
 //! The request pipeline as a tower stack, outermost first:
 //!
 //! ```text
-//! RouteHeader   the route header is taken off (it never reaches an upstream), kept for routing
-//! Routing       path → route, key → experiment arm; the request's Exchange begins here
+//! RouteHeader   tokentap's own headers are taken off (they never reach an upstream)
+//! Routing       path → route, key → experiment arm; the request's Exchange begins here; a
+//!               route behind a gateway serves only the gateway (403)
 //! Admission     the concurrency limit: over it, 503 at once (load shedding, never queued)
 //! Deadlines     the request's first-byte and total deadlines, from `[timeouts]`
 //! Forward       body (bounded) → upstream → the metered response (see `forward`)
@@ -14,6 +15,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -40,6 +42,10 @@ pub struct Arrival {
     pub body: Incoming,
     /// The route header's value, once `RouteHeader` took it off.
     pub forced: Option<HeaderValue>,
+    /// bench's concurrency level (`x-tokentap-concurrency`), once `RouteHeader` took it off.
+    pub concurrency: Option<u64>,
+    /// The client's address (a gateway tap's `behind_sources`).
+    pub peer: Option<IpAddr>,
 }
 
 /// A routed request: its exchange, what to send upstream, and its deadlines.
@@ -143,7 +149,8 @@ macro_rules! always_ready {
     };
 }
 
-/// Takes the experiment's route header off the request, whatever happens next.
+/// Takes tokentap's own headers off the request, whatever happens next: the experiment's route
+/// header (kept for routing) and bench's concurrency level (kept for the record).
 #[derive(Clone)]
 pub struct RouteHeader<S> {
     state: Arc<State>,
@@ -162,6 +169,12 @@ impl<S: Service<Arrival>> Service<Arrival> for RouteHeader<S> {
             .head
             .headers
             .remove(&self.state.config.experiment.route_header);
+        a.concurrency = a
+            .head
+            .headers
+            .remove(crate::config::defaults::CONCURRENCY_HEADER)
+            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
+            .filter(|c| (1..=1_000_000).contains(c));
         self.inner.call(a)
     }
 }
@@ -191,9 +204,12 @@ where
             head,
             body,
             forced,
+            concurrency,
+            peer,
         } = a;
-        let facts = Exchange::facts_for(stamp, &head.method, head.uri.path());
-        let mut key = keys::client_key(&head.headers);
+        let mut facts = Exchange::facts_for(stamp, &head.method, head.uri.path());
+        facts.concurrency = concurrency;
+        let key = keys::client_key(&head.headers);
         let Some((picked, upstream_path)) = state.routes.pick(head.uri.path()) else {
             let route = state.routes.unrouted().clone();
             let ex = Exchange::begin(state.clone(), route, t0, facts, key);
@@ -203,7 +219,7 @@ where
         // The key's fingerprint is made now only when the arm depends on it; otherwise with the
         // record, off the request's path.
         let key_id = arm::needs_key(cfg, picked, forced.is_some())
-            .then(|| key.take().map(|k| state.keys.id_of(k.expose())))
+            .then(|| key.as_ref().map(|k| state.keys.id_of(k.expose())))
             .flatten();
         let choice = arm::choose(
             cfg,
@@ -223,14 +239,22 @@ where
             Ok(c) => c.route,
             Err(_) => picked,
         };
-        let mut ex = Exchange::begin(
-            state.clone(),
-            state.routes.get(route).clone(),
-            t0,
-            facts,
-            key,
-        );
+        let route = state.routes.get(route).clone();
+        // A route behind a gateway serves the gateway alone.
+        let not_the_gateway = route
+            .target
+            .as_ref()
+            .and_then(|t| t.config.behind.as_ref())
+            .is_some_and(|b| {
+                let fp = key.as_ref().map(|k| keys::fingerprint(k.expose()));
+                !b.admits(fp.as_deref(), peer)
+            });
+        let mut ex = Exchange::begin(state.clone(), route, t0, facts, key);
         ex.facts().key_id = key_id;
+        if not_the_gateway {
+            let name = ex.route().name.clone();
+            return now(ex.reject(ProxyError::NotTheGateway(name)));
+        }
         let choice = match choice {
             Ok(c) => c,
             Err(Refusal::UnknownArm) => {
@@ -325,11 +349,16 @@ pub fn stack(state: Arc<State>) -> Stack {
 
 /// The stack as hyper's service: the request head is stamped here (`t0`), first of all.
 #[derive(Clone)]
-pub struct Proxy(pub Stack);
+pub struct Proxy(pub Stack, Option<IpAddr>);
 
 impl Proxy {
     pub fn new(state: Arc<State>) -> Proxy {
-        Proxy(stack(state))
+        Proxy(stack(state), None)
+    }
+
+    /// The service for one connection, from `peer`.
+    pub fn for_peer(&self, peer: IpAddr) -> Proxy {
+        Proxy(self.0.clone(), Some(peer))
     }
 }
 
@@ -349,6 +378,8 @@ impl hyper::service::Service<http::Request<Incoming>> for Proxy {
             head,
             body,
             forced: None,
+            concurrency: None,
+            peer: self.1,
         })
     }
 }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::{compute_with_arms, load, missed, render, Format, Slos};
+use super::{compute_all, load, missed, render, Format, Slos};
 use crate::cli::Exit;
 
 #[derive(clap::Args)]
@@ -29,6 +29,10 @@ pub struct Args {
     /// Split the per-key table by experiment arm.
     #[arg(long)]
     pub by_arm: bool,
+    /// Records that feed only the gateway-tap section: a proxy log of the traffic whose
+    /// client-side records are PATHS (e.g. the demo's `tap/`), so nothing is counted twice.
+    #[arg(long)]
+    pub tap: Vec<PathBuf>,
     /// The experiment arms compared in the gateway-hop section: GATEWAY,DIRECT.
     #[arg(long, value_delimiter = ',', default_value = "gateway,direct")]
     pub hop_arms: Vec<String>,
@@ -56,11 +60,19 @@ pub fn cli(a: Args) -> Exit {
         Ok(r) => r,
         Err(e) => return Exit::Failed(format!("report: {e}")),
     };
+    let tap_only = if a.tap.is_empty() {
+        Vec::new()
+    } else {
+        match load(&a.tap, &mut |w| eprintln!("tokentap report: warning: {w}")) {
+            Ok(r) => r,
+            Err(e) => return Exit::Failed(format!("report: --tap: {e}")),
+        }
+    };
     let (g, d) = match a.hop_arms.as_slice() {
         [g, d] => (g.as_str(), d.as_str()),
         _ => return Exit::Usage("--hop-arms takes two arm names: GATEWAY,DIRECT".into()),
     };
-    let rep = compute_with_arms(&records, &slos, a.top, a.by_arm, (g, d));
+    let rep = compute_all(&records, &tap_only, &slos, a.top, a.by_arm, (g, d));
     let text = render(&rep, a.format);
     match &a.out {
         Some(p) => {

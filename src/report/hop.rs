@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::level;
+use super::tap::GatewayTap as Tap;
 use crate::meter::{Outcome, RequestRecord};
 use crate::stats::{bootstrap, bootstrap_diff, pct, sorted};
 
@@ -56,6 +58,13 @@ pub struct GatewayHop {
     #[serde(flatten)]
     pub overall: HopSet,
     pub by_bucket: BTreeMap<String, HopSet>,
+    /// The same fields per concurrency level: at C=1 the pair does not share the engine; above
+    /// it engine contention can be mixed into the difference.
+    pub by_concurrency: BTreeMap<String, HopSet>,
+    /// The levels the overall figure pools (it is never pooled without saying so).
+    pub pooled_over: Vec<String>,
+    /// The first level whose difference is no longer the hop (contention mixed in), if any.
+    pub contention_from: Option<String>,
     pub order_effect: Option<OrderEffect>,
     pub split: Option<SplitStats>,
     pub summary: String,
@@ -65,7 +74,7 @@ pub struct GatewayHop {
 const SEED_MEDIAN: u64 = 0x7153_11a5;
 const SEED_PERCENTILE: u64 = 0x5b17;
 
-fn diff_stats(v: Vec<f64>) -> DiffStats {
+pub(super) fn diff_stats(v: Vec<f64>) -> DiffStats {
     let v = sorted(v);
     DiffStats {
         n: v.len(),
@@ -113,8 +122,29 @@ fn covers_zero(d: &DiffStats) -> bool {
     d.ci95.is_some_and(|[lo, hi]| lo <= 0.0 && hi >= 0.0)
 }
 
-/// The section, when records carry two arms named `gateway` and `direct`.
-pub fn compute(records: &[RequestRecord], gateway: &str, direct: &str) -> Option<GatewayHop> {
+/// Whether a level's paired difference `d` is still the hop: against the tap's figure at that
+/// level when there is one, else against the lowest level's interval. It is not when it moved
+/// by more than max(3 ms, 10 %) outside that reference.
+fn departs(d: &DiffStats, reference: &DiffStats) -> bool {
+    let (Some(m), Some(r)) = (d.median, reference.median) else {
+        return false;
+    };
+    let slack = 3.0_f64.max(0.1 * r.abs());
+    let outside = match reference.ci95 {
+        Some([lo, hi]) => m < lo - slack || m > hi + slack,
+        None => (m - r).abs() > slack,
+    };
+    outside && (m - r).abs() > slack
+}
+
+/// The section, when records carry two arms named `gateway` and `direct`; `tap` is the gateway
+/// tap's section of the same report, when there is one.
+pub fn compute(
+    records: &[RequestRecord],
+    gateway: &str,
+    direct: &str,
+    tap: Option<&Tap>,
+) -> Option<GatewayHop> {
     fn arm(r: &RequestRecord) -> Option<&str> {
         r.experiment.as_ref().map(|e| e.arm.as_str())
     }
@@ -157,6 +187,22 @@ pub fn compute(records: &[RequestRecord], gateway: &str, direct: &str) -> Option
         .into_iter()
         .map(|(b, ps)| (b, hop_set(&ps)))
         .collect();
+    let mut levels: BTreeMap<(u64, String), Vec<Pair<'_>>> = BTreeMap::new();
+    for p in &pairs {
+        levels.entry(level(p.0)).or_default().push(*p);
+    }
+    let per_level: Vec<(String, HopSet)> = levels
+        .into_iter()
+        .map(|((_, l), ps)| (l, hop_set(&ps)))
+        .collect();
+    let pooled_over: Vec<String> = per_level.iter().map(|(l, _)| l.clone()).collect();
+    let contention_from = per_level.iter().skip(1).find_map(|(l, set)| {
+        let reference = tap
+            .and_then(|t| t.by_concurrency.get(l))
+            .map(|t| &t.ttft_ms)
+            .or_else(|| per_level.first().map(|(_, s)| &s.ttft_ms))?;
+        departs(&set.ttft_ms, reference).then(|| l.clone())
+    });
 
     // Order effect: did the gateway copy or the direct copy start first?
     let t = |r: &RequestRecord| humantime::parse_rfc3339(&r.ts).ok();
@@ -227,6 +273,43 @@ pub fn compute(records: &[RequestRecord], gateway: &str, direct: &str) -> Option
             fmt_ci(&overall.upstream_headers_ms),
             fmt_ci(&overall.tpot_ms),
         );
+        if per_level.len() > 1 {
+            let parts: Vec<String> = per_level
+                .iter()
+                .map(|(l, set)| {
+                    format!(
+                        "C={l} {}",
+                        set.ttft_ms
+                            .median
+                            .map(|m| format!("{m:+.1} ms"))
+                            .unwrap_or_else(|| "-".into())
+                    )
+                })
+                .collect();
+            s.push_str(&format!(
+                " That TTFT figure pools C={}; per level: {}.",
+                pooled_over.join(", "),
+                parts.join(", ")
+            ));
+            let against = if tap.is_some() {
+                "the tap's per-request hop"
+            } else {
+                "the lowest level"
+            };
+            match &contention_from {
+                Some(l) => s.push_str(&format!(
+                    " From C={l} the difference departs from {against}: engine contention is mixed in and it is no longer the hop; {}.",
+                    if tap.is_some() {
+                        "the gateway tap measures the hop itself at every level (gateway_tap)"
+                    } else {
+                        "a gateway tap (a route `behind` the gateway) measures the hop itself at every level"
+                    }
+                )),
+                None => s.push_str(&format!(
+                    " No level departs from {against}: the difference is the hop at every level measured."
+                )),
+            }
+        }
         if let Some(o) = &order_effect {
             if o.present {
                 s.push_str(&format!(
@@ -244,6 +327,9 @@ pub fn compute(records: &[RequestRecord], gateway: &str, direct: &str) -> Option
         direct_arm: direct.into(),
         overall,
         by_bucket,
+        by_concurrency: per_level.into_iter().collect(),
+        pooled_over,
+        contention_from,
         order_effect,
         split,
         summary,

@@ -7,18 +7,21 @@
 pub mod cli;
 pub mod hop;
 mod render;
+mod slo;
 mod svg;
+pub mod tap;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::meter::{Outcome, RequestRecord};
 use crate::stats::pct;
 
 pub use cli::{cli, Args};
 pub use render::{render, Format};
+pub use slo::{missed, Slos};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -35,69 +38,6 @@ pub enum ReportError {
         key: String,
         message: String,
     },
-}
-
-/// SLO thresholds (defaults from the write-up), overridable by a TOML file.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Slos {
-    /// TTFT p95 bounds in ms.
-    pub ttft_interactive_ms: f64,
-    pub ttft_strict_ms: f64,
-    pub ttft_code_completion_ms: f64,
-    pub ttft_agents_ms: f64,
-    /// Per-stream output tok/s floors (at p95, i.e. the slowest 5 % of streams).
-    pub reading_tok_s: f64,
-    pub coding_tok_s: f64,
-    /// The knee: first concurrency whose p95 TTFT exceeds this multiple of its C=1 value.
-    pub knee_factor: f64,
-    /// Goodput: a request counts when its TTFT ≤ this and its tok/s ≥ `goodput_tok_s`.
-    pub goodput_ttft_ms: f64,
-    pub goodput_tok_s: f64,
-}
-
-impl Default for Slos {
-    fn default() -> Self {
-        Slos {
-            ttft_interactive_ms: 500.0,
-            ttft_strict_ms: 200.0,
-            ttft_code_completion_ms: 100.0,
-            ttft_agents_ms: 1000.0,
-            reading_tok_s: 6.0,
-            coding_tok_s: 60.0,
-            knee_factor: 2.0,
-            goodput_ttft_ms: 500.0,
-            goodput_tok_s: 6.0,
-        }
-    }
-}
-
-impl Slos {
-    pub fn load(path: &Path) -> Result<Slos, ReportError> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ReportError::Io {
-            path: file.clone(),
-            source,
-        })?;
-        let de = toml::Deserializer::new(&text);
-        serde_path_to_error::deserialize(de).map_err(|e| ReportError::Slo {
-            file,
-            key: e.path().to_string(),
-            message: e.into_inner().message().to_owned(),
-        })
-    }
-
-    /// (name, kind, threshold): kind "ttft" = p95 TTFT ≤ ms; "tok_s" = p95-slowest tok/s ≥.
-    pub fn list(&self) -> Vec<(&'static str, &'static str, f64)> {
-        vec![
-            ("interactive", "ttft", self.ttft_interactive_ms),
-            ("strict", "ttft", self.ttft_strict_ms),
-            ("code_completion", "ttft", self.ttft_code_completion_ms),
-            ("agents", "ttft", self.ttft_agents_ms),
-            ("reading_speed", "tok_s", self.reading_tok_s),
-            ("interactive_coding", "tok_s", self.coding_tok_s),
-        ]
-    }
 }
 
 /// Read records from files and folders (every `*.jsonl*` file below a folder, sorted).
@@ -232,6 +172,54 @@ pub struct Cell {
     pub slo: BTreeMap<&'static str, bool>,
     /// Share of requests meeting the goodput SLO pair.
     pub goodput: f64,
+    /// Where TTFT went, as medians over the cell's served requests; null when no record says.
+    pub ttft_split: Option<SplitCell>,
+}
+
+/// Medians of the records' `ttft_split` (each over the records that have that part).
+#[derive(Debug, Clone, Serialize)]
+pub struct SplitCell {
+    pub n: usize,
+    pub proxy_ms: Option<f64>,
+    pub upstream_headers_ms: Option<f64>,
+    pub engine_queue_ms: Option<f64>,
+    pub engine_prefill_ms: Option<f64>,
+    pub outside_engine_ms: Option<f64>,
+    /// What is missing and why, when a part is.
+    pub missing: Option<String>,
+}
+
+fn split_cell(served: &[&&RequestRecord]) -> Option<SplitCell> {
+    let splits: Vec<&crate::meter::TtftSplit> = served
+        .iter()
+        .filter_map(|r| r.ttft_split.as_ref())
+        .collect();
+    if splits.is_empty() {
+        return None;
+    }
+    let med = |f: &dyn Fn(&crate::meter::TtftSplit) -> Option<f64>| {
+        dist(splits.iter().filter_map(|s| f(s))).p50
+    };
+    let c = SplitCell {
+        n: splits.len(),
+        proxy_ms: med(&|s| s.proxy_ms),
+        upstream_headers_ms: med(&|s| s.upstream_headers_ms),
+        engine_queue_ms: med(&|s| s.engine_queue_ms),
+        engine_prefill_ms: med(&|s| s.engine_prefill_ms),
+        outside_engine_ms: med(&|s| s.outside_engine_ms),
+        missing: None,
+    };
+    let mut missing = Vec::new();
+    if c.proxy_ms.is_none() {
+        missing.push("proxy_ms: client-side records (tokentap's own share is in its records)");
+    }
+    if c.engine_queue_ms.is_none() || c.engine_prefill_ms.is_none() {
+        missing.push("engine parts: no per-request timings (vLLM --enable-per-request-metrics, with usage in the stream)");
+    }
+    Some(SplitCell {
+        missing: (!missing.is_empty()).then(|| missing.join("; ")),
+        ..c
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -272,6 +260,8 @@ pub struct Report {
     pub keys: Vec<KeyRow>,
     /// Present when records carry the two experiment arms.
     pub gateway_hop: Option<hop::GatewayHop>,
+    /// Present when records come from a gateway tap (routes `behind` a gateway).
+    pub gateway_tap: Option<tap::GatewayTap>,
 }
 
 fn ok(r: &RequestRecord) -> bool {
@@ -299,10 +289,31 @@ pub fn compute_with_arms(
     by_arm: bool,
     arms: (&str, &str),
 ) -> Report {
+    compute_all(records, &[], slos, top, by_arm, arms)
+}
+
+/// A record of what a client sent: every record but the inner side of a gateway tap (those are
+/// the gateway's own requests, the same requests again; they feed `gateway_tap` only).
+fn client_facing(r: &RequestRecord) -> bool {
+    r.gateway_tap
+        .as_ref()
+        .is_none_or(|g| g.side != crate::meter::TapSide::Inner)
+}
+
+/// The whole report; `tap_only` records feed the gateway-tap section alone (a proxy log of
+/// traffic whose client-side records are `records`, as in the demo).
+pub fn compute_all(
+    records: &[RequestRecord],
+    tap_only: &[RequestRecord],
+    slos: &Slos,
+    top: usize,
+    by_arm: bool,
+    arms: (&str, &str),
+) -> Report {
     let arm = |r: &RequestRecord| r.experiment.as_ref().map(|e| e.arm.clone());
     let mut groups: BTreeMap<(String, Option<String>, u64, String), Vec<&RequestRecord>> =
         BTreeMap::new();
-    for r in records {
+    for r in records.iter().filter(|r| client_facing(r)) {
         let (lvl, label) = level(r);
         let bucket = r.bucket.clone().unwrap_or_else(|| "unknown".into());
         groups
@@ -383,6 +394,7 @@ pub fn compute_with_arms(
             tail: "tight",
             slo,
             goodput: good as f64 / rs.len().max(1) as f64,
+            ttft_split: split_cell(&served),
         });
     }
     for c in &mut cells {
@@ -456,11 +468,14 @@ pub fn compute_with_arms(
         });
     }
 
-    let live: Vec<&RequestRecord> = records.iter().filter(|r| r.concurrency.is_none()).collect();
+    let live: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| r.concurrency.is_none() && client_facing(r))
+        .collect();
     let in_flight = dist(live.iter().map(|r| r.in_flight as f64));
 
     let mut by_key: BTreeMap<(String, Option<String>), Vec<&RequestRecord>> = BTreeMap::new();
-    for r in records {
+    for r in records.iter().filter(|r| client_facing(r)) {
         let k = r.key_id.clone().unwrap_or_else(|| "(no key)".into());
         by_key
             .entry((k, if by_arm { arm(r) } else { None }))
@@ -497,7 +512,8 @@ pub fn compute_with_arms(
         (false, true) => "live",
         _ => "mixed",
     };
-    let gateway_hop = hop::compute(records, arms.0, arms.1);
+    let gateway_tap = tap::compute(records.iter().chain(tap_only));
+    let gateway_hop = hop::compute(records, arms.0, arms.1, gateway_tap.as_ref());
     Report {
         records: records.len(),
         sources,
@@ -507,23 +523,6 @@ pub fn compute_with_arms(
         provisioning,
         keys,
         gateway_hop,
+        gateway_tap,
     }
-}
-
-/// The SLOs (by name) that some cell misses.
-pub fn missed(report: &Report, names: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    for c in &report.cells {
-        for n in names {
-            if c.slo.get(n.as_str()) == Some(&false) {
-                let arm = c
-                    .arm
-                    .as_deref()
-                    .map(|a| format!(" [{a}]"))
-                    .unwrap_or_default();
-                out.push(format!("{n}: {}{arm} C={}", c.bucket, c.concurrency));
-            }
-        }
-    }
-    out
 }

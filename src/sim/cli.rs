@@ -22,6 +22,10 @@ pub struct Args {
     /// Where the gateway hop listens.
     #[arg(long, default_value = "127.0.0.1:4000")]
     pub hop_listen: String,
+    /// Where the hop relays to (default: the engine). Point it at a tokentap route `behind`
+    /// the hop's route to tap both sides of the hop.
+    #[arg(long)]
+    pub hop_upstream: Option<::http::Uri>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Print the built-in profile as TOML and exit.
@@ -66,7 +70,8 @@ pub fn cli(a: Args) -> Exit {
                 Err(e) => return Exit::Failed(e),
             },
         };
-        match Sim::start(profile.clone(), &a.model, a.seed, engine, hop).await {
+        let via = a.hop_upstream.clone();
+        match Sim::start_via(profile.clone(), &a.model, a.seed, engine, hop, via).await {
             Ok(sim) => {
                 eprintln!(
                     "tokentap sim: SIMULATED engine ({}) serving model {:?} on http://{}/v1",
@@ -74,8 +79,12 @@ pub fn cli(a: Args) -> Exit {
                 );
                 if let (Some(h), Some(d)) = (sim.hop, a.gateway_hop) {
                     eprintln!(
-                        "tokentap sim: simulated gateway hop ({}±{} ms) on http://{h}/v1",
-                        d.ms, d.jitter_ms
+                        "tokentap sim: simulated gateway hop ({}±{} ms) on http://{h}/v1 → {}",
+                        d.ms,
+                        d.jitter_ms,
+                        a.hop_upstream
+                            .as_ref()
+                            .map_or_else(|| format!("http://{}", sim.engine), |u| u.to_string())
                     );
                 }
                 crate::cli::shutdown_signal().await;

@@ -95,8 +95,13 @@ fn ms(v: f64) -> Duration {
 /// What the engine sends back for one sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Out {
-    /// One generated token (its index); `last` when the sequence is finished.
-    Token { index: u32, last: bool },
+    /// One generated token (its index); `last` when the sequence is finished. The first one
+    /// says when its sequence was scheduled (its prefill step began).
+    Token {
+        index: u32,
+        last: bool,
+        scheduled: Option<Instant>,
+    },
 }
 
 /// A generation request.
@@ -196,13 +201,17 @@ pub async fn run(
 
         if !admitted.is_empty() {
             // Prefill step: produces each admitted sequence's first token.
-            clock =
-                clock.max(Instant::now()) + profile.prefill_cost(prefill_tokens, admitted.len());
+            let scheduled = clock.max(Instant::now());
+            clock = scheduled + profile.prefill_cost(prefill_tokens, admitted.len());
             tokio::time::sleep_until(clock).await;
             for mut s in admitted {
                 s.produced = 1;
                 let last = s.produced >= s.job.output_tokens;
-                let _ = s.job.tx.try_send(Out::Token { index: 0, last });
+                let _ = s.job.tx.try_send(Out::Token {
+                    index: 0,
+                    last,
+                    scheduled: Some(scheduled),
+                });
                 if last {
                     kv_used -= s.kv_need();
                     stats.finished.fetch_add(1, Relaxed);
@@ -218,7 +227,11 @@ pub async fn run(
                 let index = s.produced;
                 s.produced += 1;
                 let last = s.produced >= s.job.output_tokens;
-                let _ = s.job.tx.try_send(Out::Token { index, last });
+                let _ = s.job.tx.try_send(Out::Token {
+                    index,
+                    last,
+                    scheduled: None,
+                });
                 if last {
                     kv_used -= s.kv_need();
                     stats.finished.fetch_add(1, Relaxed);

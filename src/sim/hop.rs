@@ -1,6 +1,9 @@
 //! A simulated gateway hop: a forwarding listener that holds each request for a known admission
 //! delay (`MS±JITTER`, uniform, seeded) and then relays it to the engine, streaming the answer
-//! back untouched. It gives gateway-hop experiments a ground truth.
+//! back untouched. It gives gateway-hop experiments a ground truth, and claims it as LiteLLM
+//! claims its own overhead: each response carries `x-litellm-overhead-duration-ms`, how long
+//! that request was held (the drawn delay, rounded up to the timer's tick). It forwards every request header, as a gateway configured to
+//! forward client headers does.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -86,7 +89,13 @@ impl Hop {
         let Ok(body) = body.collect().await else {
             return bad("request body");
         };
-        tokio::time::sleep(self.next_delay()).await;
+        // The claim is the hold as it happened (the timer rounds up to its tick), not as drawn.
+        let held = tokio::time::Instant::now();
+        let delay = self.next_delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let delay = held.elapsed();
         let pq = parts
             .uri
             .path_and_query()
@@ -102,7 +111,14 @@ impl Hop {
         parts.headers.remove(http::header::CONTENT_LENGTH);
         let req = Request::from_parts(parts, Full::new(body.to_bytes()));
         match self.client.request(req).await {
-            Ok(resp) => Ok(resp.map(Either::Left)),
+            Ok(mut resp) => {
+                let claim = format!("{:.3}", delay.as_secs_f64() * 1000.0);
+                if let Ok(v) = http::HeaderValue::from_str(&claim) {
+                    resp.headers_mut()
+                        .insert("x-litellm-overhead-duration-ms", v);
+                }
+                Ok(resp.map(Either::Left))
+            }
             Err(_) => bad("engine unreachable"),
         }
     }

@@ -1,6 +1,7 @@
 //! The simulated engine's OpenAI-compatible HTTP face, in vLLM's chunk format: role-only first
 //! chunk (chat), one content chunk per token, `finish_reason` on the last content chunk, a
-//! `"choices":[]` usage chunk when asked, then `data: [DONE]`. Headers go out at once, as vLLM
+//! `"choices":[]` usage chunk when asked (with vLLM's `--enable-per-request-metrics` object,
+//! `metrics`, as if that flag were on), then `data: [DONE]`. Headers go out at once, as vLLM
 //! sends them; tokens follow as the engine produces them.
 
 use std::convert::Infallible;
@@ -17,6 +18,7 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::engine::{EngineStats, Job, Out, Profile};
 
@@ -245,6 +247,7 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
     };
 
     let (otx, mut orx) = mpsc::channel(out as usize + 1);
+    let mut times = EngineTimes::new(Instant::now());
     if state
         .jobs
         .send(Job {
@@ -280,7 +283,11 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
 
     if !r.stream.unwrap_or(false) {
         let mut text = String::new();
-        while let Some(Out::Token { last, .. }) = orx.recv().await {
+        while let Some(Out::Token {
+            last, scheduled, ..
+        }) = orx.recv().await
+        {
+            times.token(scheduled, Instant::now());
             text.push_str(WORDS[rng.usize(..WORDS.len())]);
             if last {
                 break;
@@ -298,7 +305,7 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
         };
         return json_response(
             StatusCode::OK,
-            &serde_json::json!({"id": id, "object": obj, "created": created, "model": model, "choices": [choice], "usage": usage}),
+            &serde_json::json!({"id": id, "object": obj, "created": created, "model": model, "choices": [choice], "usage": usage, "metrics": times.metrics(out)}),
         );
     }
 
@@ -311,7 +318,13 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
     let (btx, brx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
         let event = |v: Value| Bytes::from(format!("data: {v}\n\n"));
-        while let Some(Out::Token { index, last }) = orx.recv().await {
+        while let Some(Out::Token {
+            index,
+            last,
+            scheduled,
+        }) = orx.recv().await
+        {
+            times.token(scheduled, Instant::now());
             if chat && index == 0 {
                 let role = serde_json::json!({"id": id, "object": object, "created": created, "model": model,
                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]});
@@ -339,7 +352,7 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
             }
         }
         if include_usage {
-            let u = serde_json::json!({"id": id, "object": object, "created": created, "model": model, "choices": [], "usage": usage});
+            let u = serde_json::json!({"id": id, "object": object, "created": created, "model": model, "choices": [], "usage": usage, "metrics": times.metrics(out)});
             let _ = btx.send(event(u)).await;
         }
         let _ = btx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
@@ -350,4 +363,59 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
         header::HeaderValue::from_static("text/event-stream; charset=utf-8"),
     );
     resp
+}
+
+/// The engine-side instants of one request, reported as vLLM does with
+/// `--enable-per-request-metrics` (`PerRequestMetrics`, milliseconds, unknown fields left out).
+struct EngineTimes {
+    queued: Instant,
+    scheduled: Option<Instant>,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl EngineTimes {
+    fn new(queued: Instant) -> Self {
+        EngineTimes {
+            queued,
+            scheduled: None,
+            first: None,
+            last: None,
+        }
+    }
+
+    fn token(&mut self, scheduled: Option<Instant>, now: Instant) {
+        if scheduled.is_some() {
+            self.scheduled = scheduled;
+        }
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+    }
+
+    fn metrics(&self, tokens: u32) -> Value {
+        let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1000.0;
+        let mut m = serde_json::Map::new();
+        if let (Some(s), Some(f)) = (self.scheduled, self.first) {
+            m.insert("time_to_first_token_ms".into(), ms(s, f).into());
+        }
+        if let (Some(f), Some(l)) = (self.first, self.last) {
+            m.insert("generation_time_ms".into(), ms(f, l).into());
+            if tokens > 1 {
+                m.insert(
+                    "mean_itl_ms".into(),
+                    (ms(f, l) / f64::from(tokens - 1)).into(),
+                );
+            }
+        }
+        if let Some(s) = self.scheduled {
+            m.insert("queue_time_ms".into(), ms(self.queued, s).into());
+            if let Some(l) = self.last.filter(|l| *l > s) {
+                m.insert(
+                    "tokens_per_second".into(),
+                    (f64::from(tokens) / l.duration_since(s).as_secs_f64()).into(),
+                );
+            }
+        }
+        Value::Object(m)
+    }
 }

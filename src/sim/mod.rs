@@ -61,13 +61,26 @@ where
 }
 
 impl Sim {
-    /// Start the engine on `engine_listener`, and the hop on `hop` when given.
+    /// Start the engine on `engine_listener`, and the hop in front of it on `hop` when given.
     pub async fn start(
         profile: Profile,
         model: &str,
         seed: u64,
         engine_listener: TcpListener,
         hop: Option<(TcpListener, HopDelay)>,
+    ) -> std::io::Result<Sim> {
+        Sim::start_via(profile, model, seed, engine_listener, hop, None).await
+    }
+
+    /// As `start`, with the hop relaying to `hop_upstream` instead of the engine (e.g. a
+    /// tokentap route to the engine, for a gateway tap).
+    pub async fn start_via(
+        profile: Profile,
+        model: &str,
+        seed: u64,
+        engine_listener: TcpListener,
+        hop: Option<(TcpListener, HopDelay)>,
+        hop_upstream: Option<::http::Uri>,
     ) -> std::io::Result<Sim> {
         let engine_addr = engine_listener.local_addr()?;
         let (jobs_tx, jobs_rx) = mpsc::channel(4096);
@@ -92,9 +105,12 @@ impl Sim {
         let mut hop_addr = None;
         if let Some((l, delay)) = hop {
             hop_addr = Some(l.local_addr()?);
-            let engine_uri = format!("http://{engine_addr}")
-                .parse()
-                .map_err(std::io::Error::other)?;
+            let engine_uri = match hop_upstream {
+                Some(u) => u,
+                None => format!("http://{engine_addr}")
+                    .parse()
+                    .map_err(std::io::Error::other)?,
+            };
             let h = Arc::new(hop::Hop::new(engine_uri, delay, seed ^ 0x5eed));
             tasks.push(tokio::spawn(accept_loop(l, move |req| {
                 h.clone().handle(req)
@@ -105,5 +121,24 @@ impl Sim {
             hop: hop_addr,
             tasks,
         })
+    }
+
+    /// Add a hop on `listener` relaying to `upstream` (once that is known: a demo starts the
+    /// proxy between the engine and the hop).
+    pub fn start_hop(
+        &mut self,
+        listener: TcpListener,
+        delay: HopDelay,
+        upstream: ::http::Uri,
+        seed: u64,
+    ) -> std::io::Result<SocketAddr> {
+        let addr = listener.local_addr()?;
+        let h = Arc::new(hop::Hop::new(upstream, delay, seed ^ 0x5eed));
+        self.tasks
+            .push(tokio::spawn(accept_loop(listener, move |req| {
+                h.clone().handle(req)
+            })));
+        self.hop = Some(addr);
+        Ok(addr)
     }
 }

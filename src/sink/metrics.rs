@@ -15,7 +15,7 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use crate::meter::RequestRecord;
+use crate::meter::{GatewayTap, RequestRecord, TapSide};
 
 pub const REQUESTS: &str = "tokentap_requests_total";
 pub const TTFT: &str = "tokentap_time_to_first_token_seconds";
@@ -32,6 +32,8 @@ pub const LOG_WRITE_ERRORS: &str = "tokentap_log_write_errors_total";
 pub const PARSE_ERRORS: &str = "tokentap_sse_parse_errors_total";
 pub const OVERSIZE_EVENTS: &str = "tokentap_sse_oversize_events_total";
 pub const SHADOW_SKIPPED: &str = "tokentap_shadow_skipped_total";
+pub const GATEWAY_HOP: &str = "tokentap_gateway_hop_seconds";
+pub const GATEWAY_TAP: &str = "tokentap_gateway_tap_requests_total";
 
 /// Latency buckets (seconds) for TTFT, E2E and header time: every SLO threshold of the write-up
 /// (0.1, 0.2, 0.5, 1 s) is an edge, and steps of 10–20 ms below 0.2 s tell 80 ms from 120 ms.
@@ -47,6 +49,13 @@ pub const TOKEN_BUCKETS: &[f64] = &[
     0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.011_111, 0.0125, 0.015, 0.016_667, 0.02,
     0.025, 0.03, 0.035, 0.04, 0.05, 0.06, 0.075, 0.1, 0.125, 0.15, 0.166_667, 0.2, 0.3, 0.5, 1.0,
     2.5, 5.0,
+];
+
+/// Gateway-hop buckets (seconds): a Rust gateway's sub-millisecond hop to a loaded Python
+/// gateway's seconds, with the write-up's 0.1 s and 0.2 s thresholds as edges.
+pub const HOP_BUCKETS: &[f64] = &[
+    0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075,
+    0.1, 0.125, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0,
 ];
 
 /// A capped set of label values: the first `cap` distinct values pass, the rest are `other`.
@@ -170,6 +179,7 @@ impl Metrics {
         for (names, buckets) in [
             (&[TTFT, E2E, UPSTREAM_HEADERS][..], LATENCY_BUCKETS),
             (&[TPOT][..], TOKEN_BUCKETS),
+            (&[GATEWAY_HOP][..], HOP_BUCKETS),
         ] {
             for name in names {
                 builder = builder.set_buckets_for_metric(Matcher::Full((*name).into()), buckets)?;
@@ -262,6 +272,18 @@ impl Metrics {
             SHADOW_SKIPPED,
             None,
             "Experiment copies skipped at experiment.max_shadow_in_flight (never queued).",
+            'c',
+        );
+        describe(
+            GATEWAY_HOP,
+            Some(Unit::Seconds),
+            "The gateway's share of TTFT on tapped requests, by part: admission (inner t0 - outer t0), relay (outer first token - inner first token), total (outer TTFT - inner TTFT).",
+            'h',
+        );
+        describe(
+            GATEWAY_TAP,
+            None,
+            "Requests on a gateway tap's routes, by side and result: joined, or why they were not.",
             'c',
         );
         Ok(Self {
@@ -380,6 +402,39 @@ impl Metrics {
         Some(h)
     }
 
+    /// A request on a gateway tap's routes: its join result, and the hop's parts when joined.
+    fn observe_tap(&self, rec: &RequestRecord, g: &GatewayTap, model: &str) {
+        let side = match g.side {
+            TapSide::Outer => "outer",
+            TapSide::Inner => "inner",
+        };
+        let result = g.unjoined.map_or("joined", |u| u.as_str());
+        let l = vec![
+            Label::new("route", rec.route.clone()),
+            Label::new("side", side),
+            Label::new("result", result),
+        ];
+        self.recorder
+            .register_counter(&Self::key(GATEWAY_TAP, l), &META)
+            .increment(1);
+        for (part, v) in [
+            ("admission", g.admission_ms),
+            ("relay", g.relay_ms),
+            ("total", g.ttft_ms),
+        ] {
+            if let Some(ms) = v {
+                let l = vec![
+                    Label::new("route", rec.route.clone()),
+                    Label::new("model", model.to_owned()),
+                    Label::new("part", part),
+                ];
+                self.recorder
+                    .register_histogram(&Self::key(GATEWAY_HOP, l), &META)
+                    .record(ms.max(0.0) / 1000.0);
+            }
+        }
+    }
+
     /// Feed one finished request.
     pub fn observe(&self, rec: &RequestRecord, itl_us: &[u32]) {
         let model = self.models.label(rec.model.as_deref());
@@ -421,6 +476,9 @@ impl Metrics {
         }
         if let Some(n) = rec.output_tokens {
             h.output.increment(n);
+        }
+        if let Some(g) = &rec.gateway_tap {
+            self.observe_tap(rec, g, h.labels[1].value());
         }
         // Rare: the route label is only built when one of them is counted.
         let route = || vec![Label::new("route", rec.route.clone())];

@@ -18,6 +18,15 @@ struct Hists {
     outcomes: BTreeMap<&'static str, u64>,
     input_tokens: u64,
     output_tokens: u64,
+    tap: Option<TapHists>,
+}
+
+/// A gateway tap's live figures on one of its routes.
+struct TapHists {
+    results: BTreeMap<&'static str, u64>,
+    admission: Histogram<u64>,
+    relay: Histogram<u64>,
+    total: Histogram<u64>,
 }
 
 fn hist() -> Histogram<u64> {
@@ -41,6 +50,7 @@ impl Default for LiveStats {
             outcomes: BTreeMap::new(),
             input_tokens: 0,
             output_tokens: 0,
+            tap: None,
         }))
     }
 }
@@ -64,6 +74,18 @@ pub struct RouteStats {
     pub tpot_ms: Option<Summary>,
     pub itl_ms: Option<Summary>,
     pub e2e_ms: Option<Summary>,
+    /// On a gateway tap's routes: joins, and (gateway route) the hop's parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_tap: Option<TapStats>,
+}
+
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct TapStats {
+    /// `joined`, or why not (`no_match`, `ambiguous`, …) → requests.
+    pub results: BTreeMap<String, u64>,
+    pub admission_ms: Option<Summary>,
+    pub relay_ms: Option<Summary>,
+    pub total_ms: Option<Summary>,
 }
 
 fn summary(h: &Histogram<u64>) -> Option<Summary> {
@@ -99,6 +121,26 @@ impl LiveStats {
                 let _ = h.itl.record(u64::from(*gap).max(1));
             }
         }
+        if let Some(g) = &rec.gateway_tap {
+            let t = h.tap.get_or_insert_with(|| TapHists {
+                results: BTreeMap::new(),
+                admission: hist(),
+                relay: hist(),
+                total: hist(),
+            });
+            *t.results
+                .entry(g.unjoined.map_or("joined", |u| u.as_str()))
+                .or_default() += 1;
+            for (hist, v) in [
+                (&mut t.admission, g.admission_ms),
+                (&mut t.relay, g.relay_ms),
+                (&mut t.total, g.ttft_ms),
+            ] {
+                if let Some(ms) = v {
+                    let _ = hist.record(us(ms.max(0.0)));
+                }
+            }
+        }
         *h.outcomes.entry(rec.outcome.as_str()).or_default() += 1;
         h.input_tokens += rec.input_tokens.unwrap_or(0);
         h.output_tokens += rec.output_tokens.unwrap_or(0);
@@ -120,6 +162,16 @@ impl LiveStats {
             tpot_ms: summary(&h.tpot),
             itl_ms: summary(&h.itl),
             e2e_ms: summary(&h.e2e),
+            gateway_tap: h.tap.as_ref().map(|t| TapStats {
+                results: t
+                    .results
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), *v))
+                    .collect(),
+                admission_ms: summary(&t.admission),
+                relay_ms: summary(&t.relay),
+                total_ms: summary(&t.total),
+            }),
         })
     }
 }

@@ -21,6 +21,7 @@ use std::time::Duration;
 use http::{HeaderMap, Method, Response, Version};
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 pub use body::UpstreamBody;
@@ -132,14 +133,15 @@ impl Upstream {
     /// Send one request and read the response head. When a pooled connection fails before a
     /// single response byte (the upstream closed it as the request went out), the request is
     /// sent once more, on a new connection — as browsers and nginx do for kept-alive
-    /// connections; a new connection that fails is an error at once.
+    /// connections; a new connection that fails is an error at once. With the response comes
+    /// the instant the request was written whole (the last attempt's).
     pub async fn send(
         self: &Arc<Self>,
         method: &Method,
         path_and_query: &str,
         headers: &HeaderMap,
         body: &[u8],
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+    ) -> Result<(Response<UpstreamBody>, Instant), UpstreamError> {
         let mut wire = h1::request_head(
             method,
             path_and_query,
@@ -157,7 +159,7 @@ impl Upstream {
                 None => (Box::pin(self.connect()).await?, false),
             };
             match exchange(&mut io, &wire).await {
-                Ok(head) => return self.response(io, method, head),
+                Ok((head, sent)) => return Ok((self.response(io, method, head)?, sent)),
                 Err(e) if reused && io.got == 0 && retryable(&e) => fresh = true,
                 Err(e) => return Err(e),
             }
@@ -210,11 +212,12 @@ fn retryable(e: &UpstreamError) -> bool {
 }
 
 /// Write the request, read the final response head (interim 1xx responses are skipped).
-async fn exchange(io: &mut Io, wire: &[u8]) -> Result<h1::Head, UpstreamError> {
+async fn exchange(io: &mut Io, wire: &[u8]) -> Result<(h1::Head, Instant), UpstreamError> {
     io.conn
         .write_all(wire)
         .await
         .map_err(UpstreamError::Write)?;
+    let sent = Instant::now();
     loop {
         if let Some(head) = h1::parse_head(io.filled())? {
             io.consume(head.len);
@@ -224,7 +227,7 @@ async fn exchange(io: &mut Io, wire: &[u8]) -> Result<h1::Head, UpstreamError> {
             if head.status.is_informational() {
                 continue;
             }
-            return Ok(head);
+            return Ok((head, sent));
         }
         match io.fill().await {
             Ok(0) if io.got == 0 => return Err(UpstreamError::ClosedBeforeResponse),
