@@ -69,6 +69,18 @@ async fn sim_speaks_vllm_chunk_format() {
     assert!(ev[4]["choices"][0]["finish_reason"].is_null());
     assert_eq!(ev[6]["choices"], serde_json::json!([]));
     assert_eq!(ev[6]["usage"]["completion_tokens"], 5);
+    // vLLM's --enable-per-request-metrics object, with vLLM's field names.
+    let m = &ev[6]["metrics"];
+    for f in [
+        "queue_time_ms",
+        "time_to_first_token_ms",
+        "generation_time_ms",
+        "mean_itl_ms",
+        "tokens_per_second",
+    ] {
+        assert!(m[f].as_f64().is_some_and(|v| v >= 0.0), "{f}: {m}");
+    }
+    assert!(m["time_to_first_token_ms"].as_f64().unwrap() >= 8.0, "{m}");
 
     let url = format!("http://{}/v1/completions", s.engine);
     let got = send(
@@ -87,6 +99,7 @@ async fn sim_speaks_vllm_chunk_format() {
     let got = send(&c, "POST", &format!("http://{}/v1/chat/completions", s.engine), &[], br#"{"model":"sim","messages":[{"role":"user","content":"x"}],"max_tokens":4,"ignore_eos":true}"#.to_vec()).await.unwrap();
     let v: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
     assert_eq!(v["usage"]["completion_tokens"], 4);
+    assert!(v["metrics"]["time_to_first_token_ms"].as_f64().is_some());
     let got = send(
         &c,
         "POST",
@@ -319,4 +332,44 @@ async fn stopping_a_sweep_keeps_what_was_measured() {
     assert_eq!(run["interrupted"], true);
     let recs = read_records(&dir.join("requests.jsonl"));
     assert!(!recs.is_empty() && recs.len() < 150, "{}", recs.len());
+}
+
+/// TTFT split into where it went: tokentap's share, the upstream's headers, the engine's queue
+/// and prefill (from the sim's per-request metrics), and the rest; the parts add up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttft_splits_into_its_parts() {
+    let s = sim().await;
+    let px = proxy(&format!("http://{}", s.engine), "").await;
+    let body = br#"{"model":"sim","messages":[{"role":"user","content":"hello there"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true},"ignore_eos":true}"#;
+    let got = send(
+        &client(),
+        "POST",
+        &px.url("/v1/chat/completions"),
+        &[],
+        body.to_vec(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 200);
+    let r = px.records(1).await.pop().unwrap();
+    let sp = r.ttft_split.unwrap();
+    let (proxy_ms, q, p, out) = (
+        sp.proxy_ms.unwrap(),
+        sp.engine_queue_ms.unwrap(),
+        sp.engine_prefill_ms.unwrap(),
+        sp.outside_engine_ms.unwrap(),
+    );
+    assert_eq!(Some(proxy_ms), r.upstream_sent_ms);
+    assert!(proxy_ms >= r.body_read_ms.unwrap() && proxy_ms < r.ttft_ms.unwrap());
+    assert!(p >= 8.0, "the sim's prefill base is 8 ms: {p}");
+    assert!((proxy_ms + q + p + out - r.ttft_ms.unwrap()).abs() < 1e-6);
+    assert!(
+        out > -1.0,
+        "engine instants are taken before tokentap's: {out}"
+    );
+    assert_eq!(r.engine_queue_ms, Some(q));
+    let rep = tokentap::report::compute(&[r], &tokentap::report::Slos::default(), 5, false);
+    let cell = rep.cells[0].ttft_split.as_ref().unwrap();
+    assert_eq!(cell.missing, None);
+    assert_eq!(cell.engine_prefill_ms, Some(p));
 }

@@ -347,3 +347,42 @@ fn arms_split_cells_and_keys() {
     assert_eq!(r.cells.len(), 4);
     assert!(r.keys.iter().any(|k| k.arm.as_deref() == Some("gateway")));
 }
+
+/// Paired records at C=1, 4, 8: the gateway copy +100 ms (±jitter) at C=1 and 4, +150 at C=8
+/// (contention mixed in). The pooled figure says what it pools; the level where the difference
+/// stops being the hop is named; with a tap reading +100 at C=8, the tap is the reference.
+#[test]
+fn the_hop_is_read_per_concurrency_level() {
+    let mut recs = Vec::new();
+    let mut i = 0;
+    for (c, hop) in [(1u64, 100.0), (4, 100.0), (8, 150.0)] {
+        for p in 0..12 {
+            let base = 50.0 + p as f64;
+            let jitter = (p % 5) as f64 - 2.0;
+            for (arm, ttft) in [("direct", base), ("gateway", base + hop + jitter)] {
+                let mut r = rec(i, "balanced", c, ttft, 10.0, "k");
+                r.experiment = Some(Experiment {
+                    arm: arm.into(),
+                    pair_id: Some(format!("{c}-{p}")),
+                });
+                recs.push(r);
+                i += 1;
+            }
+        }
+    }
+    let rep = report::compute(&recs, &Slos::default(), 10, false);
+    let hop = rep.gateway_hop.as_ref().unwrap();
+    assert_eq!(hop.pooled_over, ["1", "4", "8"]);
+    let med = |l: &str| hop.by_concurrency[l].ttft_ms.median.unwrap();
+    assert!((med("1") - 100.0).abs() < 2.5 && (med("8") - 150.0).abs() < 2.5);
+    assert_eq!(hop.by_concurrency["4"].pairs, 12);
+    assert_eq!(hop.contention_from.as_deref(), Some("8"));
+    assert!(
+        hop.summary.contains("pools C=1, 4, 8") && hop.summary.contains("From C=8"),
+        "{}",
+        hop.summary
+    );
+    let v = serde_json::to_value(&rep).unwrap();
+    assert!(v["gateway_hop"]["by_concurrency"]["8"]["ttft_ms"]["ci95"].is_array());
+    assert!(v["gateway_tap"].is_null());
+}

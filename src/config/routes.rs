@@ -326,6 +326,55 @@ fn parse_upstream(s: &str, file: &str, key: &str) -> Result<(Uri, String), Confi
 #[cfg(test)]
 mod tests {
     use super::Cidr;
+    use crate::config::{Config, Overrides};
+
+    fn tap_err(extra: &str) -> String {
+        let text = format!(
+            "[[routes]]\nname='gateway'\nupstream='http://h:1'\npath_prefix='/gw'\n\
+             [[routes]]\nname='engine'\nupstream='http://h:2'\n{extra}"
+        );
+        match Config::from_toml(&text, "t.toml", &Overrides::default()) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_tap_names_its_partner_and_who_may_use_it() {
+        let fp = format!("sha256:{}", "ab".repeat(32));
+        assert_eq!(
+            tap_err(&format!("behind='gateway'\nbehind_keys=['{fp}']\n")),
+            ""
+        );
+        assert_eq!(
+            tap_err("behind='gateway'\nbehind_sources=['10.0.0.0/8', '::1']\n"),
+            ""
+        );
+        let e = tap_err(&format!("behind='gatewy'\nbehind_keys=['{fp}']\n"));
+        assert!(
+            e.starts_with("t.toml: routes[1].behind: ") && e.contains("gatewy"),
+            "{e}"
+        );
+        let e = tap_err(&format!("behind='engine'\nbehind_keys=['{fp}']\n"));
+        assert!(
+            e.contains("routes[1].behind: a route cannot be behind itself"),
+            "{e}"
+        );
+        let e = tap_err("behind='gateway'\n");
+        assert!(e.starts_with("t.toml: routes[1].behind_keys: "), "{e}");
+        let e = tap_err("behind='gateway'\nbehind_keys=['sk-raw-key']\n");
+        assert!(
+            e.contains("routes[1].behind_keys[0]") && !e.contains("sk-raw"),
+            "{e}"
+        );
+        let e = tap_err("behind='gateway'\nbehind_sources=['10.0.0/8']\n");
+        assert!(e.contains("routes[1].behind_sources[0]"), "{e}");
+        let e = tap_err(&format!("behind_keys=['{fp}']\n"));
+        assert!(
+            e.contains("routes[1].behind_keys: only for a route with `behind`"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn cidr_blocks() {

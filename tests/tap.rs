@@ -1,0 +1,371 @@
+//! The gateway tap over real sockets: client → tokentap `gateway` route → a test gateway →
+//! tokentap `engine` route (behind the gateway) → a scripted engine. The test gateway holds
+//! each request for the time the client asks (`x-test-hold-ms`) and claims it in LiteLLM's
+//! header, so every join can be checked against the hold of its own request: a wrong join
+//! between two identical prompts held 40 ms apart cannot pass.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use tokentap_test_support as support;
+
+use std::convert::Infallible;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use support::*;
+use tokentap::keys::fingerprint;
+use tokentap::meter::{JoinBy, Outcome, RequestRecord, TapSide, Unjoined};
+
+const GATEWAY_KEY: &str = "gw-upstream-key";
+
+/// How the test gateway treats what it forwards.
+#[derive(Clone, Copy)]
+struct Mode {
+    /// Forward `x-tokentap-join` (a gateway configured to forward client headers).
+    forward_join: bool,
+    /// Re-serialise the body as LiteLLM does: another model, other key order, spaces.
+    reserialise: bool,
+}
+
+/// A gateway on an ephemeral port relaying to `upstream` (a tokentap route URL, set later).
+async fn gateway(upstream: Arc<OnceLock<String>>, mode: Mode) -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let client = Arc::new(client());
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            let (client, upstream) = (client.clone(), upstream.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+                    let (client, upstream) = (client.clone(), upstream.clone());
+                    async move {
+                        let up = upstream.get().cloned().unwrap_or_default();
+                        Ok::<_, Infallible>(relay(&client, &up, mode, req).await)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+async fn relay(
+    client: &TestClient,
+    upstream: &str,
+    mode: Mode,
+    req: http::Request<Incoming>,
+) -> http::Response<http_body_util::combinators::BoxBody<Bytes, hyper::Error>> {
+    let (parts, body) = req.into_parts();
+    let mut body = body.collect().await.unwrap().to_bytes();
+    let hold: u64 = parts
+        .headers
+        .get("x-test-hold-ms")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    let started = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(hold)).await;
+    let held = started.elapsed();
+    if mode.reserialise {
+        let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        v["model"] = "upstream-model".into();
+        v["stream_options"] = serde_json::json!({"include_usage": true});
+        body = Bytes::from(serde_json::to_string_pretty(&v).unwrap());
+    }
+    let mut b = http::Request::builder()
+        .method(parts.method)
+        .uri(format!("{upstream}{}", parts.uri.path()))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {GATEWAY_KEY}"));
+    if mode.forward_join {
+        if let Some(v) = parts.headers.get("x-tokentap-join") {
+            b = b.header("x-tokentap-join", v);
+        }
+    }
+    let resp = client
+        .request(b.body(Full::new(body)).unwrap())
+        .await
+        .unwrap();
+    let (mut parts, body) = resp.into_parts();
+    parts.headers.insert(
+        "x-litellm-overhead-duration-ms",
+        format!("{:.3}", held.as_secs_f64() * 1000.0)
+            .parse()
+            .unwrap(),
+    );
+    http::Response::from_parts(parts, body.boxed())
+}
+
+/// tokentap with `gateway` (→ the test gateway) and `engine` (→ the engine, behind `gateway`).
+async fn tapped(engine: &Upstream, mode: Mode) -> TestProxy {
+    // Each needs the other's address: the gateway learns tokentap's once it is up.
+    let upstream = Arc::new(OnceLock::new());
+    let gw = gateway(upstream.clone(), mode).await;
+    let px = proxy_toml(&format!(
+        "[[routes]]\nname = \"gateway\"\nupstream = \"http://{gw}\"\npath_prefix = \"/gw\"\n\
+         [[routes]]\nname = \"engine\"\nupstream = \"{}\"\npath_prefix = \"/engine\"\n\
+         behind = \"gateway\"\nbehind_keys = [\"{}\"]\n",
+        engine.url(),
+        fingerprint(GATEWAY_KEY.as_bytes())
+    ))
+    .await;
+    upstream.set(px.url("/engine")).unwrap();
+    px
+}
+
+fn engine_script() -> Script {
+    Script::chat_stream(Duration::from_millis(5), Duration::from_millis(2), 4, true)
+}
+
+/// Send `holds.len()` identical prompts at once, each held by the gateway for its own time.
+async fn identical_prompts_at_once(px: &TestProxy, holds: &[u64]) {
+    let c = client();
+    let sends = holds.iter().map(|h| {
+        let (c, url, h) = (c.clone(), px.url("/gw/v1/chat/completions"), h.to_string());
+        async move {
+            let got = send(
+                &c,
+                "POST",
+                &url,
+                &[
+                    ("x-test-hold-ms", h.as_str()),
+                    ("content-type", "application/json"),
+                ],
+                chat_body("m", true),
+            )
+            .await
+            .unwrap();
+            assert_eq!(got.status, 200);
+        }
+    });
+    futures_join(sends).await;
+}
+
+async fn futures_join<F: std::future::Future<Output = ()> + Send + 'static>(
+    fs: impl Iterator<Item = F>,
+) {
+    let hs: Vec<_> = fs.map(tokio::spawn).collect();
+    for h in hs {
+        h.await.unwrap();
+    }
+}
+
+fn sides(recs: &[RequestRecord]) -> (Vec<&RequestRecord>, Vec<&RequestRecord>) {
+    let side = |s| {
+        recs.iter()
+            .filter(|r| r.gateway_tap.as_ref().is_some_and(|g| g.side == s))
+            .collect::<Vec<_>>()
+    };
+    (side(TapSide::Outer), side(TapSide::Inner))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_joins_identical_concurrent_prompts_each_to_its_own() {
+    let engine = Upstream::spawn(|_| engine_script()).await;
+    let px = tapped(
+        &engine,
+        Mode {
+            forward_join: true,
+            reserialise: true,
+        },
+    )
+    .await;
+    let holds = [10, 50, 90, 130];
+    identical_prompts_at_once(&px, &holds).await;
+    let recs = px.records(8).await;
+    let (outer, inner) = sides(&recs);
+    assert_eq!((outer.len(), inner.len()), (4, 4), "{recs:#?}");
+    for o in &outer {
+        let g = o.gateway_tap.as_ref().unwrap();
+        assert_eq!(g.join, Some(JoinBy::Header), "{g:?}");
+        let claim = o.gateway_overhead_ms.unwrap();
+        let adm = g.admission_ms.unwrap();
+        // Its own hold, and no other (they are 40 ms apart).
+        assert!(
+            adm >= claim && adm - claim < 20.0,
+            "admission {adm} vs hold {claim}"
+        );
+        assert!(g.relay_ms.unwrap() >= 0.0);
+        let total = g.ttft_ms.unwrap();
+        assert!((total - (adm + g.relay_ms.unwrap())).abs() < 1e-6);
+        // Both records name each other.
+        let peer = inner
+            .iter()
+            .find(|i| Some(&i.id) == g.peer.as_ref())
+            .unwrap();
+        assert_eq!(
+            peer.gateway_tap.as_ref().unwrap().peer.as_deref(),
+            Some(o.id.as_str())
+        );
+        // The outer TTFT minus the inner TTFT is the tap's total.
+        assert!((o.ttft_ms.unwrap() - peer.ttft_ms.unwrap() - total).abs() < 0.01);
+    }
+    // The header never reaches the engine.
+    assert!(engine
+        .requests()
+        .iter()
+        .all(|r| r.header("x-tokentap-join").is_none()));
+
+    // Live: the histogram by part, the join counters, /stats.
+    let (_, m) = px.admin_get("/metrics").await;
+    for part in ["admission", "relay", "total"] {
+        assert!(
+            m.contains(&format!(
+                "tokentap_gateway_hop_seconds_count{{route=\"gateway\",model=\"m\",part=\"{part}\"}} 4"
+            )),
+            "{m}"
+        );
+    }
+    assert!(m.contains("# HELP tokentap_gateway_hop_seconds "), "{m}");
+    assert!(m.contains(
+        "tokentap_gateway_tap_requests_total{route=\"engine\",side=\"inner\",result=\"joined\"} 4"
+    ));
+    let (_, stats) = px.admin_get("/stats").await;
+    let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    let t = &v["routes"]["gateway"]["gateway_tap"];
+    assert_eq!(t["results"]["joined"], 4, "{stats}");
+    assert!(
+        t["admission_ms"]["p50"].as_f64().unwrap() >= 10.0,
+        "{stats}"
+    );
+
+    // The report's section from the same records.
+    let rep = tokentap::report::compute(&recs, &tokentap::report::Slos::default(), 10, false);
+    let tap = rep.gateway_tap.unwrap();
+    assert_eq!((tap.joined, tap.unjoined.total), (4, 0));
+    assert_eq!(tap.join_by.get("header"), Some(&4));
+    assert!(tap.overall.ttft_ms.median.unwrap() >= 50.0);
+    assert!(
+        tap.self_reported_ms
+            .unwrap()
+            .measured_minus_claimed_ms
+            .median
+            .unwrap()
+            < 20.0
+    );
+    assert_eq!(
+        tap.by_concurrency.values().map(|s| s.joined).sum::<usize>(),
+        4
+    );
+    // The inner records are the gateway's requests: not counted again in the cells.
+    assert_eq!(rep.cells.iter().map(|c| c.requests).sum::<usize>(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fingerprints_join_what_is_unique_and_never_guess_between_twins() {
+    let engine = Upstream::spawn(|_| engine_script()).await;
+    let mode = Mode {
+        forward_join: false,
+        reserialise: true,
+    };
+    let px = tapped(&engine, mode).await;
+    // Distinct prompts one after another: each fingerprint is unique, each joins.
+    let c = client();
+    for (i, hold) in [15u64, 35, 55].iter().enumerate() {
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"prompt {i}"}}],"max_tokens":16,"stream":true}}"#
+        );
+        let h = hold.to_string();
+        let got = send(
+            &c,
+            "POST",
+            &px.url("/gw/v1/chat/completions"),
+            &[("x-test-hold-ms", h.as_str())],
+            body.into_bytes(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.status, 200);
+    }
+    let recs = px.records(6).await;
+    let (outer, _) = sides(&recs);
+    for o in &outer {
+        let g = o.gateway_tap.as_ref().unwrap();
+        assert_eq!(g.join, Some(JoinBy::Fingerprint), "{g:?}");
+        let (adm, claim) = (g.admission_ms.unwrap(), o.gateway_overhead_ms.unwrap());
+        assert!(
+            adm >= claim && adm - claim < 20.0,
+            "admission {adm} vs hold {claim}"
+        );
+    }
+    // The same prompt four times at once, held 10, 50, 90, 130 ms: no inner request can be told
+    // apart by its body, so none is joined, and every one is counted.
+    identical_prompts_at_once(&px, &[10, 50, 90, 130]).await;
+    let recs = px.records(14).await;
+    let (outer, inner) = sides(&recs);
+    let twins: Vec<_> = outer.iter().skip(3).collect();
+    assert_eq!(twins.len(), 4);
+    for o in twins {
+        let g = o.gateway_tap.as_ref().unwrap();
+        assert_eq!(g.peer, None, "a twin was joined: {g:?}");
+        assert_eq!(g.unjoined, Some(Unjoined::Ambiguous));
+    }
+    let unjoined_inner = inner
+        .iter()
+        .filter(|r| r.gateway_tap.as_ref().unwrap().unjoined == Some(Unjoined::Ambiguous))
+        .count();
+    assert_eq!(unjoined_inner, 4);
+    let (_, m) = px.admin_get("/metrics").await;
+    assert!(m.contains(
+        "tokentap_gateway_tap_requests_total{route=\"gateway\",side=\"outer\",result=\"ambiguous\"} 4"
+    ), "{m}");
+    let rep = tokentap::report::compute(&recs, &tokentap::report::Slos::default(), 10, false);
+    let tap = rep.gateway_tap.unwrap();
+    assert_eq!(tap.joined, 3);
+    assert_eq!(tap.unjoined.outer.get("ambiguous"), Some(&4));
+    assert_eq!(tap.unjoined.inner.get("ambiguous"), Some(&4));
+    assert!(tap.summary.contains("never guessed"), "{}", tap.summary);
+}
+
+#[tokio::test]
+async fn the_engine_route_serves_only_the_gateway() {
+    let engine = Upstream::spawn(|_| engine_script()).await;
+    let px = proxy_toml(&format!(
+        "[[routes]]\nname = \"gateway\"\nupstream = \"{u}\"\npath_prefix = \"/gw\"\n\
+         [[routes]]\nname = \"engine\"\nupstream = \"{u}\"\npath_prefix = \"/engine\"\n\
+         behind = \"gateway\"\nbehind_keys = [\"{}\"]\n",
+        fingerprint(GATEWAY_KEY.as_bytes()),
+        u = engine.url()
+    ))
+    .await;
+    let c = client();
+    let url = px.url("/engine/v1/chat/completions");
+    for auth in [None, Some("Bearer sk-some-user")] {
+        let h: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", *a)).collect();
+        let got = send(&c, "POST", &url, &h, chat_body("m", true))
+            .await
+            .unwrap();
+        assert_eq!(got.status, 403);
+        let v: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+        assert_eq!(v["error"]["code"], "not_the_gateway");
+    }
+    let auth = format!("Bearer {GATEWAY_KEY}");
+    let got = send(
+        &c,
+        "POST",
+        &url,
+        &[("authorization", auth.as_str())],
+        chat_body("m", true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 200);
+    let recs = px.records(3).await;
+    let refused: Vec<_> = recs.iter().filter(|r| r.status == 403).collect();
+    assert_eq!(refused.len(), 2);
+    assert!(refused.iter().all(|r| r.outcome == Outcome::Rejected));
+    // Only the gateway's request reached the engine.
+    assert_eq!(engine.requests().len(), 1);
+    // An inner request the gateway sent on its own (no outer one): counted, not joined.
+    let served = recs.iter().find(|r| r.status == 200).unwrap();
+    assert_eq!(
+        served.gateway_tap.as_ref().unwrap().unjoined,
+        Some(Unjoined::NoMatch)
+    );
+}
