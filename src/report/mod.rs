@@ -4,8 +4,10 @@
 //! file with SVG charts. Percentiles come from exact sorted values, so merging files gives the
 //! same answer as one file with the same records.
 
+pub mod answers;
 pub mod cli;
 pub mod hop;
+mod html;
 mod render;
 mod slo;
 mod svg;
@@ -251,6 +253,8 @@ pub struct KeyRow {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The write-up's questions answered in sentences, each with its figure.
+    pub answers: Vec<answers::Answer>,
     pub records: usize,
     pub sources: &'static str,
     pub slos: Slos,
@@ -514,7 +518,8 @@ pub fn compute_all(
     };
     let gateway_tap = tap::compute(records.iter().chain(tap_only));
     let gateway_hop = hop::compute(records, arms.0, arms.1, gateway_tap.as_ref());
-    Report {
+    let mut report = Report {
+        answers: Vec::new(),
         records: records.len(),
         sources,
         slos: slos.clone(),
@@ -524,5 +529,7 @@ pub fn compute_all(
         keys,
         gateway_hop,
         gateway_tap,
-    }
+    };
+    report.answers = answers::answers(&report);
+    report
 }

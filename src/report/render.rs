@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::{svg, Cell, Dist, Report};
+use super::{Cell, Dist, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -12,11 +12,11 @@ pub enum Format {
     Html,
 }
 
-fn n(v: Option<f64>, d: usize) -> String {
+pub(super) fn n(v: Option<f64>, d: usize) -> String {
     v.map(|x| format!("{x:.d$}")).unwrap_or_else(|| "-".into())
 }
 
-fn cell_name(c: &Cell) -> String {
+pub(super) fn cell_name(c: &Cell) -> String {
     match &c.arm {
         Some(a) => format!("{} [{a}]", c.bucket),
         None => c.bucket.clone(),
@@ -28,7 +28,7 @@ fn dist3(d: &Dist) -> String {
 }
 
 /// Rows of the main table: header + one row per cell.
-fn cell_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
+pub(super) fn cell_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
     let head = vec![
         "bucket",
         "C",
@@ -70,7 +70,7 @@ fn cell_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
     (head, rows)
 }
 
-fn slo_rows(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
+pub(super) fn slo_rows(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
     let names: Vec<&str> = r.slos.list().iter().map(|s| s.0).collect();
     let mut head = vec!["bucket".to_string(), "C".to_string()];
     head.extend(r.slos.list().iter().map(|(name, kind, thr)| match *kind {
@@ -95,7 +95,7 @@ fn slo_rows(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
     (head, rows)
 }
 
-fn prov_rows(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
+pub(super) fn prov_rows(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
     let names: Vec<&str> = r.slos.list().iter().map(|s| s.0).collect();
     let mut head = vec!["bucket".to_string()];
     head.extend(names.iter().map(|s| format!("max C: {s}")));
@@ -129,7 +129,7 @@ fn prov_rows(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
     (head, rows)
 }
 
-fn key_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
+pub(super) fn key_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
     let head = vec![
         "key",
         "arm",
@@ -166,7 +166,7 @@ fn key_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
     (head, rows)
 }
 
-fn hop_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+pub(super) fn hop_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
     let h = r.gateway_hop.as_ref()?;
     let head = vec![
         "scope",
@@ -198,14 +198,116 @@ fn hop_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
             ]);
         }
     };
-    add("overall", &h.overall);
+    add(
+        &format!("overall (C={})", h.pooled_over.join(",")),
+        &h.overall,
+    );
+    let mut levels: Vec<(&String, &super::hop::HopSet)> = h.by_concurrency.iter().collect();
+    levels.sort_by_key(|(l, _)| level_key(l));
+    for (l, set) in levels {
+        add(&format!("C={l}"), set);
+    }
     for (b, set) in &h.by_bucket {
         add(b, set);
     }
     Some((head, rows))
 }
 
-fn hop_title(r: &Report) -> String {
+/// The sort key of a concurrency label: `8` → 8, `5-8` → 8.
+pub(super) fn level_key(label: &str) -> u64 {
+    label
+        .rsplit('-')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// The gateway tap's table: overall, per level, per bucket; each part's median/p95/p99/CI.
+pub(super) fn tap_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    let t = r.gateway_tap.as_ref()?;
+    let head = vec![
+        "scope",
+        "joined",
+        "part",
+        "median",
+        "p95",
+        "p99",
+        "95% CI of median",
+    ];
+    let mut rows = Vec::new();
+    let mut add = |scope: &str, set: &super::tap::TapSet| {
+        for (name, d) in [
+            ("TTFT hop", &set.ttft_ms),
+            ("admission", &set.admission_ms),
+            ("relay", &set.relay_ms),
+        ] {
+            rows.push(vec![
+                scope.to_string(),
+                set.joined.to_string(),
+                name.to_string(),
+                n(d.median, 2),
+                n(d.p95, 2),
+                n(d.p99, 2),
+                d.ci95
+                    .map(|[a, b]| format!("[{a:.2}, {b:.2}]"))
+                    .unwrap_or_else(|| "-".into()),
+            ]);
+        }
+    };
+    add("overall", &t.overall);
+    let mut levels: Vec<(&String, &super::tap::TapSet)> = t.by_concurrency.iter().collect();
+    levels.sort_by_key(|(l, _)| level_key(l));
+    for (l, set) in levels {
+        add(&format!("C={l}"), set);
+    }
+    for (b, set) in &t.by_bucket {
+        add(b, set);
+    }
+    Some((head, rows))
+}
+
+/// Where TTFT went, per cell (medians), when any record says.
+pub(super) fn split_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    if r.cells.iter().all(|c| c.ttft_split.is_none()) {
+        return None;
+    }
+    let head = vec![
+        "bucket",
+        "C",
+        "TTFT p50",
+        "tokentap",
+        "upstream headers",
+        "engine queue",
+        "engine prefill",
+        "outside engine",
+        "missing",
+    ];
+    let rows = r
+        .cells
+        .iter()
+        .map(|c| {
+            let sp = c.ttft_split.as_ref();
+            let f = |g: &dyn Fn(&super::SplitCell) -> Option<f64>| n(sp.and_then(g), 2);
+            vec![
+                cell_name(c),
+                c.concurrency.clone(),
+                n(c.ttft_ms.p50, 1),
+                f(&|s| s.proxy_ms),
+                f(&|s| s.upstream_headers_ms),
+                f(&|s| s.engine_queue_ms),
+                f(&|s| s.engine_prefill_ms),
+                f(&|s| s.outside_engine_ms),
+                sp.map_or_else(
+                    || "no split: no record of this cell says".into(),
+                    |s| s.missing.clone().unwrap_or_default(),
+                ),
+            ]
+        })
+        .collect();
+    Some((head, rows))
+}
+
+pub(super) fn hop_title(r: &Report) -> String {
     r.gateway_hop
         .as_ref()
         .map(|h| {
@@ -217,7 +319,7 @@ fn hop_title(r: &Report) -> String {
         .unwrap_or_default()
 }
 
-fn text_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
+pub(super) fn text_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
     let mut w: Vec<usize> = head.iter().map(|h| h.as_ref().chars().count()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -241,7 +343,7 @@ fn text_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
     s
 }
 
-fn md_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
+pub(super) fn md_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
     let mut s = format!(
         "| {} |\n|{}|\n",
         head.iter()
@@ -256,7 +358,7 @@ fn md_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
     s
 }
 
-fn readings(r: &Report) -> Vec<String> {
+pub(super) fn readings(r: &Report) -> Vec<String> {
     let mut out = Vec::new();
     for p in &r.provisioning {
         let inter = p.ceiling.get("interactive").cloned().flatten();
@@ -289,6 +391,10 @@ pub fn render(r: &Report, f: Format) -> String {
                 "tokentap report — {} records ({})\n\n",
                 r.records, r.sources
             );
+            for a in &r.answers {
+                s += &format!("{}\n  {}\n", a.question, a.answer);
+            }
+            s.push('\n');
             let (h, rows) = cell_rows(r);
             s += &text_table(&h, &rows);
             s += "\nSLO verdicts at p95\n";
@@ -305,6 +411,15 @@ pub fn render(r: &Report, f: Format) -> String {
                 s += &text_table(&h, &rows);
                 s += &format!("- {}\n", hop.summary);
             }
+            if let (Some((h, rows)), Some(t)) = (tap_rows(r), &r.gateway_tap) {
+                s += "\nGateway tap: the hop on every joined request (ms)\n";
+                s += &text_table(&h, &rows);
+                s += &format!("- {}\n", t.summary);
+            }
+            if let Some((h, rows)) = split_rows(r) {
+                s += "\nWhere TTFT went (medians, ms)\n";
+                s += &text_table(&h, &rows);
+            }
             s += "\nPer key (top by requests)\n";
             let (h, rows) = key_rows(r);
             s += &text_table(&h, &rows);
@@ -312,9 +427,13 @@ pub fn render(r: &Report, f: Format) -> String {
         }
         Format::Md => {
             let mut s = format!(
-                "# tokentap report\n\n{} records ({}).\n\n## Per bucket × concurrency\n\n",
+                "# tokentap report\n\n{} records ({}).\n\n",
                 r.records, r.sources
             );
+            for a in &r.answers {
+                s += &format!("- **{}** {}\n", a.question, a.answer);
+            }
+            s += "\n## Per bucket × concurrency\n\n";
             let (h, rows) = cell_rows(r);
             s += &md_table(&h, &rows);
             s += "\n## SLO verdicts (p95)\n\n";
@@ -332,137 +451,20 @@ pub fn render(r: &Report, f: Format) -> String {
                 s += &md_table(&h, &rows);
                 s += &format!("\n{}\n", hop.summary);
             }
+            if let (Some((h, rows)), Some(t)) = (tap_rows(r), &r.gateway_tap) {
+                s += "\n## Gateway tap (ms)\n\n";
+                s += &md_table(&h, &rows);
+                s += &format!("\n{}\n", t.summary);
+            }
+            if let Some((h, rows)) = split_rows(r) {
+                s += "\n## Where TTFT went (medians, ms)\n\n";
+                s += &md_table(&h, &rows);
+            }
             s += "\n## Per key\n\n";
             let (h, rows) = key_rows(r);
             s += &md_table(&h, &rows);
             s
         }
-        Format::Html => html(r),
+        Format::Html => super::html::html(r),
     }
-}
-
-fn html_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
-    let mut s = String::from("<table><thead><tr>");
-    for h in head {
-        let _ = write!(s, "<th>{}</th>", svg::escape(h.as_ref()));
-    }
-    s.push_str("</tr></thead><tbody>");
-    for r in rows {
-        s.push_str("<tr>");
-        for c in r {
-            let class = if c == "MISS" { " class=\"miss\"" } else { "" };
-            let _ = write!(s, "<td{class}>{}</td>", svg::escape(c));
-        }
-        s.push_str("</tr>");
-    }
-    s.push_str("</tbody></table>");
-    s
-}
-
-fn html(r: &Report) -> String {
-    // x axis: the concurrency levels seen, in order; one series per bucket (and arm).
-    let mut levels: Vec<(u64, String)> = r
-        .cells
-        .iter()
-        .map(|c| (c.level, c.concurrency.clone()))
-        .collect();
-    levels.sort();
-    levels.dedup();
-    let xs: Vec<String> = levels.iter().map(|l| l.1.clone()).collect();
-    let mut names: Vec<String> = r.cells.iter().map(cell_name).collect();
-    names.sort();
-    names.dedup();
-    let series = |f: &dyn Fn(&Cell) -> Option<f64>| -> Vec<(String, Vec<Option<f64>>)> {
-        names
-            .iter()
-            .map(|nm| {
-                let ys = levels
-                    .iter()
-                    .map(|(_, l)| {
-                        r.cells
-                            .iter()
-                            .find(|c| &cell_name(c) == nm && &c.concurrency == l)
-                            .and_then(f)
-                    })
-                    .collect();
-                (nm.clone(), ys)
-            })
-            .collect()
-    };
-    let cells_x: Vec<String> = r
-        .cells
-        .iter()
-        .map(|c| format!("{} C{}", cell_name(c), c.concurrency))
-        .collect();
-    let pcts = |f: &dyn Fn(&Dist) -> Option<f64>| {
-        r.cells.iter().map(|c| f(&c.ttft_ms)).collect::<Vec<_>>()
-    };
-    let charts = [
-        svg::lines(
-            "TTFT p95 vs concurrency",
-            "ms",
-            &xs,
-            &series(&|c| c.ttft_ms.p95),
-        ),
-        svg::bars(
-            "TTFT p50 / p95 / p99 per cell",
-            "ms",
-            &cells_x,
-            &[
-                ("p50".into(), pcts(&|d| d.p50)),
-                ("p95".into(), pcts(&|d| d.p95)),
-                ("p99".into(), pcts(&|d| d.p99)),
-            ],
-        ),
-        svg::lines(
-            "Per-stream output tok/s (p50) vs concurrency",
-            "tok/s",
-            &xs,
-            &series(&|c| c.tok_s_per_stream.p50),
-        ),
-        svg::lines(
-            "E2E p50 vs concurrency",
-            "s",
-            &xs,
-            &series(&|c| c.e2e_ms.p50.map(|v| v / 1000.0)),
-        ),
-    ];
-    let mut s = String::from(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>tokentap report</title><style>\
-         body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}\
-         td,th{border:1px solid #ccc;padding:3px 7px;font-size:12px;text-align:right}th{background:#f3f3f3}\
-         td.miss{background:#fdd;color:#900;font-weight:bold}.charts{display:flex;flex-wrap:wrap;gap:16px}</style></head><body>",
-    );
-    let _ = write!(
-        s,
-        "<h1>tokentap report</h1><p>{} records ({}).</p><div class=\"charts\">",
-        r.records, r.sources
-    );
-    for c in &charts {
-        s.push_str(c);
-    }
-    s.push_str("</div><h2>Per bucket × concurrency</h2>");
-    let (h, rows) = cell_rows(r);
-    s += &html_table(&h, &rows);
-    s.push_str("<h2>SLO verdicts (p95)</h2>");
-    let (h, rows) = slo_rows(r);
-    s += &html_table(&h, &rows);
-    s.push_str("<h2>Provisioning</h2>");
-    let (h, rows) = prov_rows(r);
-    s += &html_table(&h, &rows);
-    s.push_str("<ul>");
-    for line in readings(r) {
-        let _ = write!(s, "<li>{}</li>", svg::escape(&line));
-    }
-    s.push_str("</ul>");
-    if let (Some((h, rows)), Some(hop)) = (hop_rows(r), &r.gateway_hop) {
-        let _ = write!(s, "<h2>{}</h2>", svg::escape(&hop_title(r)));
-        s += &html_table(&h, &rows);
-        let _ = write!(s, "<p>{}</p>", svg::escape(&hop.summary));
-    }
-    s.push_str("<h2>Per key</h2>");
-    let (h, rows) = key_rows(r);
-    s += &html_table(&h, &rows);
-    s.push_str("</body></html>\n");
-    s
 }

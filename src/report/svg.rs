@@ -1,5 +1,5 @@
 //! Minimal inline SVG charts (no scripts, no fonts to fetch): lines over a categorical x axis,
-//! and grouped bars.
+//! and grouped bars; each draws the thresholds it is judged against as dashed lines.
 
 use std::fmt::Write;
 
@@ -103,21 +103,41 @@ fn nice_max(v: f64) -> f64 {
     10.0 * mag
 }
 
-/// The frame of a chart scaled to its series: the SVG so far and the y maximum.
+/// A threshold line: its label and value (e.g. `interactive 500 ms`, 500).
+pub type Threshold = (String, f64);
+
+/// The frame of a chart scaled to its series and the thresholds near them (up to 3× the data:
+/// a far one would flatten the data), drawn dashed: the SVG so far and the y maximum.
 fn start(
     title: &str,
     y_label: &str,
     xs: &[String],
     series: &[(String, Vec<Option<f64>>)],
+    thresholds: &[Threshold],
 ) -> (String, f64) {
-    let ymax = nice_max(
-        series
-            .iter()
-            .flat_map(|s| s.1.iter().flatten())
-            .fold(0.0, |a, b| a.max(*b)),
-    );
+    let data = series
+        .iter()
+        .flat_map(|s| s.1.iter().flatten())
+        .fold(0.0_f64, |a, b| a.max(*b));
+    let near: Vec<&Threshold> = thresholds
+        .iter()
+        .filter(|t| t.1 > 0.0 && (data <= 0.0 || t.1 <= 3.0 * data))
+        .collect();
+    let ymax = nice_max(near.iter().map(|t| t.1 * 1.05).fold(data, f64::max));
     let mut out = String::new();
     frame(&mut out, title, y_label, ymax, xs);
+    let (pw, ph) = (W - L - R, H - T - B);
+    for (label, v) in near {
+        let y = T + ph - ph * v / ymax;
+        let _ = write!(
+            out,
+            r##"<line x1="{L}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#900" stroke-dasharray="5,4"/><text x="{:.1}" y="{:.1}" fill="#900" text-anchor="end" font-size="10">{}</text>"##,
+            L + pw,
+            L + pw - 2.0,
+            y - 3.0,
+            escape(label)
+        );
+    }
     (out, ymax)
 }
 
@@ -140,8 +160,9 @@ pub fn lines(
     y_label: &str,
     xs: &[String],
     series: &[(String, Vec<Option<f64>>)],
+    thresholds: &[Threshold],
 ) -> String {
-    let (mut out, ymax) = start(title, y_label, xs, series);
+    let (mut out, ymax) = start(title, y_label, xs, series, thresholds);
     let (pw, ph) = (W - L - R, H - T - B);
     for (si, (name, ys)) in series.iter().enumerate() {
         let color = COLORS[si % COLORS.len()];
@@ -181,8 +202,9 @@ pub fn bars(
     y_label: &str,
     xs: &[String],
     series: &[(String, Vec<Option<f64>>)],
+    thresholds: &[Threshold],
 ) -> String {
-    let (mut out, ymax) = start(title, y_label, xs, series);
+    let (mut out, ymax) = start(title, y_label, xs, series, thresholds);
     let (pw, ph) = (W - L - R, H - T - B);
     let slot = pw / xs.len().max(1) as f64;
     let bw = slot * 0.8 / series.len().max(1) as f64;
