@@ -114,6 +114,100 @@ async fn a_zero_hop_measures_as_nothing() {
     assert!(lo < 2.0);
 }
 
+/// The demo's set-up, small: the hop relays through tokentap's `engine` route (behind
+/// `gateway`), bench alternates direct and gateway at C=1 and 4. The tap recovers the hop's
+/// own per-request claim (its hold) at every level, and the A/B agrees with the tap at C=1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tap_recovers_the_hop_at_every_level() {
+    let (el, hl) = (
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    );
+    let hop_addr = hl.local_addr().unwrap();
+    let mut sim = Sim::start(fast(), "sim", 5, el, None).await.unwrap();
+    let px = proxy_toml(&format!(
+        "[[routes]]\nname = \"direct\"\nupstream = \"http://{e}\"\n\
+         [[routes]]\nname = \"gateway\"\nupstream = \"http://{hop_addr}\"\npath_prefix = \"/gateway\"\n\
+         [[routes]]\nname = \"engine\"\nupstream = \"http://{e}\"\npath_prefix = \"/engine\"\n\
+         behind = \"gateway\"\nbehind_sources = [\"127.0.0.1\"]\n",
+        e = sim.engine
+    ))
+    .await;
+    sim.start_hop(
+        hl,
+        "40±5".parse::<HopDelay>().unwrap(),
+        px.url("/engine").parse().unwrap(),
+        5,
+    )
+    .unwrap();
+    let dir = scratch("tap-levels");
+    let cfg = BenchConfig {
+        target: format!("http://{}", px.addr),
+        out: dir.clone(),
+        concurrency: vec![1, 4],
+        requests: 12,
+        warmup: 0,
+        outputs: [6, 6, 6],
+        prompts_per_bucket: 12,
+        calibrate: false,
+        quiet: true,
+        arms: vec![
+            ("direct".into(), String::new()),
+            ("gateway".into(), "/gateway".into()),
+        ],
+        ..BenchConfig::default()
+    };
+    bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    let bench_recs = report::load(&[dir], &mut |w| panic!("{w}")).unwrap();
+    let n_gateway = bench_recs
+        .iter()
+        .filter(|r| r.experiment.as_ref().is_some_and(|e| e.arm == "gateway"))
+        .count();
+    // Every request on the gateway route: its record, and the engine route's.
+    let proxied = px.records(bench_recs.len() + n_gateway).await;
+    let r = tokentap::report::compute_all(
+        &bench_recs,
+        &proxied,
+        &Slos::default(),
+        10,
+        false,
+        ("gateway", "direct"),
+    );
+    let tap = r.gateway_tap.unwrap();
+    assert_eq!(tap.joined, n_gateway, "{}", tap.summary);
+    assert_eq!(tap.concurrency_from, "load_generator");
+    for level in ["1", "4"] {
+        // Per request: the tap's hop minus what the hop says it held.
+        let err = tokentap::stats::sorted(proxied.iter().filter_map(|r| {
+            let g = r.gateway_tap.as_ref()?;
+            (r.concurrency == level.parse().ok()).then_some(g.ttft_ms? - r.gateway_overhead_ms?)
+        }));
+        let med = tokentap::stats::pct(&err, 0.5).unwrap();
+        assert!(
+            (0.0..3.0).contains(&med),
+            "C={level}: tap − hold median {med} ({err:?})"
+        );
+        assert!(err[0] >= 0.0, "the tap read less than the hold: {err:?}");
+        let t = tap.by_concurrency[level].ttft_ms.median.unwrap();
+        assert!((34.0..49.0).contains(&t), "C={level}: {t}");
+    }
+    let hop = r.gateway_hop.unwrap();
+    let (ab1, tap1) = (
+        hop.by_concurrency["1"].ttft_ms.median.unwrap(),
+        tap.by_concurrency["1"].ttft_ms.median.unwrap(),
+    );
+    assert!((ab1 - tap1).abs() < 5.0, "A/B {ab1} vs tap {tap1} at C=1");
+    // The report says which levels the pooled A/B pools, and answers with the tap's figures.
+    assert!(hop.summary.contains("pools C=1, 4"), "{}", hop.summary);
+    assert!(
+        r.answers[4].answer.contains("gateway tap"),
+        "{}",
+        r.answers[4].answer
+    );
+}
+
 fn exp_proxy_toml(mode: &str, gateway: &str, direct: &str, extra: &str) -> String {
     format!(
         "[experiment]\nmode = \"{mode}\"\narms = [\"direct\", \"gateway\"]\n{extra}\n\

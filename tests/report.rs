@@ -262,6 +262,19 @@ fn cli_formats_and_slo_gate() {
         .success());
     let h = std::fs::read_to_string(&html).unwrap();
     assert_eq!(h.matches("<svg").count(), 4);
+    // It opens with the questions answered, before any chart.
+    let answers = h.find("How good is it for one user?").unwrap();
+    assert!(answers < h.find("<svg").unwrap());
+    for q in [
+        "What is the interactive ceiling per prompt shape?",
+        "Where does it actually hurt?",
+        "What is the failure mode?",
+        "What does the gateway cost, at which concurrency?",
+    ] {
+        assert!(h.contains(q), "{q}");
+    }
+    // The TTFT charts draw the SLO they are judged against.
+    assert!(h.contains("interactive 500 ms") && h.contains("stroke-dasharray"));
     assert!(
         !h.contains("<script")
             && !h.contains("src=")
@@ -323,6 +336,26 @@ async fn a_simulated_sweep_reads_like_the_write_up() {
     }
     // E2E is set by output length.
     assert!(cell("short-long", "1").e2e_ms.p50 > cell("long-short", "1").e2e_ms.p50);
+    // The answers carry the figures of the cells they summarise.
+    let one = &r.answers[0].answer;
+    let p95 = cell("long-short", "1").ttft_ms.p95.unwrap();
+    assert!(one.contains(&format!("{p95:.0}")), "{one} vs {p95}");
+    assert!(
+        r.answers[3].answer.starts_with("Slower, never wrong")
+            || r.answers[3].answer.starts_with("None seen"),
+        "{}",
+        r.answers[3].answer
+    );
+    assert!(
+        r.answers[4].answer.starts_with("Not measured"),
+        "{}",
+        r.answers[4].answer
+    );
+    // The sim reports vLLM's per-request timings: every cell splits its TTFT.
+    assert!(r.cells.iter().all(|c| c
+        .ttft_split
+        .as_ref()
+        .is_some_and(|s| s.engine_prefill_ms.is_some())));
     // Aggregate tok/s grows with concurrency while per-stream does not.
     assert!(
         cell("short-long", "8").aggregate_tok_s.unwrap()
