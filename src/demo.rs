@@ -158,7 +158,7 @@ fn print_hop(cfg: &DemoConfig, rep: &report::Report, proxied: &[RequestRecord]) 
         "gateway hop (injected {:.0}±{:.0} ms), TTFT ms, median per concurrency level:",
         cfg.hop.ms, cfg.hop.jitter_ms
     );
-    println!("  level  A/B pairs  A/B gateway−direct  tap joined  tap hop  admission  relay  tap − injected (median, max |·|)");
+    println!("  level  A/B pairs  A/B gateway−direct  tap joined  tap hop  admission  relay  tap − hop's hold (median, max |·|)");
     let (hop, tap) = (rep.gateway_hop.as_ref(), rep.gateway_tap.as_ref());
     let mut levels: Vec<&String> = hop
         .map(|h| h.by_concurrency.keys().collect())
