@@ -90,7 +90,7 @@ recs = [json.loads(l) for l in open(sys.argv[2])]
 t, h = r["gateway_tap"], r["gateway_hop"]
 key = lambda l: int(l.split("-")[-1])
 f = lambda v: "-" if v is None else f"{v:+.1f}"
-print(f"join: {t['joined']} joined, rate {100 * t['join_rate']:.0f} %, by {t['join_by']}, unjoined {t['unjoined']}")
+print(f"join: {t['joined']} joined, rate {100 * t['join_rate']:.0f} %, by {t['join_by']}, unjoined {t['unjoined']} {t['unjoined_by_reason']}")
 print("level  A/B pairs  A/B TTFT median [CI]         tap joined  tap TTFT hop  admission  relay  LiteLLM claim  tap - claim")
 for l in sorted(set(h["by_concurrency"]) | set(t["by_concurrency"]), key=key):
     a, s = h["by_concurrency"].get(l), t["by_concurrency"].get(l)

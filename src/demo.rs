@@ -122,6 +122,7 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
         ("gateway", "direct"),
     );
     print_hop(cfg, &rep, &proxied);
+    print_split(&rep);
 
     let ok = proxied.iter().filter(|r| r.outcome == Outcome::Ok).count();
     println!(
@@ -147,6 +148,23 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     println!("competes for compute); per-stream tok/s barely moves (decode is bandwidth-bound); E2E is set by");
     println!("how much was asked for. The gateway hop taxes the front of the request (TTFT), not the body (TPOT).");
     Ok(())
+}
+
+/// Where TTFT went at C=1, from the simulated engine's per-request metrics (vLLM's fields).
+fn print_split(rep: &report::Report) {
+    let f = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.1}"));
+    println!("\nwhere TTFT went at C=1 (medians of each part, ms; the engine's parts from its per-request metrics):");
+    for c in rep.cells.iter().filter(|c| c.level == 1) {
+        let Some(sp) = &c.ttft_split else { continue };
+        println!(
+            "  {:<21} TTFT {:>6}   engine queue {:>5}   engine prefill {:>6}   outside the engine {:>6}",
+            format!("{} [{}]", c.bucket, c.arm.as_deref().unwrap_or("-")),
+            f(c.ttft_ms.p50),
+            f(sp.engine_queue_ms),
+            f(sp.engine_prefill_ms),
+            f(sp.outside_engine_ms),
+        );
+    }
 }
 
 /// The hop at every level: the A/B's paired difference beside the tap's per-request hop and

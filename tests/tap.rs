@@ -28,6 +28,8 @@ struct Mode {
     forward_join: bool,
     /// Re-serialise the body as LiteLLM does: another model, other key order, spaces.
     reserialise: bool,
+    /// Rewrite the conversation beyond recognition (a system prompt added).
+    rewrite: bool,
 }
 
 /// A gateway on an ephemeral port relaying to `upstream` (a tokentap route URL, set later).
@@ -76,6 +78,13 @@ async fn relay(
         let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         v["model"] = "upstream-model".into();
         v["stream_options"] = serde_json::json!({"include_usage": true});
+        if mode.rewrite {
+            let m = v["messages"].as_array_mut().unwrap();
+            m.insert(
+                0,
+                serde_json::json!({"role": "system", "content": "Be brief."}),
+            );
+        }
         body = Bytes::from(serde_json::to_string_pretty(&v).unwrap());
     }
     let mut b = http::Request::builder()
@@ -173,6 +182,7 @@ async fn header_joins_identical_concurrent_prompts_each_to_its_own() {
         Mode {
             forward_join: true,
             reserialise: true,
+            rewrite: false,
         },
     )
     .await;
@@ -238,7 +248,7 @@ async fn header_joins_identical_concurrent_prompts_each_to_its_own() {
     // The report's section from the same records.
     let rep = tokentap::report::compute(&recs, &tokentap::report::Slos::default(), 10, false);
     let tap = rep.gateway_tap.unwrap();
-    assert_eq!((tap.joined, tap.unjoined.total), (4, 0));
+    assert_eq!((tap.joined, tap.unjoined), (4, 0));
     assert_eq!(tap.join_by.get("header"), Some(&4));
     assert!(tap.overall.ttft_ms.median.unwrap() >= 50.0);
     assert!(
@@ -263,6 +273,7 @@ async fn fingerprints_join_what_is_unique_and_never_guess_between_twins() {
     let mode = Mode {
         forward_join: false,
         reserialise: true,
+        rewrite: false,
     };
     let px = tapped(&engine, mode).await;
     // Distinct prompts one after another: each fingerprint is unique, each joins.
@@ -318,8 +329,9 @@ async fn fingerprints_join_what_is_unique_and_never_guess_between_twins() {
     let rep = tokentap::report::compute(&recs, &tokentap::report::Slos::default(), 10, false);
     let tap = rep.gateway_tap.unwrap();
     assert_eq!(tap.joined, 3);
-    assert_eq!(tap.unjoined.outer.get("ambiguous"), Some(&4));
-    assert_eq!(tap.unjoined.inner.get("ambiguous"), Some(&4));
+    assert_eq!(tap.unjoined, 8);
+    assert_eq!(tap.unjoined_by_reason.outer.get("ambiguous"), Some(&4));
+    assert_eq!(tap.unjoined_by_reason.inner.get("ambiguous"), Some(&4));
     assert!(tap.summary.contains("never guessed"), "{}", tap.summary);
 }
 
@@ -368,4 +380,41 @@ async fn the_engine_route_serves_only_the_gateway() {
         served.gateway_tap.as_ref().unwrap().unjoined,
         Some(Unjoined::NoMatch)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_rewritten_beyond_recognition_is_left_unjoined_and_counted() {
+    let engine = Upstream::spawn(|_| engine_script()).await;
+    let px = tapped(
+        &engine,
+        Mode {
+            forward_join: false,
+            reserialise: true,
+            rewrite: true,
+        },
+    )
+    .await;
+    identical_prompts_at_once(&px, &[5]).await;
+    let recs = px.records(2).await;
+    let (outer, inner) = sides(&recs);
+    let (o, i) = (
+        outer[0].gateway_tap.as_ref().unwrap(),
+        inner[0].gateway_tap.as_ref().unwrap(),
+    );
+    assert_eq!(
+        (o.peer.as_ref(), o.unjoined),
+        (None, Some(Unjoined::NoInner))
+    );
+    assert_eq!(
+        (i.peer.as_ref(), i.unjoined),
+        (None, Some(Unjoined::NoMatch))
+    );
+    assert_eq!(o.admission_ms, None);
+    // The client still got its stream.
+    assert_eq!(outer[0].outcome, Outcome::Ok);
+    let tap = tokentap::report::compute(&recs, &tokentap::report::Slos::default(), 10, false)
+        .gateway_tap
+        .unwrap();
+    assert_eq!((tap.joined, tap.unjoined), (0, 2));
+    assert_eq!(tap.join_rate, 0.0);
 }

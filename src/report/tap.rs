@@ -36,8 +36,7 @@ pub struct SelfReported {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Unjoined {
-    pub total: usize,
+pub struct UnjoinedBy {
     /// Gateway-side requests no inner request was joined to, by reason.
     pub outer: BTreeMap<String, usize>,
     /// Engine-side requests joined to no gateway-side one, by reason.
@@ -49,7 +48,9 @@ pub struct GatewayTap {
     /// The gateway's route(s) in tokentap (the outer side).
     pub routes: Vec<String>,
     pub joined: usize,
-    pub unjoined: Unjoined,
+    /// Requests on either side left unjoined (never guessed).
+    pub unjoined: usize,
+    pub unjoined_by_reason: UnjoinedBy,
     /// Joined ÷ gateway-side requests.
     pub join_rate: f64,
     /// Joins by how they were made: `header`, `fingerprint`.
@@ -120,8 +121,8 @@ pub fn compute<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> Option<G
         m
     };
     let (uo, ui) = (reasons(&outer), reasons(&inner));
-    let unjoined = Unjoined {
-        total: uo.values().sum::<usize>() + ui.values().sum::<usize>(),
+    let unjoined = uo.values().sum::<usize>() + ui.values().sum::<usize>();
+    let unjoined_by_reason = UnjoinedBy {
         outer: uo,
         inner: ui,
     };
@@ -203,13 +204,13 @@ pub fn compute<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> Option<G
             med(&s.measured_minus_claimed_ms)
         ));
     }
-    if unjoined.total > 0 {
-        let all: Vec<String> = unjoined
+    if unjoined > 0 {
+        let all: Vec<String> = unjoined_by_reason
             .outer
             .iter()
             .map(|(k, v)| format!("{v} gateway-side {k}"))
             .chain(
-                unjoined
+                unjoined_by_reason
                     .inner
                     .iter()
                     .map(|(k, v)| format!("{v} engine-side {k}")),
@@ -221,6 +222,7 @@ pub fn compute<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> Option<G
         routes,
         joined: joined.len(),
         unjoined,
+        unjoined_by_reason,
         join_rate,
         join_by,
         overall,
