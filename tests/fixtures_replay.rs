@@ -214,6 +214,121 @@ const EXPECT: &[Expect] = &[
         None,
         None,
     ),
+    // The Responses and Anthropic Messages APIs (no `[DONE]`: their own end markers), and
+    // prefix-cache hits (vLLM --enable-prompt-tokens-details).
+    (
+        "litellm-chat-stream-cached",
+        Outcome::Ok,
+        Some(693),
+        Some(8),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "litellm-messages-error-unknown-model",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "litellm-messages-nonstream",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "litellm-messages-stream",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "litellm-responses-error-unknown-model",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "litellm-responses-nonstream",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "litellm-responses-stream",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    // LiteLLM did not pass max_output_tokens (8) on: 16 tokens came.
+    (
+        "litellm-responses-stream-cached",
+        Outcome::Ok,
+        Some(693),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "vllm-chat-stream-cached",
+        Outcome::Ok,
+        Some(693),
+        Some(8),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "vllm-messages-error-unknown-model",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "vllm-messages-nonstream",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "vllm-messages-stream",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "vllm-responses-error-unknown-model",
+        Outcome::UpstreamError,
+        None,
+        None,
+        None,
+    ),
+    (
+        "vllm-responses-nonstream",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "vllm-responses-stream",
+        Outcome::Ok,
+        Some(19),
+        Some(16),
+        Some(TokensSource::Usage),
+    ),
+    (
+        "vllm-responses-stream-cached",
+        Outcome::Ok,
+        Some(693),
+        Some(8),
+        Some(TokensSource::Usage),
+    ),
 ];
 
 /// Index of the first chunk carrying generated text, read with a plain substring test that is
@@ -225,8 +340,30 @@ fn first_content_chunk(f: &Fixture) -> Option<usize> {
             s.match_indices(key)
                 .any(|(i, _)| !s[i + key.len()..].starts_with('"'))
         };
-        s.starts_with("data: {") && (nonempty("\"content\":\"") || nonempty("\"text\":\""))
+        // Chat and completions chunks; Anthropic's `text_delta` (its `text`); the Responses
+        // API's `*.delta` events (a string `delta`; its `*.done` events repeat the text).
+        let responses = s.contains("\"response.");
+        s.contains("data: {")
+            && if responses {
+                s.contains(".delta\"") && nonempty("\"delta\":\"")
+            } else {
+                nonempty("\"content\":\"") || nonempty("\"text\":\"") || nonempty("\"text\": \"")
+            }
     })
+}
+
+/// The API shape a fixture's name says it is.
+fn api_of(name: &str) -> tokentap::openai::Api {
+    use tokentap::openai::Api;
+    if name.contains("-responses-") {
+        Api::Responses
+    } else if name.contains("-messages-") {
+        Api::Messages
+    } else if name.contains("-completions-") || name.contains("prompt-too-long") {
+        Api::Completions
+    } else {
+        Api::Chat
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,6 +442,22 @@ async fn every_fixture_is_forwarded_byte_exact_and_measured() {
         assert_eq!(r.output_tokens, *output, "{}: output tokens", f.name);
         assert_eq!(r.tokens_source, *source, "{}: tokens source", f.name);
         assert_eq!(r.response_bytes, f.body.len() as u64);
+        assert_eq!(r.api, api_of(&f.name), "{}: api", f.name);
+        assert_eq!(
+            r.endpoint_api, None,
+            "{}: the path and the events agree",
+            f.name
+        );
+        let cached = f.name.ends_with("-cached").then_some(640);
+        if f.status == 200 && !f.name.contains("litellm-chat-stream-usage") {
+            // Where usage carries the cache's count (vLLM --enable-prompt-tokens-details).
+            assert_eq!(
+                r.cached_tokens.filter(|c| *c > 0),
+                cached,
+                "{}: cached",
+                f.name
+            );
+        }
         assert_eq!(r.request_bytes, f.req_body.len() as u64);
 
         // Timing: chunk k leaves the upstream at FIRST + k·GAP after its headers.
@@ -325,6 +478,11 @@ async fn every_fixture_is_forwarded_byte_exact_and_measured() {
                     f.name,
                     at(k)
                 );
+                // No reasoning in these models: the first output token is the first token.
+                assert_eq!(r.ttfo_ms, r.ttft_ms, "{}: ttfo", f.name);
+                if *outcome == Outcome::Ok {
+                    assert_eq!(r.done, Some(true), "{}: the stream's end marker", f.name);
+                }
                 let n = r.output_tokens.unwrap();
                 // TPOT is computed from the record's own E2E and TTFT, per the definition.
                 let tpot = r.tpot_ms.unwrap();

@@ -67,6 +67,8 @@ pub struct Meter {
     deferred: Option<(Bytes, Instant)>,
     /// Told the first token's instant as soon as it is seen (a gateway tap's inner side).
     pub first_token_signal: Option<Arc<OnceLock<Instant>>>,
+    /// The API shape the events said they are, from the first that said.
+    pub api: Option<openai::Api>,
 }
 
 impl Meter {
@@ -88,6 +90,7 @@ impl Meter {
             itl_max_us: 0,
             deferred: None,
             first_token_signal: None,
+            api: None,
         }
     }
 
@@ -189,11 +192,23 @@ impl Meter {
         if data.trim_ascii() == b"[DONE]" {
             // E2E ends at `[DONE]` when the stream has one (what follows is only framing).
             self.done = true;
-            self.timeline.end.get_or_insert(now);
+            self.timeline.end = Some(now);
             return;
         }
         match openai::inspect_chunk_in(&mut self.shape, data) {
             Ok(info) => {
+                if info.answer && self.timeline.first_output.is_none() {
+                    self.timeline.first_output = Some(now);
+                }
+                if info.end {
+                    // The Responses and Messages APIs' own end markers. vLLM sends no `[DONE]`
+                    // after them; LiteLLM adds one to a Responses stream: E2E ends at the last.
+                    self.done = true;
+                    self.timeline.end = Some(now);
+                }
+                if self.api.is_none() {
+                    self.api = info.api;
+                }
                 if info.content {
                     self.content_events += 1;
                     if let Some(prev) = self.timeline.last_token {
@@ -215,9 +230,7 @@ impl Meter {
                     }
                     self.timeline.last_token = Some(now);
                 }
-                if let Some(u) = info.usage {
-                    self.usage = Some(u);
-                }
+                self.note_usage(info.usage);
                 if !info.timings.is_empty() {
                     self.timings = info.timings;
                 }
@@ -226,6 +239,12 @@ impl Meter {
                 }
             }
             Err(_) => self.parse_errors += 1,
+        }
+    }
+
+    fn note_usage(&mut self, u: Option<Usage>) {
+        if let Some(u) = u {
+            self.usage = Some(self.usage.map_or(u, |prev| prev.merge(u)));
         }
     }
 
@@ -242,7 +261,10 @@ impl Meter {
             }
             match openai::inspect_chunk(buf) {
                 Ok(info) => {
-                    self.usage = info.usage.or(self.usage);
+                    self.note_usage(info.usage);
+                    if self.api.is_none() {
+                        self.api = info.api;
+                    }
                     if !info.timings.is_empty() {
                         self.timings = info.timings;
                     }
@@ -264,10 +286,12 @@ impl Meter {
             Some(Usage {
                 prompt_tokens,
                 completion_tokens: Some(c),
+                ..
             }) => (prompt_tokens, Some(c), Some(TokensSource::Usage)),
             Some(Usage {
                 prompt_tokens,
                 completion_tokens: None,
+                ..
             }) if self.is_sse() => (
                 prompt_tokens,
                 Some(self.content_events),
@@ -276,6 +300,7 @@ impl Meter {
             Some(Usage {
                 prompt_tokens,
                 completion_tokens: None,
+                ..
             }) => (prompt_tokens, None, None),
             None if self.is_sse() => (None, Some(self.content_events), Some(TokensSource::Events)),
             None => (None, None, None),

@@ -7,6 +7,11 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::timeline::{ms_between, Stamp};
+use crate::openai::Api;
+
+fn other_api() -> Api {
+    Api::Other
+}
 use super::{Buckets, Meter};
 
 /// How a request ended. A closed set: it becomes a metric label.
@@ -170,6 +175,13 @@ pub struct RequestRecord {
     pub method: String,
     /// Request path without the query string, as the client sent it.
     pub endpoint: String,
+    /// The API shape measured: what the events say they are, else what the path says
+    /// (`chat`, `completions`, `responses`, `messages`, `embeddings`, `other`).
+    #[serde(default = "other_api")]
+    pub api: Api,
+    /// The path's shape, when the events said another (chat JSON on `/v1/messages`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_api: Option<Api>,
     /// Model the client asked for.
     pub model: Option<String>,
     /// Model sent upstream, when the route's model map rewrote it.
@@ -183,7 +195,20 @@ pub struct RequestRecord {
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub tokens_source: Option<TokensSource>,
+    /// Prompt tokens served from the engine's prefix cache (usage: chat
+    /// `prompt_tokens_details.cached_tokens`, Responses `input_tokens_details.cached_tokens`,
+    /// Messages `cache_read_input_tokens`).
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
+    /// Output tokens that were reasoning (usage: `completion_tokens_details` /
+    /// `output_tokens_details.reasoning_tokens`).
+    #[serde(default)]
+    pub reasoning_tokens: Option<u64>,
     pub ttft_ms: Option<f64>,
+    /// Time to first output token: the first token that is not reasoning (answer text or a tool
+    /// call). Equal to `ttft_ms` for a model that does not reason first.
+    #[serde(default)]
+    pub ttfo_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
     pub e2e_ms: f64,
     pub itl_p50_ms: Option<f64>,
@@ -317,6 +342,9 @@ impl RequestRecord {
         let e2e_ms = ms_between(tl.t0, end_at);
         let ttft_ms = tl.ms(tl.first_token);
         let (input_tokens, output_tokens, tokens_source) = meter.tokens();
+        let path_api = Api::from_path(&facts.endpoint);
+        let api = meter.api.unwrap_or(path_api);
+        let usage = meter.usage.unwrap_or_default();
         let (itl_p50_ms, itl_p99_ms, itl_max_ms) = meter.itl_summary();
         let upstream_sent_ms = tl.ms(tl.sent);
         let timings = meter.timings;
@@ -340,6 +368,8 @@ impl RequestRecord {
             experiment: facts.experiment,
             method: facts.method,
             endpoint: facts.endpoint,
+            api,
+            endpoint_api: (api != path_api).then_some(path_api),
             model: facts.model,
             upstream_model: facts.upstream_model,
             key_id: facts.key_id,
@@ -349,7 +379,10 @@ impl RequestRecord {
             input_tokens,
             output_tokens,
             tokens_source,
+            cached_tokens: usage.cached_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
             ttft_ms,
+            ttfo_ms: tl.ms(tl.first_output),
             tpot_ms: tpot_ms(e2e_ms, ttft_ms, output_tokens),
             e2e_ms,
             itl_p50_ms,

@@ -15,6 +15,8 @@ pub struct Timeline {
     pub first_byte: Option<Instant>,
     pub first_event: Option<Instant>,
     pub first_token: Option<Instant>,
+    /// The first output token that is not reasoning (answer text or a tool call).
+    pub first_output: Option<Instant>,
     pub last_token: Option<Instant>,
     pub end: Option<Instant>,
 }
@@ -29,6 +31,7 @@ impl Timeline {
             first_byte: None,
             first_event: None,
             first_token: None,
+            first_output: None,
             last_token: None,
             end: None,
         }

@@ -1,18 +1,45 @@
-//! What one SSE `data:` payload (or one non-streaming JSON body) says: whether it carries
-//! generated output, its usage, an in-band error (type and code, never the message), and vLLM's
-//! per-request timings.
+//! What one SSE `data:` payload (or one non-streaming JSON body) says, in every API shape:
+//! whether it carries generated output and whether that output is reasoning or the answer, its
+//! usage (with cached and reasoning tokens), an in-band error (type and code, never the message),
+//! the shape's end marker, and vLLM's per-request timings.
+//!
+//! OpenAI chat and completions chunks carry `choices`; the Responses API's events and Anthropic
+//! Messages' carry a top-level `type` (`response.output_text.delta`, `content_block_delta`, …).
+//! An event is read by what it is, not by the request's path.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use std::borrow::Cow;
+
+use super::api::Api;
 use super::fast::fast_content;
 use super::raw_as;
 
-/// Token usage as an engine reports it.
+/// Token usage as an engine reports it, in any shape, in OpenAI's terms.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
+    /// Every prompt token, cached ones included (Anthropic's `input_tokens` excludes the cache:
+    /// its cache reads and writes are added back).
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: Option<u64>,
+    /// Output tokens that were reasoning.
+    pub reasoning_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// Field by field, what `later` says wins (Anthropic sends input tokens at the start and
+    /// output tokens at the end).
+    pub fn merge(self, later: Usage) -> Usage {
+        Usage {
+            prompt_tokens: later.prompt_tokens.or(self.prompt_tokens),
+            completion_tokens: later.completion_tokens.or(self.completion_tokens),
+            cached_tokens: later.cached_tokens.or(self.cached_tokens),
+            reasoning_tokens: later.reasoning_tokens.or(self.reasoning_tokens),
+        }
+    }
 }
 
 /// Per-request server timings vLLM attaches to the final usage chunk (`metrics`) when it runs with
@@ -38,6 +65,13 @@ impl ServerTimings {
 pub struct ChunkInfo {
     /// Carries generated output (content, reasoning, tool call or completion text).
     pub content: bool,
+    /// Carries output that is not reasoning: answer text or a tool call.
+    pub answer: bool,
+    /// The shape's end marker: Responses `response.completed`/`incomplete`/`failed`, Messages
+    /// `message_stop` (chat and completions end with `[DONE]`, seen by the meter).
+    pub end: bool,
+    /// The shape the payload itself says it is, when it does.
+    pub api: Option<Api>,
     pub usage: Option<Usage>,
     /// An in-band error object: its `type` and `code`, never its message (it can echo a key).
     pub error: Option<String>,
@@ -47,11 +81,22 @@ pub struct ChunkInfo {
 #[derive(Deserialize)]
 pub(super) struct RawChunk<'a> {
     pub(super) choices: Option<ChoicesOutput>,
+    #[serde(default, deserialize_with = "lenient_usage")]
     pub(super) usage: Option<RawUsage>,
     #[serde(borrow)]
     pub(super) error: Option<&'a RawValue>,
     #[serde(borrow)]
     pub(super) metrics: Option<&'a RawValue>,
+    #[serde(borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    object: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    delta: Option<&'a RawValue>,
+    #[serde(borrow)]
+    response: Option<&'a RawValue>,
+    #[serde(borrow)]
+    message: Option<&'a RawValue>,
 }
 
 // NB: the per-event path. The views below decide "does this carry output?" while parsing,
@@ -75,6 +120,14 @@ struct RawDelta {
 }
 
 impl RawDelta {
+    /// Answer text or a tool call (not reasoning).
+    fn has_answer(&self) -> bool {
+        self.content.as_ref().is_some_and(|n| n.0)
+            || [&self.tool_calls, &self.function_call]
+                .iter()
+                .any(|v| v.as_ref().is_some_and(|n| n.0))
+    }
+
     fn has_output(&self) -> bool {
         [&self.content, &self.reasoning_content, &self.reasoning]
             .iter()
@@ -85,8 +138,8 @@ impl RawDelta {
     }
 }
 
-/// Whether any choice of the event carries output.
-pub(super) struct ChoicesOutput(pub(super) bool);
+/// Whether any choice of the event carries output, and whether any carries answer output.
+pub(super) struct ChoicesOutput(pub(super) bool, pub(super) bool);
 
 impl<'de> Deserialize<'de> for ChoicesOutput {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -100,13 +153,17 @@ impl<'de> Deserialize<'de> for ChoicesOutput {
                 self,
                 mut seq: A,
             ) -> Result<ChoicesOutput, A::Error> {
-                let mut any = false;
+                let (mut any, mut answer) = (false, false);
                 while let Some(c) = seq.next_element::<RawChoice>()? {
+                    let text = c.text.as_ref().is_some_and(|t| t.0);
                     any |= c.delta.as_ref().is_some_and(RawDelta::has_output)
-                        || c.text.as_ref().is_some_and(|t| t.0)
+                        || text
                         || c.message.as_ref().is_some_and(RawDelta::has_output);
+                    answer |= c.delta.as_ref().is_some_and(RawDelta::has_answer)
+                        || text
+                        || c.message.as_ref().is_some_and(RawDelta::has_answer);
                 }
-                Ok(ChoicesOutput(any))
+                Ok(ChoicesOutput(any, answer))
             }
         }
         d.deserialize_seq(V)
@@ -158,12 +215,168 @@ impl<'de> Deserialize<'de> for NonEmptyAny {
     }
 }
 
-#[derive(Deserialize)]
+/// Usage in any shape: OpenAI's (`prompt_tokens`, `*_details`), the Responses API's
+/// (`input_tokens`, `input_tokens_details`, …) and Anthropic's (`input_tokens`,
+/// `cache_read_input_tokens`, `cache_creation_input_tokens`). Every field lenient.
+#[derive(Deserialize, Default)]
 pub(super) struct RawUsage {
     #[serde(default, deserialize_with = "lenient_u64")]
     prompt_tokens: Option<u64>,
     #[serde(default, deserialize_with = "lenient_u64")]
     completion_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "lenient_u64")]
+    input_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "lenient_u64")]
+    output_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "lenient_u64")]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "lenient_u64")]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "lenient_details")]
+    prompt_tokens_details: Details,
+    #[serde(default, deserialize_with = "lenient_details")]
+    input_tokens_details: Details,
+    #[serde(default, deserialize_with = "lenient_details")]
+    completion_tokens_details: Details,
+    #[serde(default, deserialize_with = "lenient_details")]
+    output_tokens_details: Details,
+}
+
+#[derive(Deserialize, Default)]
+struct Details {
+    #[serde(default, deserialize_with = "lenient_u64")]
+    cached_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "lenient_u64")]
+    reasoning_tokens: Option<u64>,
+}
+
+fn lenient_details<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Details, D::Error> {
+    let v = <Option<&RawValue>>::deserialize(d)?;
+    Ok(v.and_then(|r| serde_json::from_str(r.get()).ok())
+        .unwrap_or_default())
+}
+
+fn lenient_usage<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<RawUsage>, D::Error> {
+    let v = <Option<&RawValue>>::deserialize(d)?;
+    Ok(v.and_then(|r| serde_json::from_str(r.get()).ok()))
+}
+
+impl RawUsage {
+    fn usage(&self) -> Usage {
+        let anthropic_cache = self
+            .cache_read_input_tokens
+            .unwrap_or(0)
+            .saturating_add(self.cache_creation_input_tokens.unwrap_or(0));
+        Usage {
+            prompt_tokens: self
+                .prompt_tokens
+                .or_else(|| self.input_tokens.map(|i| i.saturating_add(anthropic_cache))),
+            completion_tokens: self.completion_tokens.or(self.output_tokens),
+            cached_tokens: self
+                .prompt_tokens_details
+                .cached_tokens
+                .or(self.input_tokens_details.cached_tokens)
+                .or(self.cache_read_input_tokens),
+            reasoning_tokens: self
+                .completion_tokens_details
+                .reasoning_tokens
+                .or(self.output_tokens_details.reasoning_tokens),
+        }
+    }
+}
+
+/// An Anthropic `content_block_delta`'s `delta`.
+#[derive(Deserialize)]
+struct BlockDelta<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    text: Option<NonEmpty>,
+    thinking: Option<NonEmpty>,
+    partial_json: Option<NonEmpty>,
+}
+
+/// What a Responses `response` object or an Anthropic `message` object says.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, deserialize_with = "lenient_usage")]
+    usage: Option<RawUsage>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+fn envelope(v: Option<&RawValue>) -> Option<Envelope<'_>> {
+    v.and_then(|r| serde_json::from_str(r.get()).ok())
+}
+
+/// An event with a top-level `type`: the Responses API's and Anthropic Messages'.
+fn typed(kind: &str, raw: &RawChunk<'_>) -> Option<ChunkInfo> {
+    let mut info = ChunkInfo::default();
+    if let Some(rest) = kind.strip_prefix("response.") {
+        info.api = Some(Api::Responses);
+        if rest.ends_with(".delta") {
+            // Every `*.delta` carries generated output; reasoning ones are not the answer.
+            let text = raw
+                .delta
+                .is_some_and(|d| !matches!(d.get().trim(), "\"\"" | "null"));
+            info.content = text;
+            info.answer = text && !rest.starts_with("reasoning");
+        } else if matches!(rest, "completed" | "incomplete" | "failed") {
+            info.end = true;
+            if let Some(env) = envelope(raw.response) {
+                info.usage = env.usage.as_ref().map(RawUsage::usage);
+                if rest == "failed" {
+                    info.error = Some(
+                        env.error
+                            .map(|e| describe_error(e.get()))
+                            .unwrap_or_else(|| "type=response.failed,code=-".into()),
+                    );
+                }
+            } else if rest == "failed" {
+                info.error = Some("type=response.failed,code=-".into());
+            }
+        }
+        return Some(info);
+    }
+    info.api = Some(Api::Messages);
+    match kind {
+        "message_start" => {
+            info.usage = envelope(raw.message)
+                .and_then(|e| e.usage)
+                .as_ref()
+                .map(RawUsage::usage);
+        }
+        "content_block_delta" => {
+            let d: Option<BlockDelta<'_>> =
+                raw.delta.and_then(|d| serde_json::from_str(d.get()).ok());
+            if let Some(d) = d {
+                let has = |n: &Option<NonEmpty>| n.as_ref().is_some_and(|n| n.0);
+                let (answer, reasoning) = match d.kind.as_deref() {
+                    Some("text_delta") => (has(&d.text), false),
+                    Some("input_json_delta") => (has(&d.partial_json), false),
+                    Some("thinking_delta") => (false, has(&d.thinking)),
+                    _ => (false, false),
+                };
+                info.content = answer || reasoning;
+                info.answer = answer;
+            }
+        }
+        "message_delta" => info.usage = raw.usage.as_ref().map(RawUsage::usage),
+        "message_stop" => info.end = true,
+        // A whole (non-streaming) Messages body.
+        "message" => info.usage = raw.usage.as_ref().map(RawUsage::usage),
+        "error" => {
+            info.api = None;
+            info.error = Some(
+                raw.error
+                    .map(|e| describe_error(e.get()))
+                    .unwrap_or_else(|| "type=error,code=-".into()),
+            );
+        }
+        "ping" | "content_block_start" | "content_block_stop" => {}
+        // Unknown types are forwarded and ignored.
+        _ => return None,
+    }
+    Some(info)
 }
 
 fn lenient_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -178,13 +391,25 @@ pub fn inspect_chunk(payload: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
         return Ok(info);
     }
     let raw: RawChunk<'_> = serde_json::from_slice(payload)?;
-    let content = raw.choices.is_some_and(|c| c.0);
+    if raw.choices.is_none() {
+        if let Some(info) = raw.kind.as_deref().and_then(|k| typed(k, &raw)) {
+            return Ok(info);
+        }
+    }
+    let (content, answer) = raw.choices.as_ref().map_or((false, false), |c| (c.0, c.1));
+    let api = match raw.object.as_deref() {
+        Some("chat.completion.chunk" | "chat.completion") => Some(Api::Chat),
+        Some("text_completion") => Some(Api::Completions),
+        Some("response") => Some(Api::Responses),
+        Some("list") if raw.choices.is_none() => Some(Api::Embeddings),
+        _ => None,
+    };
     Ok(ChunkInfo {
         content,
-        usage: raw.usage.map(|u| Usage {
-            prompt_tokens: u.prompt_tokens,
-            completion_tokens: u.completion_tokens,
-        }),
+        answer,
+        end: false,
+        api,
+        usage: raw.usage.as_ref().map(RawUsage::usage),
         error: raw.error.map(|e| describe_error(e.get())),
         timings: raw
             .metrics

@@ -15,6 +15,7 @@ use super::chunk::{inspect_chunk, ChunkInfo};
 pub(super) fn fast_content(p: &[u8]) -> Option<ChunkInfo> {
     fast_content_span(p).map(|_| ChunkInfo {
         content: true,
+        answer: true,
         ..ChunkInfo::default()
     })
 }
@@ -61,6 +62,9 @@ fn fast_content_span(p: &[u8]) -> Option<(usize, usize)> {
                     }
                     match s {
                         b"usage" | b"error" | b"metrics" => return None,
+                        // The Responses API's events repeat the text in `*.done` events: only
+                        // the full parse tells a delta from them.
+                        b"type" if p[k + 1..].starts_with(b"\"response.") => return None,
                         b"content" | b"text"
                             if k == i
                                 && hit.is_none()
@@ -149,6 +153,7 @@ impl Shape {
 pub fn inspect_chunk_in(shape: &mut Shape, payload: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
     let plain = ChunkInfo {
         content: true,
+        answer: true,
         ..ChunkInfo::default()
     };
     if shape.matches(payload) {

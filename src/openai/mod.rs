@@ -7,10 +7,13 @@
 //!
 //! - [`request`]: what a request body says (model, stream, max_tokens).
 //! - [`splice`]: byte-exact edits of a request body (model rename, cache salt).
-//! - [`chunk`]: what one event or JSON body says (output, usage, errors, engine timings).
+//! - [`api`]: the API shapes (chat, completions, Responses, Anthropic Messages, embeddings).
+//! - [`chunk`]: what one event or JSON body says, in every shape (output and whether it is
+//!   reasoning, usage with cached and reasoning tokens, errors, the end marker, engine timings).
 //! - [`fast`]: the per-event fast path (a plain token event classified without a parse).
 //! - [`fingerprint`]: a hash of what a gateway forwards unchanged (text, sampling, length).
 
+pub mod api;
 pub mod chunk;
 pub mod fast;
 pub mod fingerprint;
@@ -20,6 +23,7 @@ pub mod splice;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+pub use api::Api;
 pub use chunk::{describe_error, inspect_chunk, ChunkInfo, ServerTimings, Usage};
 pub use fast::{inspect_chunk_in, Shape};
 pub use fingerprint::fingerprint;
