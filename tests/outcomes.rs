@@ -413,6 +413,15 @@ async fn admin_endpoints() {
     );
     assert!(m.contains("le=\"0.2\""));
     assert!(m.contains("le=\"0.08\""));
+    // Every request's API shape is a label; the first output token has its own histogram.
+    assert!(
+        m.contains("tokentap_time_to_first_token_seconds_count{route=\"default\",model=\"m\",key=\"sha256:6ab9f1eb8f7d3388f4f9d586f66e99fd54080df2c446f0e58668b09c08a16dd0\",api=\"chat\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("tokentap_time_to_first_output_token_seconds_count{route=\"default\",model=\"m\",key=\"sha256:6ab9f1eb8f7d3388f4f9d586f66e99fd54080df2c446f0e58668b09c08a16dd0\",api=\"chat\"} 1"),
+        "{m}"
+    );
     assert!(m.contains("tokentap_requests_total{"));
     assert!(m.contains("outcome=\"ok\""));
     assert!(m.contains("tokentap_output_tokens_total{"));

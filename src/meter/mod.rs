@@ -196,6 +196,10 @@ impl Meter {
             return;
         }
         match openai::inspect_chunk_in(&mut self.shape, data) {
+            // An event of another shape than the stream's: not measured, counted.
+            Ok(info) if self.api.zip(info.api).is_some_and(|(a, b)| a != b) => {
+                self.parse_errors += 1;
+            }
             Ok(info) => {
                 if info.answer && self.timeline.first_output.is_none() {
                     self.timeline.first_output = Some(now);

@@ -19,6 +19,7 @@ use crate::meter::{GatewayTap, RequestRecord, TapSide};
 
 pub const REQUESTS: &str = "tokentap_requests_total";
 pub const TTFT: &str = "tokentap_time_to_first_token_seconds";
+pub const TTFO: &str = "tokentap_time_to_first_output_token_seconds";
 pub const TPOT: &str = "tokentap_time_per_output_token_seconds";
 pub const ITL: &str = "tokentap_inter_token_latency_seconds";
 pub const E2E: &str = "tokentap_e2e_request_latency_seconds";
@@ -132,14 +133,16 @@ fn escape_label(v: &str) -> String {
 /// costs one map lookup instead of one registry lookup (and label vector) per metric.
 struct Handles {
     ttft: metrics::Histogram,
+    ttfo: metrics::Histogram,
     tpot: metrics::Histogram,
     e2e: metrics::Histogram,
     headers: metrics::Histogram,
     input: metrics::Counter,
     output: metrics::Counter,
     itl: Arc<FixedHist>,
-    /// The set's `route`, `model`, `key` labels (for the requests counters registered later).
-    labels: [Label; 3],
+    /// The set's `route`, `model`, `key`, `api` labels (for the requests counters registered
+    /// later).
+    labels: [Label; 4],
     /// `tokentap_requests_total` by (outcome, status class).
     requests: Mutex<Vec<(&'static str, &'static str, metrics::Counter)>>,
 }
@@ -177,7 +180,7 @@ impl Metrics {
     ) -> Result<Self, metrics_exporter_prometheus::BuildError> {
         let mut builder = PrometheusBuilder::new();
         for (names, buckets) in [
-            (&[TTFT, E2E, UPSTREAM_HEADERS][..], LATENCY_BUCKETS),
+            (&[TTFT, TTFO, E2E, UPSTREAM_HEADERS][..], LATENCY_BUCKETS),
             (&[TPOT][..], TOKEN_BUCKETS),
             (&[GATEWAY_HOP][..], HOP_BUCKETS),
         ] {
@@ -205,6 +208,12 @@ impl Metrics {
             TTFT,
             Some(Unit::Seconds),
             "Time to first content token, from the request head (streams only).",
+            'h',
+        );
+        describe(
+            TTFO,
+            Some(Unit::Seconds),
+            "Time to the first output token that is not reasoning (answer text or a tool call), from the request head.",
             'h',
         );
         describe(
@@ -360,18 +369,25 @@ impl Metrics {
     }
 
     /// The handles of a label set, registered on first use.
-    fn handles(&self, route: &str, model: String, key: String) -> Option<Arc<Handles>> {
-        let id = format!("{route}\0{model}\0{key}");
+    fn handles(
+        &self,
+        route: &str,
+        model: String,
+        key: String,
+        api: &'static str,
+    ) -> Option<Arc<Handles>> {
+        let id = format!("{route}\0{model}\0{key}\0{api}");
         if let Some(h) = self.handles.lock().ok()?.get(&id) {
             return Some(h.clone());
         }
         let r = &self.recorder;
-        let (route, model, key) = (
+        let (route, model, key, api) = (
             Label::new("route", route.to_owned()),
             Label::new("model", model),
             Label::new("key", key),
+            Label::new("api", api),
         );
-        let rmk = || vec![route.clone(), model.clone(), key.clone()];
+        let rmk = || vec![route.clone(), model.clone(), key.clone(), api.clone()];
         let itl_labels = format!(
             "route=\"{}\",model=\"{}\"",
             escape_label(route.value()),
@@ -386,6 +402,7 @@ impl Metrics {
             .clone();
         let h = Arc::new(Handles {
             ttft: r.register_histogram(&Self::key(TTFT, rmk()), &META),
+            ttfo: r.register_histogram(&Self::key(TTFO, rmk()), &META),
             tpot: r.register_histogram(&Self::key(TPOT, rmk()), &META),
             e2e: r.register_histogram(&Self::key(E2E, rmk()), &META),
             headers: r.register_histogram(
@@ -395,7 +412,7 @@ impl Metrics {
             input: r.register_counter(&Self::key(INPUT_TOKENS, rmk()), &META),
             output: r.register_counter(&Self::key(OUTPUT_TOKENS, rmk()), &META),
             itl,
-            labels: [route, model, key],
+            labels: [route, model, key, api],
             requests: Mutex::new(Vec::new()),
         });
         self.handles.lock().ok()?.insert(id, h.clone());
@@ -439,7 +456,7 @@ impl Metrics {
     pub fn observe(&self, rec: &RequestRecord, itl_us: &[u32]) {
         let model = self.models.label(rec.model.as_deref());
         let key = self.keys.label(rec.key_id.as_deref());
-        let Some(h) = self.handles(&rec.route, model, key) else {
+        let Some(h) = self.handles(&rec.route, model, key, rec.api.as_str()) else {
             return;
         };
         let (outcome, class) = (rec.outcome.as_str(), status_class(rec.status));
@@ -460,6 +477,9 @@ impl Metrics {
         }
         if let Some(v) = rec.ttft_ms {
             h.ttft.record(v / 1000.0);
+        }
+        if let Some(v) = rec.ttfo_ms {
+            h.ttfo.record(v / 1000.0);
         }
         if let Some(v) = rec.tpot_ms {
             h.tpot.record(v / 1000.0);
