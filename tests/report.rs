@@ -424,3 +424,33 @@ fn the_hop_is_read_per_concurrency_level() {
     assert!(v["gateway_hop"]["by_concurrency"]["8"]["ttft_ms"]["ci95"].is_array());
     assert!(v["gateway_tap"].is_null());
 }
+
+/// Per-shape rows, and TTFT split by prefix-cache hit vs miss where usage says.
+#[test]
+fn shapes_and_cache_hits_are_read_apart() {
+    use tokentap::openai::Api;
+    let mut recs = Vec::new();
+    for i in 0..20 {
+        let hit = i % 2 == 0;
+        let mut r = rec(i, "balanced", 1, if hit { 20.0 } else { 120.0 }, 10.0, "k");
+        r.cached_tokens = Some(if hit { 400 } else { 0 });
+        r.api = if i < 10 { Api::Chat } else { Api::Messages };
+        r.ttfo_ms = r.ttft_ms.map(|t| t + 50.0);
+        r.reasoning_tokens = Some(3);
+        recs.push(r);
+    }
+    // No usage detail: left out of the split.
+    recs.push(rec(99, "balanced", 1, 500.0, 10.0, "k"));
+    let rep = report::compute(&recs, &Slos::default(), 10, false);
+    let c = rep.prefix_cache.as_ref().unwrap();
+    assert_eq!((c.hit.n, c.miss.n), (10, 10));
+    assert_eq!((c.hit.p50, c.miss.p50), (Some(20.0), Some(120.0)));
+    assert!((c.cached_token_share.unwrap() - 0.4).abs() < 1e-9);
+    assert_eq!(c.by_bucket["balanced"].hit.n, 10);
+    assert_eq!(rep.by_api["messages"].requests, 10);
+    assert_eq!(rep.by_api["chat"].requests, 11);
+    assert_eq!(rep.by_api["messages"].ttfo_ms.p50, Some(70.0));
+    assert_eq!(rep.by_api["chat"].reasoning_tokens, 30);
+    let text = report::render(&rep, report::Format::Table);
+    assert!(text.contains("Per API shape") && text.contains("prefix-cache hit vs miss"));
+}

@@ -5,8 +5,8 @@
 use std::fmt::Write;
 
 use super::render::{
-    cell_name, cell_rows, hop_rows, hop_title, key_rows, level_key, prov_rows, readings, slo_rows,
-    split_rows, tap_rows,
+    api_rows, cache_rows, cell_name, cell_rows, hop_rows, hop_title, key_rows, level_key,
+    prov_rows, readings, slo_rows, split_rows, tap_rows,
 };
 use super::svg::{self, Threshold};
 use super::{Cell, Dist, Report};
@@ -171,6 +171,13 @@ pub fn html(r: &Report) -> String {
     }
     if let Some((h, rows)) = split_rows(r) {
         s.push_str("<h2>Where TTFT went (medians, ms)</h2>");
+        s += &html_table(&h, &rows);
+    }
+    s.push_str("<h2>Per API shape</h2>");
+    let (h, rows) = api_rows(r);
+    s += &html_table(&h, &rows);
+    if let Some((h, rows)) = cache_rows(r) {
+        s.push_str("<h2>TTFT by prefix-cache hit vs miss</h2>");
         s += &html_table(&h, &rows);
     }
     s.push_str("<h2>Per key</h2>");

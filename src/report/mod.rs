@@ -9,6 +9,7 @@ pub mod cli;
 pub mod hop;
 mod html;
 mod render;
+pub mod shapes;
 mod slo;
 mod svg;
 pub mod tap;
@@ -266,6 +267,10 @@ pub struct Report {
     pub gateway_hop: Option<hop::GatewayHop>,
     /// Present when records come from a gateway tap (routes `behind` a gateway).
     pub gateway_tap: Option<tap::GatewayTap>,
+    /// Per API shape (`chat`, `completions`, `responses`, `messages`, `embeddings`, `other`).
+    pub by_api: BTreeMap<String, shapes::ShapeRow>,
+    /// TTFT by prefix-cache hit vs miss, when usage carries `cached_tokens`.
+    pub prefix_cache: Option<shapes::CacheSplit>,
 }
 
 fn ok(r: &RequestRecord) -> bool {
@@ -529,6 +534,8 @@ pub fn compute_all(
         keys,
         gateway_hop,
         gateway_tap,
+        by_api: shapes::by_api(records.iter().filter(|r| client_facing(r))),
+        prefix_cache: shapes::cache_split(records.iter().filter(|r| client_facing(r))),
     };
     report.answers = answers::answers(&report);
     report

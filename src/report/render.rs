@@ -266,6 +266,66 @@ pub(super) fn tap_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>
     Some((head, rows))
 }
 
+/// Per API shape.
+pub(super) fn api_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    let head = vec![
+        "api",
+        "n",
+        "err%",
+        "TTFT p50/95/99 ms",
+        "TTFO p50/95/99 ms",
+        "TPOT p50/95 ms",
+        "E2E p50/95/99 ms",
+        "tokens in/out (reasoning)",
+    ];
+    let rows = r
+        .by_api
+        .iter()
+        .map(|(api, s)| {
+            vec![
+                api.clone(),
+                s.requests.to_string(),
+                format!("{:.1}", 100.0 * s.error_rate),
+                dist3(&s.ttft_ms),
+                dist3(&s.ttfo_ms),
+                format!("{}/{}", n(s.tpot_ms.p50, 1), n(s.tpot_ms.p95, 1)),
+                dist3(&s.e2e_ms),
+                format!(
+                    "{}/{} ({})",
+                    s.input_tokens, s.output_tokens, s.reasoning_tokens
+                ),
+            ]
+        })
+        .collect();
+    (head, rows)
+}
+
+/// TTFT by prefix-cache hit vs miss, overall and per bucket.
+pub(super) fn cache_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    let c = r.prefix_cache.as_ref()?;
+    let head = vec![
+        "scope",
+        "hits",
+        "TTFT p50/95/99 ms (hit)",
+        "misses",
+        "TTFT p50/95/99 ms (miss)",
+    ];
+    let row = |scope: &str, hit: &Dist, miss: &Dist| {
+        vec![
+            scope.to_string(),
+            hit.n.to_string(),
+            dist3(hit),
+            miss.n.to_string(),
+            dist3(miss),
+        ]
+    };
+    let mut rows = vec![row("overall", &c.hit, &c.miss)];
+    for (b, s) in &c.by_bucket {
+        rows.push(row(b, &s.hit, &s.miss));
+    }
+    Some((head, rows))
+}
+
 /// Where TTFT went, per cell (medians), when any record says.
 pub(super) fn split_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
     if r.cells.iter().all(|c| c.ttft_split.is_none()) {
@@ -420,6 +480,13 @@ pub fn render(r: &Report, f: Format) -> String {
                 s += "\nWhere TTFT went (medians, ms)\n";
                 s += &text_table(&h, &rows);
             }
+            s += "\nPer API shape\n";
+            let (h, rows) = api_rows(r);
+            s += &text_table(&h, &rows);
+            if let Some((h, rows)) = cache_rows(r) {
+                s += "\nTTFT by prefix-cache hit vs miss\n";
+                s += &text_table(&h, &rows);
+            }
             s += "\nPer key (top by requests)\n";
             let (h, rows) = key_rows(r);
             s += &text_table(&h, &rows);
@@ -458,6 +525,13 @@ pub fn render(r: &Report, f: Format) -> String {
             }
             if let Some((h, rows)) = split_rows(r) {
                 s += "\n## Where TTFT went (medians, ms)\n\n";
+                s += &md_table(&h, &rows);
+            }
+            s += "\n## Per API shape\n\n";
+            let (h, rows) = api_rows(r);
+            s += &md_table(&h, &rows);
+            if let Some((h, rows)) = cache_rows(r) {
+                s += "\n## TTFT by prefix-cache hit vs miss\n\n";
                 s += &md_table(&h, &rows);
             }
             s += "\n## Per key\n\n";
