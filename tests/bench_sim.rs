@@ -373,3 +373,70 @@ async fn ttft_splits_into_its_parts() {
     assert_eq!(cell.missing, None);
     assert_eq!(cell.engine_prefill_ms, Some(p));
 }
+
+/// bench speaks every shape to a reasoning sim with a prefix cache, through tokentap: each
+/// request's record has its shape, TTFT at the first reasoning token, TTFO at the answer, the
+/// usage's reasoning and cached tokens, and ends `ok` on its own end marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_speaks_every_shape_to_a_reasoning_model() {
+    use tokentap::openai::Api;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let profile = Profile {
+        reasoning_tokens: 3,
+        prefix_cache: true,
+        ..fast()
+    };
+    let s = Sim::start(profile, "sim", 7, l, None).await.unwrap();
+    let px = proxy(&format!("http://{}", s.engine), "").await;
+    let mut n = 0;
+    for api in [Api::Chat, Api::Completions, Api::Responses, Api::Messages] {
+        let dir = scratch("shapes");
+        let cfg = BenchConfig {
+            target: format!("http://{}", px.addr),
+            out: dir.clone(),
+            model: Some("sim".into()),
+            concurrency: vec![1],
+            requests: 3,
+            warmup: 0,
+            outputs: [8, 8, 8],
+            prompts_per_bucket: 1,
+            calibrate: false,
+            quiet: true,
+            api,
+            ..BenchConfig::default()
+        };
+        bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+            .await
+            .unwrap();
+        n += 9;
+        let recs = px.records(n).await;
+        let mine: Vec<_> = recs.iter().filter(|r| r.api == api).collect();
+        assert_eq!(mine.len(), 9, "{api:?}");
+        for r in &mine {
+            assert_eq!(r.outcome, Outcome::Ok, "{api:?}: {r:?}");
+            assert_eq!(r.done, Some(true), "{api:?}");
+            assert_eq!(r.output_tokens, Some(8), "{api:?}");
+            assert_eq!(r.tokens_source, Some(tokentap::meter::TokensSource::Usage));
+            let (ttft, ttfo) = (r.ttft_ms.unwrap(), r.ttfo_ms.unwrap());
+            if api == Api::Completions {
+                // No place for reasoning in completions: all of it is output.
+                assert_eq!((ttfo, r.reasoning_tokens), (ttft, Some(0)));
+            } else {
+                // Three reasoning tokens (one decode step each) come before the answer.
+                assert!(ttfo > ttft + 8.0, "{api:?}: ttft {ttft} ttfo {ttfo}");
+                // Anthropic's usage does not count reasoning apart.
+                let said = (api != Api::Messages).then_some(3);
+                assert_eq!(r.reasoning_tokens, said, "{api:?}");
+            }
+        }
+        // The same prompt three times per bucket: the second and third hit the prefix cache.
+        let hits = mine
+            .iter()
+            .filter(|r| r.cached_tokens.is_some_and(|c| c > 0))
+            .count();
+        assert!(hits >= 6, "{api:?}: {hits} cache hits");
+        assert!(mine
+            .iter()
+            .all(|r| r.cached_tokens.unwrap() < r.input_tokens.unwrap()));
+    }
+}

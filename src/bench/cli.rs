@@ -57,6 +57,10 @@ pub struct Args {
     /// this request header (tokentap's `experiment.route_header`, e.g. x-tokentap-route).
     #[arg(long)]
     pub route_header: Option<String>,
+    /// The API shape to send: chat, completions, responses (OpenAI's Responses API) or messages
+    /// (Anthropic's Messages API).
+    #[arg(long, value_enum, default_value = "chat")]
+    pub api: BenchApi,
     /// The two arm (route) names for --route-header.
     #[arg(long, value_delimiter = ',', default_value = "direct,gateway")]
     pub arms: Vec<String>,
@@ -98,6 +102,7 @@ pub fn cli(a: Args) -> Exit {
             Vec::new()
         },
         route_header: a.route_header,
+        api: a.api.into(),
         ..Default::default()
     };
     if cfg.route_header.is_some() && cfg.arms.len() != 2 {
@@ -120,4 +125,24 @@ pub fn cli(a: Args) -> Exit {
             Err(e) => Exit::Failed(format!("bench: {e}")),
         }
     })
+}
+
+/// `--api`: the shapes bench can send.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum BenchApi {
+    Chat,
+    Completions,
+    Responses,
+    Messages,
+}
+
+impl From<BenchApi> for crate::openai::Api {
+    fn from(a: BenchApi) -> Self {
+        match a {
+            BenchApi::Chat => crate::openai::Api::Chat,
+            BenchApi::Completions => crate::openai::Api::Completions,
+            BenchApi::Responses => crate::openai::Api::Responses,
+            BenchApi::Messages => crate::openai::Api::Messages,
+        }
+    }
 }

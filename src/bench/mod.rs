@@ -60,6 +60,8 @@ pub struct BenchConfig {
     /// Choose the arm with this request header (tokentap's experiment route header) instead of
     /// a path prefix: each request carries `header: arm-name`.
     pub route_header: Option<String>,
+    /// The API shape to send requests in (`chat` by default).
+    pub api: crate::openai::Api,
     pub quiet: bool,
 }
 
@@ -85,6 +87,7 @@ impl Default for BenchConfig {
             headers: Vec::new(),
             arms: Vec::new(),
             route_header: None,
+            api: crate::openai::Api::Chat,
             quiet: false,
         }
     }
@@ -172,12 +175,13 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     let specs = dataset::buckets(cfg.short_max, cfg.long_min, cfg.outputs);
     let chosen = dataset::choose(&prompts, &specs, cfg.seed, cfg.prompts_per_bucket);
     let hash = dataset::prompt_set_sha256(&chosen);
-    let target = Target::new(
+    let mut target = Target::new(
         &cfg.target,
         cfg.api_key.as_ref().map(|k| k.expose().clone()),
         cfg.headers.clone(),
     )
     .map_err(|e| BenchError::Target(cfg.target.clone(), e))?;
+    target.api = cfg.api;
     let model = match &cfg.model {
         Some(m) => m.clone(),
         None => target

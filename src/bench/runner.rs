@@ -20,6 +20,7 @@ use crate::meter::{
     BodyEnd, Buckets, Experiment, Facts, Meter, MeteredBody, Observer, Outcome, RequestRecord,
     Stamp, Verdict,
 };
+use crate::openai::Api;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -30,6 +31,8 @@ pub struct Target {
     auth: Option<String>,
     key_id: Option<String>,
     headers: Vec<(String, String)>,
+    /// The API shape requests are sent in.
+    pub api: Api,
 }
 
 impl Target {
@@ -65,6 +68,7 @@ impl Target {
             auth: api_key.map(|k| format!("Bearer {k}")),
             key_id,
             headers,
+            api: Api::Chat,
         })
     }
 
@@ -136,20 +140,35 @@ impl Target {
         arm: Option<(&str, &str, String)>,
         route_header: Option<&str>,
     ) -> RequestRecord {
-        let mut body = serde_json::json!({
-            "model": model,
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": out,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-        });
+        let messages = serde_json::json!([{"role": "user", "content": prompt}]);
+        let (path, mut body) = match self.api {
+            Api::Completions => (
+                "/v1/completions",
+                serde_json::json!({"model": model, "prompt": prompt, "max_tokens": out,
+                    "stream": true, "stream_options": {"include_usage": true}}),
+            ),
+            // Both stream their usage at the end unasked.
+            Api::Responses => (
+                "/v1/responses",
+                serde_json::json!({"model": model, "input": prompt, "max_output_tokens": out, "stream": true}),
+            ),
+            Api::Messages => (
+                "/v1/messages",
+                serde_json::json!({"model": model, "messages": messages, "max_tokens": out, "stream": true}),
+            ),
+            _ => (
+                "/v1/chat/completions",
+                serde_json::json!({"model": model, "messages": messages, "max_tokens": out,
+                    "stream": true, "stream_options": {"include_usage": true}}),
+            ),
+        };
         if fixed {
             body["ignore_eos"] = true.into();
             body["min_tokens"] = out.into();
         }
         let body = Bytes::from(body.to_string());
         let prefix = arm.as_ref().map(|a| a.1).unwrap_or("");
-        let endpoint = format!("{prefix}/v1/chat/completions");
+        let endpoint = format!("{prefix}{path}");
         let mut facts = Facts::new(Stamp::now(), "POST", &endpoint);
         facts.experiment = arm.as_ref().map(|(name, _, pair)| Experiment {
             arm: (*name).to_owned(),

@@ -26,6 +26,14 @@ pub struct Args {
     /// the hop's route to tap both sides of the hop.
     #[arg(long)]
     pub hop_upstream: Option<::http::Uri>,
+    /// Act as a reasoning model: this many reasoning tokens before the answer (overrides the
+    /// profile's `reasoning_tokens`).
+    #[arg(long)]
+    pub reasoning_tokens: Option<u32>,
+    /// A prefix cache: repeated prompt prefixes skip prefill and are reported as cached tokens
+    /// (overrides the profile's `prefix_cache`).
+    #[arg(long)]
+    pub prefix_cache: bool,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Print the built-in profile as TOML and exit.
@@ -35,7 +43,7 @@ pub struct Args {
 
 /// Serve the simulated engine (and hop) until SIGTERM or Ctrl-C.
 pub fn cli(a: Args) -> Exit {
-    let profile = match &a.profile {
+    let mut profile = match &a.profile {
         None => Profile::v100(),
         Some(p) => match std::fs::read_to_string(p)
             .map_err(|e| e.to_string())
@@ -45,6 +53,10 @@ pub fn cli(a: Args) -> Exit {
             Err(e) => return Exit::Usage(format!("config error: {}: {e}", p.display())),
         },
     };
+    if let Some(n) = a.reasoning_tokens {
+        profile.reasoning_tokens = n;
+    }
+    profile.prefix_cache |= a.prefix_cache;
     if a.print_profile {
         print!("{}", toml::to_string(&profile).unwrap_or_default());
         return Exit::Ok;

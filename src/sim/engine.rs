@@ -37,6 +37,12 @@ pub struct Profile {
     pub kv_tokens: u64,
     /// Longest prompt + output accepted.
     pub max_model_len: u64,
+    /// A reasoning model: this many reasoning tokens come before the answer (at most all but
+    /// one of a request's output). 0: no reasoning.
+    pub reasoning_tokens: u32,
+    /// A prefix cache: prompt tokens whose 16-token blocks an earlier prompt began with skip
+    /// prefill and are reported as cached (vLLM's automatic prefix caching).
+    pub prefix_cache: bool,
 }
 
 impl Default for Profile {
@@ -61,6 +67,8 @@ impl Profile {
             max_prefill_tokens: 16384,
             kv_tokens: 200_000,
             max_model_len: 8192,
+            reasoning_tokens: 0,
+            prefix_cache: false,
         }
     }
 
@@ -107,8 +115,16 @@ pub enum Out {
 /// A generation request.
 pub struct Job {
     pub prompt_tokens: u64,
+    /// Of those, served by the prefix cache: no prefill work.
+    pub cached_tokens: u64,
     pub output_tokens: u32,
     pub tx: mpsc::Sender<Out>,
+}
+
+impl Job {
+    fn uncached(&self) -> u64 {
+        self.prompt_tokens.saturating_sub(self.cached_tokens)
+    }
 }
 
 struct Seq {
@@ -187,13 +203,13 @@ pub async fn run(
             let fits = running.len() + admitted.len() < profile.max_batch
                 && kv_used + s.kv_need() <= profile.kv_tokens
                 && (admitted.is_empty()
-                    || prefill_tokens + s.job.prompt_tokens <= profile.max_prefill_tokens);
+                    || prefill_tokens + s.job.uncached() <= profile.max_prefill_tokens);
             if !fits {
                 break;
             }
             let Some(s) = waiting.pop_front() else { break };
             kv_used += s.kv_need();
-            prefill_tokens += s.job.prompt_tokens;
+            prefill_tokens += s.job.uncached();
             admitted.push(s);
         }
         stats.waiting.store(waiting.len() as u64, Relaxed);
@@ -264,6 +280,7 @@ mod tests {
             let (otx, mut orx) = mpsc::channel(out as usize + 1);
             tx.send(Job {
                 prompt_tokens: prompt,
+                cached_tokens: 0,
                 output_tokens: out,
                 tx: otx,
             })
@@ -337,6 +354,7 @@ mod tests {
             let (otx, orx) = mpsc::channel(128);
             tx.send(Job {
                 prompt_tokens: 400,
+                cached_tokens: 0,
                 output_tokens: 50,
                 tx: otx,
             })

@@ -21,6 +21,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::engine::{EngineStats, Job, Out, Profile};
+use super::wire::{Counts, Wire};
+use crate::openai::Api;
 
 /// Words the sim "generates": deterministic per request seed.
 const WORDS: &[&str] = &[
@@ -31,6 +33,8 @@ const WORDS: &[&str] = &[
 
 pub struct SimState {
     pub profile: Profile,
+    /// Block hashes of prompts seen (the profile's `prefix_cache`).
+    pub cache: super::cache::PrefixCache,
     pub model: String,
     pub jobs: mpsc::Sender<Job>,
     pub stats: Arc<EngineStats>,
@@ -97,7 +101,12 @@ struct GenRequest {
     model: Option<String>,
     messages: Option<Vec<Value>>,
     prompt: Option<Value>,
+    /// The Responses API's prompt: a string or a list of messages.
+    input: Option<Value>,
+    /// Anthropic's system prompt: a string or a list of blocks.
+    system: Option<Value>,
     max_tokens: Option<u64>,
+    max_output_tokens: Option<u64>,
     max_completion_tokens: Option<u64>,
     min_tokens: Option<u64>,
     ignore_eos: Option<bool>,
@@ -113,9 +122,39 @@ pub fn estimate_tokens(text: &str) -> u64 {
     (text.len() as u64).div_ceil(4).max(1)
 }
 
+/// Every string of the prompt, concatenated: what the prefix cache keys on.
+fn prompt_text(req: &GenRequest) -> String {
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => out.push_str(s),
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            Value::Object(o) => o.values().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    for v in [&req.system, &req.prompt, &req.input].into_iter().flatten() {
+        walk(v, &mut out);
+    }
+    for m in req.messages.iter().flatten() {
+        walk(m, &mut out);
+    }
+    out
+}
+
 fn prompt_tokens(req: &GenRequest) -> u64 {
-    if let Some(msgs) = &req.messages {
-        let mut n = 3;
+    let input_msgs = match &req.input {
+        Some(Value::String(s)) => return estimate_tokens(s) + 3,
+        Some(Value::Array(a)) => Some(a),
+        _ => None,
+    };
+    let system = match &req.system {
+        Some(Value::String(s)) => estimate_tokens(s) + 4,
+        Some(v @ Value::Array(_)) => estimate_tokens(&v.to_string()) + 4,
+        _ => 0,
+    };
+    if let Some(msgs) = req.messages.as_ref().or(input_msgs) {
+        let mut n = 3 + system;
         for m in msgs {
             n += 4;
             match m.get("content") {
@@ -165,13 +204,15 @@ pub async fn handle(state: Arc<SimState>, req: Request<Incoming>) -> Response<Si
             );
             r
         }
-        (&Method::POST, "/v1/chat/completions") => generate(state, req, true).await,
-        (&Method::POST, "/v1/completions") => generate(state, req, false).await,
+        (&Method::POST, "/v1/chat/completions") => generate(state, req, Api::Chat).await,
+        (&Method::POST, "/v1/completions") => generate(state, req, Api::Completions).await,
+        (&Method::POST, "/v1/responses") => generate(state, req, Api::Responses).await,
+        (&Method::POST, "/v1/messages") => generate(state, req, Api::Messages).await,
         _ => error(StatusCode::NOT_FOUND, "NotFoundError", "not found"),
     }
 }
 
-async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> Response<SimBody> {
+async fn generate(state: Arc<SimState>, req: Request<Incoming>, api: Api) -> Response<SimBody> {
     let Ok(body) = Limited::new(req.into_body(), 64 * 1024 * 1024)
         .collect()
         .await
@@ -209,17 +250,25 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
             "the simulator supports n=1 only",
         );
     }
-    if chat && r.messages.is_none() || !chat && r.prompt.is_none() {
+    let missing = match api {
+        Api::Chat | Api::Messages => r.messages.is_none(),
+        Api::Completions => r.prompt.is_none(),
+        Api::Responses => r.input.is_none(),
+        _ => true,
+    };
+    if missing {
         return error(
             StatusCode::BAD_REQUEST,
             "BadRequestError",
-            "missing messages/prompt",
+            "missing messages/prompt/input",
         );
     }
+    let text = prompt_text(&r);
     let prompt = prompt_tokens(&r);
     let max = r
         .max_completion_tokens
         .or(r.max_tokens)
+        .or(r.max_output_tokens)
         .unwrap_or(256)
         .max(1);
     if prompt + max > state.profile.max_model_len {
@@ -229,6 +278,11 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
             &format!("This model's maximum context length is {} tokens. However, you requested {} tokens ({prompt} in the messages, {max} in the completion).", state.profile.max_model_len, prompt + max),
         );
     }
+    let cached = if state.profile.prefix_cache {
+        state.cache.lookup_and_insert(&text, prompt)
+    } else {
+        0
+    };
     let n = state.counter.fetch_add(1, Ordering::Relaxed);
     let mut rng = fastrand::Rng::with_seed(
         state.seed ^ r.seed.unwrap_or(n).wrapping_mul(0x9E37_79B9_7F4A_7C15),
@@ -245,6 +299,18 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
     } else {
         "stop"
     };
+    // A reasoning model thinks first, and always answers with at least one token. The
+    // completions API has no place for reasoning: its text is all output.
+    let reasoning = match api {
+        Api::Completions => 0,
+        _ => state.profile.reasoning_tokens.min(out.saturating_sub(1)),
+    };
+    let counts = Counts {
+        prompt,
+        cached,
+        output: out,
+        reasoning,
+    };
 
     let (otx, mut orx) = mpsc::channel(out as usize + 1);
     let mut times = EngineTimes::new(Instant::now());
@@ -252,6 +318,7 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
         .jobs
         .send(Job {
             prompt_tokens: prompt,
+            cached_tokens: cached,
             output_tokens: out,
             tx: otx,
         })
@@ -264,48 +331,40 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
             "engine stopped",
         );
     }
-    let id = format!(
-        "{}-{:016x}",
-        if chat { "chatcmpl" } else { "cmpl" },
-        rng.u64(..)
-    );
+    let prefix = match api {
+        Api::Chat => "chatcmpl",
+        Api::Completions => "cmpl",
+        Api::Responses => "resp",
+        _ => "msg",
+    };
+    let id = format!("{prefix}-{:016x}", rng.u64(..));
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let model = state.model.clone();
-    let object = if chat {
-        "chat.completion.chunk"
-    } else {
-        "text_completion"
-    };
-    let usage = serde_json::json!({"prompt_tokens": prompt, "total_tokens": prompt + u64::from(out), "completion_tokens": out});
+    let mut wire = Wire::new(api, id, created, state.model.clone());
 
     if !r.stream.unwrap_or(false) {
-        let mut text = String::new();
         while let Some(Out::Token {
-            last, scheduled, ..
+            index,
+            last,
+            scheduled,
         }) = orx.recv().await
         {
             times.token(scheduled, Instant::now());
-            text.push_str(WORDS[rng.usize(..WORDS.len())]);
+            let _ = wire.token(
+                index,
+                WORDS[rng.usize(..WORDS.len())],
+                index < reasoning,
+                Value::Null,
+            );
             if last {
                 break;
             }
         }
-        let choice = if chat {
-            serde_json::json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": stop_reason})
-        } else {
-            serde_json::json!({"index": 0, "text": text, "finish_reason": stop_reason})
-        };
-        let obj = if chat {
-            "chat.completion"
-        } else {
-            "text_completion"
-        };
         return json_response(
             StatusCode::OK,
-            &serde_json::json!({"id": id, "object": obj, "created": created, "model": model, "choices": [choice], "usage": usage, "metrics": times.metrics(out)}),
+            &wire.body(&counts, stop_reason, times.metrics(out)),
         );
     }
 
@@ -317,7 +376,11 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
         .unwrap_or(false);
     let (btx, brx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
-        let event = |v: Value| Bytes::from(format!("data: {v}\n\n"));
+        for b in wire.start(&counts) {
+            if btx.send(b).await.is_err() {
+                return;
+            }
+        }
         while let Some(Out::Token {
             index,
             last,
@@ -325,37 +388,24 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, chat: bool) -> R
         }) = orx.recv().await
         {
             times.token(scheduled, Instant::now());
-            if chat && index == 0 {
-                let role = serde_json::json!({"id": id, "object": object, "created": created, "model": model,
-                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]});
-                if btx.send(event(role)).await.is_err() {
-                    return;
-                }
-            }
-            let word = WORDS[rng.usize(..WORDS.len())];
             let finish = if last {
                 Value::from(stop_reason)
             } else {
                 Value::Null
             };
-            let choice = if chat {
-                serde_json::json!({"index": 0, "delta": {"content": word}, "logprobs": null, "finish_reason": finish})
-            } else {
-                serde_json::json!({"index": 0, "text": word, "logprobs": null, "finish_reason": finish})
-            };
-            let chunk = serde_json::json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]});
-            if btx.send(event(chunk)).await.is_err() {
-                return; // client gone: dropping `orx` aborts the sequence in the engine
+            let word = WORDS[rng.usize(..WORDS.len())];
+            for b in wire.token(index, word, index < reasoning, finish) {
+                if btx.send(b).await.is_err() {
+                    return; // client gone: dropping `orx` aborts the sequence in the engine
+                }
             }
             if last {
                 break;
             }
         }
-        if include_usage {
-            let u = serde_json::json!({"id": id, "object": object, "created": created, "model": model, "choices": [], "usage": usage, "metrics": times.metrics(out)});
-            let _ = btx.send(event(u)).await;
+        for b in wire.end(&counts, stop_reason, include_usage, times.metrics(out)) {
+            let _ = btx.send(b).await;
         }
-        let _ = btx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
     });
     let mut resp = Response::new(SimBody::Stream(brx));
     resp.headers_mut().insert(

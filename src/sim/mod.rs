@@ -2,10 +2,12 @@
 //! optional simulated gateway hop in front of it. For demos, tests and dry runs — docs/bench.md and
 //! every output say it is a simulation.
 
+mod cache;
 pub mod cli;
 pub mod engine;
 pub mod hop;
 pub mod http;
+mod wire;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
@@ -91,6 +93,7 @@ impl Sim {
             stats.clone(),
         ))];
         let state = Arc::new(http::SimState {
+            cache: cache::PrefixCache::default(),
             profile,
             model: model.to_owned(),
             jobs: jobs_tx,
