@@ -2,7 +2,9 @@
 # Opt-in integration test against real software: tokentap in front of a real vLLM (CPU build,
 # tiny random model) and a real LiteLLM proxy, driven by the stock `openai` Python client,
 # streaming. Checks one record per request with usage-based token counts on both routes and
-# prints the measured TTFT/TPOT per route.
+# prints the measured TTFT/TPOT per route. Then the other API shapes on both routes: the
+# `openai` client's `responses.create(stream=True)` and Anthropic-style `/v1/messages` streams
+# (x-api-key): one record each, with its `api`, TTFT, TTFO and usage-based tokens.
 #
 #   scripts/rig-test.sh            # installs the rig on first use (~3 min, ~7 GB under $RIG_HOME)
 #
@@ -99,3 +101,38 @@ PY
 # The openai client hangs up right after [DONE]; tokentap drains the rest and keeps the connection.
 curl -s "http://$ADMIN/metrics" | sed -n 's/^tokentap_upstream_connections_opened_total{route="\([a-z]*\)"} \(.*\)/upstream connections opened, \1: \2/p'
 
+
+# The Responses API and Anthropic Messages, on both routes.
+"$RIG_HOME/venv-litellm/bin/python" - "$ADDR" <<'PY'
+import json, sys
+import httpx
+from openai import OpenAI
+addr = sys.argv[1]
+for name, base, key in (("direct", f"http://{addr}/v1", "unused-by-vllm"),
+                        ("gateway", f"http://{addr}/gateway/v1", "sk-rig-master-key")):
+    c = OpenAI(base_url=base, api_key=key)
+    kinds = [e.type for e in c.responses.create(model="tiny", input="Say hello to the proxy.",
+                                                 max_output_tokens=16, stream=True)]
+    assert "response.completed" in kinds, kinds
+    with httpx.stream("POST", f"{base}/messages", timeout=60,
+                      headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
+                      json={"model": "tiny", "max_tokens": 16, "stream": True,
+                            "messages": [{"role": "user", "content": "Say hello to the proxy."}]}) as r:
+        body = r.read().decode()
+    assert r.status_code == 200 and "message_stop" in body, (r.status_code, body[:300])
+print("openai client responses.create(stream=True) and /v1/messages streams OK on both routes")
+PY
+sleep 0.5
+python3 - "$WORK/requests.jsonl" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+shaped = [r for r in recs if r.get("api") in ("responses", "messages")]
+assert len(shaped) == 4, f"{len(shaped)} records for 4 requests"
+for r in shaped:
+    assert r["outcome"] == "ok" and r["done"], r
+    assert r["tokens_source"] == "usage" and r["output_tokens"] and r["input_tokens"], r
+    assert r["ttft_ms"] and r["ttfo_ms"] == r["ttft_ms"], r
+    print(f"{r['route']:8s} {r['api']:9s} TTFT {r['ttft_ms']:6.1f} ms  TTFO {r['ttfo_ms']:6.1f} ms  "
+          f"tokens {r['input_tokens']}/{r['output_tokens']}  E2E {r['e2e_ms']:6.1f} ms")
+print("rig test OK: Responses and Messages measured on both routes")
+PY
