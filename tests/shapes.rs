@@ -196,3 +196,32 @@ fn non_streaming_bodies_of_every_shape() {
     assert_eq!((e.tokens().0, e.tokens().1), (Some(7), None));
     assert_eq!(e.timeline.first_token, None);
 }
+
+/// Through the proxy: chat JSON on `/v1/messages` is measured as chat, and the record says the
+/// path said otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_that_does_not_match_its_events_is_named() {
+    use tokentap_test_support as support;
+    let up = support::Upstream::spawn(|_| {
+        support::Script::chat_stream(Duration::from_millis(5), Duration::from_millis(2), 4, true)
+    })
+    .await;
+    let px = support::proxy(&up.url(), "").await;
+    let got = support::send(
+        &support::client(),
+        "POST",
+        &px.url("/v1/messages"),
+        &[("x-api-key", "sk-anthropic-style")],
+        support::chat_body("m", true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 200);
+    let r = px.records(1).await.pop().unwrap();
+    assert_eq!((r.api, r.endpoint_api), (Api::Chat, Some(Api::Messages)));
+    assert_eq!(r.outcome, Outcome::Ok);
+    assert!(r
+        .key_id
+        .as_deref()
+        .is_some_and(|k| k.starts_with("sha256:")));
+}

@@ -138,8 +138,9 @@ impl RawDelta {
     }
 }
 
-/// Whether any choice of the event carries output, and whether any carries answer output.
-pub(super) struct ChoicesOutput(pub(super) bool, pub(super) bool);
+/// Whether any choice of the event carries output, whether any carries answer output, and
+/// which OpenAI shape the choices have (a `delta`/`message`: chat; only `text`: completions).
+pub(super) struct ChoicesOutput(pub(super) bool, pub(super) bool, pub(super) Option<Api>);
 
 impl<'de> Deserialize<'de> for ChoicesOutput {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -153,8 +154,13 @@ impl<'de> Deserialize<'de> for ChoicesOutput {
                 self,
                 mut seq: A,
             ) -> Result<ChoicesOutput, A::Error> {
-                let (mut any, mut answer) = (false, false);
+                let (mut any, mut answer, mut api) = (false, false, None);
                 while let Some(c) = seq.next_element::<RawChoice>()? {
+                    if c.delta.is_some() || c.message.is_some() {
+                        api = Some(Api::Chat);
+                    } else if c.text.is_some() && api.is_none() {
+                        api = Some(Api::Completions);
+                    }
                     let text = c.text.as_ref().is_some_and(|t| t.0);
                     any |= c.delta.as_ref().is_some_and(RawDelta::has_output)
                         || text
@@ -163,7 +169,7 @@ impl<'de> Deserialize<'de> for ChoicesOutput {
                         || text
                         || c.message.as_ref().is_some_and(RawDelta::has_answer);
                 }
-                Ok(ChoicesOutput(any, answer))
+                Ok(ChoicesOutput(any, answer, api))
             }
         }
         d.deserialize_seq(V)
@@ -402,7 +408,7 @@ pub fn inspect_chunk(payload: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
         Some("text_completion") => Some(Api::Completions),
         Some("response") => Some(Api::Responses),
         Some("list") if raw.choices.is_none() => Some(Api::Embeddings),
-        _ => None,
+        _ => raw.choices.as_ref().and_then(|c| c.2),
     };
     Ok(ChunkInfo {
         content,
