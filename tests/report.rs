@@ -190,20 +190,72 @@ fn bad_lines_are_named_and_the_rest_is_reported() {
         .map(|r| serde_json::to_string(r).unwrap() + "\n")
         .collect();
     text.push('\n');
+    // Another tool's JSON, three times; binary garbage; an old record without today's fields.
+    for _ in 0..3 {
+        text.push_str("{\"level\":\"info\",\"msg\":\"started\"}\n");
+    }
+    text.push_str("\u{1}\u{2}garbage\n");
+    let mut old = serde_json::to_value(&known()[0]).unwrap();
+    for k in [
+        "api",
+        "ttfo_ms",
+        "cached_tokens",
+        "method",
+        "content_events",
+        "gateway_tap",
+    ] {
+        old.as_object_mut().unwrap().remove(k);
+    }
+    text.push_str(&(old.to_string() + "\n"));
+    // A line being written: read up to the last whole line, without a warning.
     text.push_str("{\"ts\":\"2026-11-30T00:00:00Z\",\"id\":\"trunc");
     std::fs::write(&f, text).unwrap();
     let mut warnings = Vec::new();
     let recs = report::load(std::slice::from_ref(&f), &mut |w| warnings.push(w)).unwrap();
-    assert_eq!(recs.len(), 10);
-    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert_eq!(recs.len(), 11, "{warnings:?}");
+    assert_eq!(recs[10].method, "", "a missing field takes its default");
+    // One warning per reason, with the count and the first place.
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    let has = |s: &str| warnings.iter().any(|w| w.contains(s));
     assert!(
-        warnings[0].contains(&format!("{}:11", f.display())),
+        has(&format!(
+            "1 line skipped: empty line; first at {}:11",
+            f.display()
+        )),
         "{warnings:?}"
     );
     assert!(
-        warnings[1].contains(&format!("{}:12", f.display())),
+        has(&format!(
+            "3 lines skipped: missing field `outcome`; first at {}:12",
+            f.display()
+        )),
         "{warnings:?}"
     );
+    assert!(
+        has(&format!(
+            "1 line skipped: not a JSON object; first at {}:15",
+            f.display()
+        )),
+        "{warnings:?}"
+    );
+
+    // Nothing readable at all: an error, and a non-zero exit.
+    let none = dir.join("none.jsonl");
+    std::fs::write(&none, "{\"msg\":\"x\"}\nnot json\n").unwrap();
+    let e = report::load(std::slice::from_ref(&none), &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no readable record") && e.contains("2 lines skipped"),
+        "{e}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .arg("report")
+        .arg(&none)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no readable record"));
 }
 
 #[test]

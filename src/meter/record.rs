@@ -165,15 +165,24 @@ pub struct TtftSplit {
 
 /// One request, as measured. Durations are milliseconds from `t0` (the request head received),
 /// on a monotonic clock; `ts` is the wall-clock time of `t0`.
+///
+/// Read leniently: every field but `outcome` and `e2e_ms` may be missing (older logs, other
+/// writers) and takes its default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
     /// RFC 3339 wall-clock time the request head arrived.
+    #[serde(default)]
     pub ts: String,
+    #[serde(default)]
     pub id: String,
+    #[serde(default)]
     pub route: String,
+    #[serde(default)]
     pub experiment: Option<Experiment>,
+    #[serde(default)]
     pub method: String,
     /// Request path without the query string, as the client sent it.
+    #[serde(default)]
     pub endpoint: String,
     /// The API shape measured: what the events say they are, else what the path says
     /// (`chat`, `completions`, `responses`, `messages`, `embeddings`, `other`).
@@ -183,17 +192,25 @@ pub struct RequestRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_api: Option<Api>,
     /// Model the client asked for.
+    #[serde(default)]
     pub model: Option<String>,
     /// Model sent upstream, when the route's model map rewrote it.
+    #[serde(default)]
     pub upstream_model: Option<String>,
     /// `sha256:<hex>` of the client's key, or its configured alias. Never the key.
+    #[serde(default)]
     pub key_id: Option<String>,
+    #[serde(default)]
     pub stream: bool,
     /// Status the client received (0 when none was sent).
+    #[serde(default)]
     pub status: u16,
     pub outcome: Outcome,
+    #[serde(default)]
     pub input_tokens: Option<u64>,
+    #[serde(default)]
     pub output_tokens: Option<u64>,
+    #[serde(default)]
     pub tokens_source: Option<TokensSource>,
     /// Prompt tokens served from the engine's prefix cache (usage: chat
     /// `prompt_tokens_details.cached_tokens`, Responses `input_tokens_details.cached_tokens`,
@@ -204,47 +221,71 @@ pub struct RequestRecord {
     /// `output_tokens_details.reasoning_tokens`).
     #[serde(default)]
     pub reasoning_tokens: Option<u64>,
+    #[serde(default)]
     pub ttft_ms: Option<f64>,
     /// Time to first output token: the first token that is not reasoning (answer text or a tool
     /// call). Equal to `ttft_ms` for a model that does not reason first.
     #[serde(default)]
     pub ttfo_ms: Option<f64>,
+    #[serde(default)]
     pub tpot_ms: Option<f64>,
     pub e2e_ms: f64,
+    #[serde(default)]
     pub itl_p50_ms: Option<f64>,
+    #[serde(default)]
     pub itl_p99_ms: Option<f64>,
+    #[serde(default)]
     pub itl_max_ms: Option<f64>,
     /// Request body fully read (the proxy's own share before the upstream sees anything).
+    #[serde(default)]
     pub body_read_ms: Option<f64>,
+    #[serde(default)]
     pub upstream_headers_ms: Option<f64>,
+    #[serde(default)]
     pub first_byte_ms: Option<f64>,
     /// First SSE event of any kind (e.g. the role-only chunk), beside the first token.
+    #[serde(default)]
     pub first_event_ms: Option<f64>,
+    #[serde(default)]
     pub last_token_ms: Option<f64>,
     /// Requests in flight on this route when this one was admitted, itself included.
+    #[serde(default)]
     pub in_flight: u64,
+    #[serde(default)]
     pub max_tokens: Option<u64>,
+    #[serde(default)]
     pub request_bytes: u64,
+    #[serde(default)]
     pub response_bytes: u64,
     /// SSE `data:` events seen (including `[DONE]`).
+    #[serde(default)]
     pub events: u64,
+    #[serde(default)]
     pub content_events: u64,
     /// Whether `data: [DONE]` was seen (streams only).
+    #[serde(default)]
     pub done: Option<bool>,
     /// Prompt-shape bucket from observed token counts: `long-short`, `balanced`, `short-long`,
     /// `other`; null when token counts are unknown.
+    #[serde(default)]
     pub bucket: Option<String>,
     /// Events that were not readable JSON (forwarded regardless).
+    #[serde(default)]
     pub parse_errors: u64,
     /// Events over `limits.max_sse_event_bytes` (forwarded, not measured).
+    #[serde(default)]
     pub oversize_events: u64,
     /// vLLM `--enable-per-request-metrics`: engine queue time.
+    #[serde(default)]
     pub engine_queue_ms: Option<f64>,
     /// vLLM `--enable-per-request-metrics`: scheduled → first token (engine prefill).
+    #[serde(default)]
     pub engine_ttft_ms: Option<f64>,
     /// vLLM `--enable-per-request-metrics`: first → last token.
+    #[serde(default)]
     pub engine_decode_ms: Option<f64>,
     /// LiteLLM's own estimate of its overhead (`x-litellm-overhead-duration-ms`).
+    #[serde(default)]
     pub gateway_overhead_ms: Option<f64>,
     /// The load generator's concurrency level (`tokentap bench` records, and proxy records of
     /// requests bench sent: its `x-tokentap-concurrency` header).
@@ -260,6 +301,7 @@ pub struct RequestRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_tap: Option<GatewayTap>,
     /// What went wrong, without secrets: an error kind, never an upstream message.
+    #[serde(default)]
     pub error: Option<String>,
 }
 

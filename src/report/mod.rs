@@ -8,6 +8,7 @@ pub mod answers;
 pub mod cli;
 pub mod hop;
 mod html;
+mod read;
 mod render;
 pub mod shapes;
 mod slo;
@@ -15,7 +16,6 @@ mod svg;
 pub mod tap;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -23,6 +23,7 @@ use crate::meter::{Outcome, RequestRecord};
 use crate::stats::pct;
 
 pub use cli::{cli, Args};
+pub use read::load;
 pub use render::{render, Format};
 pub use slo::{missed, Slos};
 
@@ -35,84 +36,14 @@ pub enum ReportError {
     },
     #[error("{0}: no .jsonl records found")]
     Empty(String),
+    #[error("{paths}: no readable record{skipped}")]
+    NoRecords { paths: String, skipped: String },
     #[error("{file}: {key}: {message}")]
     Slo {
         file: String,
         key: String,
         message: String,
     },
-}
-
-/// Read records from files and folders (every `*.jsonl*` file below a folder, sorted).
-/// Bad lines are reported on `warn` with file and line, and skipped.
-pub fn load(
-    paths: &[PathBuf],
-    warn: &mut dyn FnMut(String),
-) -> Result<Vec<RequestRecord>, ReportError> {
-    let mut files = Vec::new();
-    for p in paths {
-        collect(p, &mut files)?;
-    }
-    files.sort();
-    if files.is_empty() {
-        return Err(ReportError::Empty(
-            paths
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-        ));
-    }
-    let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).map_err(|source| ReportError::Io {
-            path: f.display().to_string(),
-            source,
-        })?;
-        for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                warn(format!("{}:{}: empty line skipped", f.display(), i + 1));
-                continue;
-            }
-            match serde_json::from_str::<RequestRecord>(line) {
-                Ok(r) => out.push(r),
-                Err(e) => warn(format!(
-                    "{}:{}: not a record ({e}); skipped",
-                    f.display(),
-                    i + 1
-                )),
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn collect(p: &Path, files: &mut Vec<PathBuf>) -> Result<(), ReportError> {
-    let meta = std::fs::metadata(p).map_err(|source| ReportError::Io {
-        path: p.display().to_string(),
-        source,
-    })?;
-    if meta.is_file() {
-        files.push(p.to_owned());
-        return Ok(());
-    }
-    let rd = std::fs::read_dir(p).map_err(|source| ReportError::Io {
-        path: p.display().to_string(),
-        source,
-    })?;
-    for e in rd.flatten() {
-        let path = e.path();
-        if path.is_dir() {
-            collect(&path, files)?;
-        } else if path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.contains(".jsonl"))
-        {
-            files.push(path);
-        }
-    }
-    Ok(())
 }
 
 /// Concurrency label of a record: bench's level, or the live in-flight count bucketed
