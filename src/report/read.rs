@@ -78,7 +78,10 @@ pub fn load(
     }
     for (why, (n, first)) in &skipped {
         let lines = if *n == 1 { "line" } else { "lines" };
-        warn(format!("{n} {lines} skipped: {why}; first at {first}"));
+        warn(format!(
+            "{} {lines} skipped: {why}; first at {first}",
+            grouped(*n)
+        ));
     }
     if out.is_empty() {
         let total: usize = skipped.values().map(|v| v.0).sum();
@@ -87,11 +90,24 @@ pub fn load(
             skipped: if total == 0 {
                 String::new()
             } else {
-                format!(" ({total} lines skipped: see the warnings)")
+                format!(" ({} lines skipped: see the warnings)", grouped(total))
             },
         });
     }
     Ok(out)
+}
+
+/// `37112` → `37,112`.
+fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn collect(p: &Path, files: &mut Vec<PathBuf>) -> Result<(), ReportError> {
@@ -120,4 +136,14 @@ fn collect(p: &Path, files: &mut Vec<PathBuf>) -> Result<(), ReportError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(super::grouped(7), "7");
+        assert_eq!(super::grouped(37_112), "37,112");
+        assert_eq!(super::grouped(1_000_000), "1,000,000");
+    }
 }
