@@ -494,6 +494,9 @@ fn shapes_and_cache_hits_are_read_apart() {
     // No usage detail: left out of the split.
     recs.push(rec(99, "balanced", 1, 500.0, 10.0, "k"));
     let rep = report::compute(&recs, &Slos::default(), 10, false);
+    // Per bucket, pooled over every level: all 21 in one row.
+    assert_eq!(rep.by_bucket["balanced"].requests, 21);
+    assert_eq!(rep.by_bucket["balanced"].ttft_ms.max, Some(500.0));
     let c = rep.prefix_cache.as_ref().unwrap();
     assert_eq!((c.hit.n, c.miss.n), (10, 10));
     assert_eq!((c.hit.p50, c.miss.p50), (Some(20.0), Some(120.0)));

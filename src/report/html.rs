@@ -5,8 +5,8 @@
 use std::fmt::Write;
 
 use super::render::{
-    api_rows, cache_rows, cell_name, cell_rows, hop_rows, hop_title, key_rows, level_key,
-    prov_rows, readings, slo_rows, split_rows, tap_rows,
+    api_rows, bucket_rows, cache_rows, cell_name, cell_rows, hop_rows, hop_title, key_rows,
+    level_key, prov_rows, readings, slo_rows, split_rows, tap_rows,
 };
 use super::svg::{self, Threshold};
 use super::{Cell, Dist, Report};
@@ -145,7 +145,10 @@ pub fn html(r: &Report) -> String {
     for c in &charts {
         s.push_str(c);
     }
-    s.push_str("</div><h2>Per bucket × concurrency</h2>");
+    s.push_str("</div><h2>Per prompt shape (all concurrency levels)</h2>");
+    let (h, rows) = bucket_rows(r);
+    s += &html_table(&h, &rows);
+    s.push_str("<h2>Per bucket × concurrency</h2>");
     let (h, rows) = cell_rows(r);
     s += &html_table(&h, &rows);
     s.push_str("<h2>SLO verdicts (p95)</h2>");

@@ -200,6 +200,8 @@ pub struct Report {
     pub gateway_tap: Option<tap::GatewayTap>,
     /// Per API shape (`chat`, `completions`, `responses`, `messages`, `embeddings`, `other`).
     pub by_api: BTreeMap<String, shapes::ShapeRow>,
+    /// Per prompt-shape bucket, pooled over concurrency levels and arms.
+    pub by_bucket: BTreeMap<String, shapes::ShapeRow>,
     /// TTFT by prefix-cache hit vs miss, when usage carries `cached_tokens`.
     pub prefix_cache: Option<shapes::CacheSplit>,
 }
@@ -466,6 +468,7 @@ pub fn compute_all(
         gateway_hop,
         gateway_tap,
         by_api: shapes::by_api(records.iter().filter(|r| client_facing(r))),
+        by_bucket: shapes::by_bucket(records.iter().filter(|r| client_facing(r))),
         prefix_cache: shapes::cache_split(records.iter().filter(|r| client_facing(r))),
     };
     report.answers = answers::answers(&report);

@@ -268,8 +268,20 @@ pub(super) fn tap_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>
 
 /// Per API shape.
 pub(super) fn api_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    shape_rows("api", &r.by_api)
+}
+
+/// Per bucket, pooled over concurrency levels.
+pub(super) fn bucket_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    shape_rows("bucket (all levels)", &r.by_bucket)
+}
+
+fn shape_rows(
+    name: &'static str,
+    rows: &std::collections::BTreeMap<String, super::shapes::ShapeRow>,
+) -> (Vec<&'static str>, Vec<Vec<String>>) {
     let head = vec![
-        "api",
+        name,
         "n",
         "err%",
         "TTFT p50/95/99 ms",
@@ -278,8 +290,7 @@ pub(super) fn api_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
         "E2E p50/95/99 ms",
         "tokens in/out (reasoning)",
     ];
-    let rows = r
-        .by_api
+    let rows = rows
         .iter()
         .map(|(api, s)| {
             vec![
@@ -454,6 +465,9 @@ pub fn render(r: &Report, f: Format) -> String {
             for a in &r.answers {
                 s += &format!("{}\n  {}\n", a.question, a.answer);
             }
+            s += "\nPer prompt shape (all concurrency levels)\n";
+            let (h, rows) = bucket_rows(r);
+            s += &text_table(&h, &rows);
             s.push('\n');
             let (h, rows) = cell_rows(r);
             s += &text_table(&h, &rows);
@@ -500,6 +514,9 @@ pub fn render(r: &Report, f: Format) -> String {
             for a in &r.answers {
                 s += &format!("- **{}** {}\n", a.question, a.answer);
             }
+            s += "\n## Per prompt shape (all concurrency levels)\n\n";
+            let (h, rows) = bucket_rows(r);
+            s += &md_table(&h, &rows);
             s += "\n## Per bucket × concurrency\n\n";
             let (h, rows) = cell_rows(r);
             s += &md_table(&h, &rows);

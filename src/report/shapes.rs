@@ -1,4 +1,5 @@
-//! Per API shape rows, and TTFT split by prefix-cache hit vs miss.
+//! Per API shape rows, per bucket rows pooled over concurrency levels, and TTFT split by
+//! prefix-cache hit vs miss.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +8,7 @@ use serde::Serialize;
 use super::{dist, Dist};
 use crate::meter::{Outcome, RequestRecord};
 
-/// One API shape's requests.
+/// One API shape's (or one bucket's) requests.
 #[derive(Debug, Clone, Serialize)]
 pub struct ShapeRow {
     pub requests: usize,
@@ -45,9 +46,25 @@ fn served(r: &RequestRecord) -> bool {
 }
 
 pub fn by_api<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> BTreeMap<String, ShapeRow> {
-    let mut groups: BTreeMap<&'static str, Vec<&RequestRecord>> = BTreeMap::new();
+    group_by(records, |r| r.api.as_str().to_owned())
+}
+
+/// Per prompt shape, pooled over concurrency levels (and arms): how live traffic is read first.
+pub fn by_bucket<'a>(
+    records: impl Iterator<Item = &'a RequestRecord>,
+) -> BTreeMap<String, ShapeRow> {
+    group_by(records, |r| {
+        r.bucket.clone().unwrap_or_else(|| "unknown".into())
+    })
+}
+
+fn group_by<'a>(
+    records: impl Iterator<Item = &'a RequestRecord>,
+    key: impl Fn(&RequestRecord) -> String,
+) -> BTreeMap<String, ShapeRow> {
+    let mut groups: BTreeMap<String, Vec<&RequestRecord>> = BTreeMap::new();
     for r in records {
-        groups.entry(r.api.as_str()).or_default().push(r);
+        groups.entry(key(r)).or_default().push(r);
     }
     groups
         .into_iter()
@@ -68,7 +85,7 @@ pub fn by_api<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> BTreeMap<
                 output_tokens: rs.iter().filter_map(|r| r.output_tokens).sum(),
                 reasoning_tokens: rs.iter().filter_map(|r| r.reasoning_tokens).sum(),
             };
-            (api.to_owned(), row)
+            (api, row)
         })
         .collect()
 }
