@@ -179,3 +179,77 @@ async fn quick_start_serves_and_stops_cleanly_on_sigterm() {
     let all = lines.join("\n");
     assert!(!all.contains(secret) && !std::fs::read_to_string(&log).unwrap().contains(secret));
 }
+
+/// `--log -`: records as JSON lines on stdout (where a cluster's log pipeline looks), every
+/// diagnostic on stderr, nothing else on stdout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_go_to_stdout_with_log_dash() {
+    let up = Upstream::spawn(|_| {
+        Script::chat_stream(Duration::from_millis(5), Duration::from_millis(1), 3, true)
+    })
+    .await;
+    let child = bin()
+        .args([
+            "serve",
+            "--upstream",
+            &up.url(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "off",
+            "--log",
+            "-",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(Some(child));
+    let child_ref = child.0.as_mut().unwrap();
+    let stderr = child_ref.stderr.take().unwrap();
+    let stdout = child_ref.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    let out = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map(|l| l.unwrap_or_default())
+            .collect::<Vec<_>>()
+    });
+    let mut addr = None;
+    while addr.is_none() {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no start-up line from tokentap serve");
+        if let Some(i) = line.find("listen=") {
+            addr = Some(line[i + 7..].split_whitespace().next().unwrap().to_owned());
+        }
+    }
+    let url = format!("http://{}/v1/chat/completions", addr.unwrap());
+    for _ in 0..2 {
+        let got = send(&client(), "POST", &url, &[], chat_body("m", true))
+            .await
+            .unwrap();
+        assert_eq!(got.status, 200);
+    }
+    let st = Command::new("kill")
+        .args(["-TERM", &child_ref.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut owned = child.0.take().unwrap();
+    let status = tokio::task::spawn_blocking(move || owned.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "exit {status:?}");
+    let lines = out.join().unwrap();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for l in &lines {
+        let r: tokentap::meter::RequestRecord = serde_json::from_str(l).unwrap();
+        assert_eq!(r.output_tokens, Some(3));
+    }
+}

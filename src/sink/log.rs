@@ -34,11 +34,37 @@ pub struct LogCounters {
     pub write_errors: AtomicU64,
 }
 
+/// Where records go: a file (rotated by size) or standard output (`log.path = "-"`: a
+/// container's log pipeline picks them up; never rotated).
+enum Out {
+    File(File),
+    Stdout(io::Stdout),
+}
+
+impl Write for Out {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Out::File(f) => f.write(buf),
+            Out::Stdout(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Out::File(f) => f.flush(),
+            Out::Stdout(s) => s.flush(),
+        }
+    }
+}
+
+/// The path that means standard output.
+pub const STDOUT: &str = "-";
+
 struct Writer {
     path: PathBuf,
     max_bytes: u64,
     keep: u32,
-    file: Option<BufWriter<File>>,
+    file: Option<BufWriter<Out>>,
     size: u64,
     counters: Arc<LogCounters>,
     warned: bool,
@@ -105,8 +131,19 @@ impl Writer {
         self.file = None;
     }
 
+    fn to_stdout(&self) -> bool {
+        self.path.as_os_str() == STDOUT
+    }
+
     fn ensure_open(&mut self) -> bool {
         if self.file.is_some() {
+            return true;
+        }
+        if self.to_stdout() {
+            self.file = Some(BufWriter::with_capacity(
+                64 * 1024,
+                Out::Stdout(io::stdout()),
+            ));
             return true;
         }
         match OpenOptions::new()
@@ -116,7 +153,7 @@ impl Writer {
         {
             Ok(f) => {
                 self.size = f.metadata().map(|m| m.len()).unwrap_or(0);
-                self.file = Some(BufWriter::with_capacity(64 * 1024, f));
+                self.file = Some(BufWriter::with_capacity(64 * 1024, Out::File(f)));
                 if self.warned {
                     tracing::info!(path = %self.path.display(), "request log writable again");
                     self.warned = false;
@@ -139,7 +176,8 @@ impl Writer {
             return;
         }
         self.line.push(b'\n');
-        if self.size > 0 && self.size + self.line.len() as u64 > self.max_bytes {
+        if !self.to_stdout() && self.size > 0 && self.size + self.line.len() as u64 > self.max_bytes
+        {
             self.rotate();
         }
         if !self.ensure_open() {
