@@ -68,6 +68,7 @@ impl Admin {
                 m.set_upstream_opened(&r.name, r.opened());
             }
         }
+        m.set_max_concurrent(st.config.limits.max_concurrent);
         m.sync_counters(
             st.sink.records_dropped.load(Ordering::Relaxed),
             st.sink.log_counters.write_errors.load(Ordering::Relaxed),

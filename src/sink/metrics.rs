@@ -27,6 +27,7 @@ pub const UPSTREAM_HEADERS: &str = "tokentap_upstream_headers_seconds";
 pub const INPUT_TOKENS: &str = "tokentap_input_tokens_total";
 pub const OUTPUT_TOKENS: &str = "tokentap_output_tokens_total";
 pub const IN_FLIGHT: &str = "tokentap_in_flight_requests";
+pub const MAX_CONCURRENT: &str = "tokentap_max_concurrent_requests";
 pub const UPSTREAM_OPENED: &str = "tokentap_upstream_connections_opened_total";
 pub const RECORDS_DROPPED: &str = "tokentap_records_dropped_total";
 pub const LOG_WRITE_ERRORS: &str = "tokentap_log_write_errors_total";
@@ -248,6 +249,12 @@ impl Metrics {
         );
         describe(IN_FLIGHT, None, "Requests in flight per route.", 'g');
         describe(
+            MAX_CONCURRENT,
+            None,
+            "limits.max_concurrent: requests in flight across all routes above which tokentap answers 503.",
+            'g',
+        );
+        describe(
             UPSTREAM_OPENED,
             None,
             "Connections opened to the route's upstream (kept-alive ones are reused).",
@@ -350,6 +357,12 @@ impl Metrics {
     pub fn set_in_flight(&self, route: &str, n: u64) {
         let k = Self::key(IN_FLIGHT, vec![Label::new("route", route.to_owned())]);
         self.recorder.register_gauge(&k, &META).set(n as f64);
+    }
+
+    pub fn set_max_concurrent(&self, n: usize) {
+        self.recorder
+            .register_gauge(&Self::key(MAX_CONCURRENT, vec![]), &META)
+            .set(n as f64);
     }
 
     pub fn set_upstream_opened(&self, route: &str, n: u64) {
