@@ -413,6 +413,8 @@ async fn admin_endpoints() {
     );
     assert!(m.contains("le=\"0.2\""));
     assert!(m.contains("le=\"0.08\""));
+    // The in-flight ceiling, for the alert that watches it.
+    assert!(m.contains("tokentap_max_concurrent_requests 10000"), "{m}");
     // Every request's API shape is a label; the first output token has its own histogram.
     assert!(
         m.contains("tokentap_time_to_first_token_seconds_count{route=\"default\",model=\"m\",key=\"sha256:6ab9f1eb8f7d3388f4f9d586f66e99fd54080df2c446f0e58668b09c08a16dd0\",api=\"chat\"} 1"),
