@@ -189,48 +189,20 @@ async fn records_go_to_stdout_with_log_dash() {
         Script::chat_stream(Duration::from_millis(5), Duration::from_millis(1), 3, true)
     })
     .await;
-    let child = bin()
-        .args([
-            "serve",
-            "--upstream",
-            &up.url(),
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "off",
-            "--log",
-            "-",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(Some(child));
+    let mut cmd = bin();
+    cmd.args(["serve", "--upstream", &up.url(), "--listen", "127.0.0.1:0"])
+        .args(["--admin", "off", "--log", "-"])
+        .stdout(Stdio::piped());
+    let (mut child, addr) = serve(cmd);
     let child_ref = child.0.as_mut().unwrap();
-    let stderr = child_ref.stderr.take().unwrap();
     let stdout = child_ref.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let _ = tx.send(line.unwrap_or_default());
-        }
-    });
     let out = std::thread::spawn(move || {
         BufReader::new(stdout)
             .lines()
             .map(|l| l.unwrap_or_default())
             .collect::<Vec<_>>()
     });
-    let mut addr = None;
-    while addr.is_none() {
-        let line = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("no start-up line from tokentap serve");
-        if let Some(i) = line.find("listen=") {
-            addr = Some(line[i + 7..].split_whitespace().next().unwrap().to_owned());
-        }
-    }
-    let url = format!("http://{}/v1/chat/completions", addr.unwrap());
+    let url = format!("http://{addr}/v1/chat/completions");
     for _ in 0..2 {
         let got = send(&client(), "POST", &url, &[], chat_body("m", true))
             .await
@@ -257,13 +229,17 @@ async fn records_go_to_stdout_with_log_dash() {
 
 /// Start `tokentap serve --config` and return it with its listen address.
 fn serve_config(config: &std::path::Path) -> (KillOnDrop, String) {
-    let child = bin()
-        .args(["serve", "--config"])
+    let mut cmd = bin();
+    cmd.args(["serve", "--config"])
         .arg(config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stdout(Stdio::null());
+    serve(cmd)
+}
+
+/// Start a `tokentap serve` command (its stderr is taken here) and return it with its listen
+/// address, read from its start-up line.
+fn serve(mut cmd: Command) -> (KillOnDrop, String) {
+    let child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let mut child = KillOnDrop(Some(child));
     let stderr = child.0.as_mut().unwrap().stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();

@@ -225,3 +225,16 @@ async fn a_path_that_does_not_match_its_events_is_named() {
         .as_deref()
         .is_some_and(|k| k.starts_with("sha256:")));
 }
+
+#[test]
+fn a_spaced_responses_done_event_is_not_a_token() {
+    // Spacing as a Python gateway re-serialises it: the `*.done` repeat still is not output.
+    let m = stream(&[
+        "event: response.output_text.delta\ndata: {\"type\": \"response.output_text.delta\", \"delta\": \"Hi\"}\n\n",
+        "event: response.output_text.done\ndata: {\"type\": \"response.output_text.done\",\"text\":\"Hi\"}\n\n",
+        "event: response.completed\ndata: {\"type\": \"response.completed\", \"response\": {\"usage\": {\"input_tokens\": 3, \"output_tokens\": 1}}}\n\n",
+    ]);
+    assert_eq!(m.content_events, 1);
+    assert_eq!(ms(&m, m.timeline.last_token), Some(10.0));
+    assert!(m.done);
+}

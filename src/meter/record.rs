@@ -297,7 +297,8 @@ pub struct RequestRecord {
     /// Where the TTFT went; null without a first token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_split: Option<TtftSplit>,
-    /// On the two routes of a gateway tap: the join and, outer side, the hop's parts.
+    /// On the two routes of a gateway tap: the join and, outer side, the hop's parts (set by the
+    /// proxy once the record is made).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_tap: Option<GatewayTap>,
     /// What went wrong, without secrets: an error kind, never an upstream message.
@@ -325,7 +326,6 @@ pub struct Facts {
     pub bucket: Option<String>,
     /// The load generator's concurrency level for this request.
     pub concurrency: Option<u64>,
-    pub gateway_tap: Option<GatewayTap>,
 }
 
 impl Facts {
@@ -345,7 +345,6 @@ impl Facts {
             gateway_overhead_ms: None,
             bucket: None,
             concurrency: None,
-            gateway_tap: None,
         }
     }
 }
@@ -454,7 +453,7 @@ impl RequestRecord {
             concurrency: facts.concurrency,
             upstream_sent_ms,
             ttft_split,
-            gateway_tap: facts.gateway_tap,
+            gateway_tap: None,
             error: verdict.error,
         }
     }

@@ -64,7 +64,9 @@ fn fast_content_span(p: &[u8]) -> Option<(usize, usize)> {
                         b"usage" | b"error" | b"metrics" => return None,
                         // The Responses API's events repeat the text in `*.done` events: only
                         // the full parse tells a delta from them.
-                        b"type" if p[k + 1..].starts_with(b"\"response.") => return None,
+                        b"type" if p[k + 1..].trim_ascii_start().starts_with(b"\"response.") => {
+                            return None
+                        }
                         b"content" | b"text"
                             if k == i
                                 && hit.is_none()

@@ -212,9 +212,7 @@ impl Exchange {
                 .or_else(|| Some(i.state.keys.id_of(key.expose())));
         }
         let after = i.after.take();
-        i.meter.settle();
-        facts.gateway_tap = i.tap.take().map(|t| tap_record(t, &i.meter));
-        let rec = RequestRecord::assemble(
+        let mut rec = RequestRecord::assemble(
             facts,
             &mut i.meter,
             v.clone(),
@@ -222,6 +220,8 @@ impl Exchange {
             &i.route.name,
             &i.state.config.buckets,
         );
+        // The meter has caught up (assemble settles it): its first token is final.
+        rec.gateway_tap = i.tap.take().map(|t| tap_record(t, &i.meter));
         i.route.stats.observe(&rec, i.meter.itl_samples());
         i.state.sink.write(rec, i.meter.itl_samples());
         // Last: a request leaves the in-flight count only once its record is queued (the

@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use super::hop::DiffStats;
 use super::{Cell, Dist, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -166,6 +167,37 @@ pub(super) fn key_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
     (head, rows)
 }
 
+/// One scope's statistics rows: (scope, count, metric) and median, p95, p99, CI of the median.
+fn stat_rows(rows: &mut Vec<Vec<String>>, scope: &str, count: usize, stats: &[(&str, &DiffStats)]) {
+    for (name, d) in stats {
+        rows.push(vec![
+            scope.to_string(),
+            count.to_string(),
+            name.to_string(),
+            n(d.median, 2),
+            n(d.p95, 2),
+            n(d.p99, 2),
+            d.ci95
+                .map(|[a, b]| format!("[{a:.2}, {b:.2}]"))
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+}
+
+/// Scopes of a section: overall, then per concurrency level in order, then per bucket.
+fn scoped<'a, T>(
+    overall: (String, &'a T),
+    by_level: &'a std::collections::BTreeMap<String, T>,
+    by_bucket: &'a std::collections::BTreeMap<String, T>,
+) -> Vec<(String, &'a T)> {
+    let mut levels: Vec<(&String, &T)> = by_level.iter().collect();
+    levels.sort_by_key(|(l, _)| level_key(l));
+    std::iter::once(overall)
+        .chain(levels.into_iter().map(|(l, s)| (format!("C={l}"), s)))
+        .chain(by_bucket.iter().map(|(b, s)| (b.clone(), s)))
+        .collect()
+}
+
 pub(super) fn hop_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
     let h = r.gateway_hop.as_ref()?;
     let head = vec![
@@ -178,37 +210,18 @@ pub(super) fn hop_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>
         "95% CI of median",
     ];
     let mut rows = Vec::new();
-    let mut add = |scope: &str, set: &super::hop::HopSet| {
-        for (name, d) in [
+    let overall = (
+        format!("overall (C={})", h.pooled_over.join(",")),
+        &h.overall,
+    );
+    for (scope, set) in scoped(overall, &h.by_concurrency, &h.by_bucket) {
+        let stats = [
             ("TTFT", &set.ttft_ms),
             ("headers", &set.upstream_headers_ms),
             ("TPOT", &set.tpot_ms),
             ("E2E", &set.e2e_ms),
-        ] {
-            rows.push(vec![
-                scope.to_string(),
-                set.pairs.to_string(),
-                name.to_string(),
-                n(d.median, 2),
-                n(d.p95, 2),
-                n(d.p99, 2),
-                d.ci95
-                    .map(|[a, b]| format!("[{a:.2}, {b:.2}]"))
-                    .unwrap_or_else(|| "-".into()),
-            ]);
-        }
-    };
-    add(
-        &format!("overall (C={})", h.pooled_over.join(",")),
-        &h.overall,
-    );
-    let mut levels: Vec<(&String, &super::hop::HopSet)> = h.by_concurrency.iter().collect();
-    levels.sort_by_key(|(l, _)| level_key(l));
-    for (l, set) in levels {
-        add(&format!("C={l}"), set);
-    }
-    for (b, set) in &h.by_bucket {
-        add(b, set);
+        ];
+        stat_rows(&mut rows, &scope, set.pairs, &stats);
     }
     Some((head, rows))
 }
@@ -235,33 +248,17 @@ pub(super) fn tap_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>
         "95% CI of median",
     ];
     let mut rows = Vec::new();
-    let mut add = |scope: &str, set: &super::tap::TapSet| {
-        for (name, d) in [
+    for (scope, set) in scoped(
+        ("overall".into(), &t.overall),
+        &t.by_concurrency,
+        &t.by_bucket,
+    ) {
+        let stats = [
             ("TTFT hop", &set.ttft_ms),
             ("admission", &set.admission_ms),
             ("relay", &set.relay_ms),
-        ] {
-            rows.push(vec![
-                scope.to_string(),
-                set.joined.to_string(),
-                name.to_string(),
-                n(d.median, 2),
-                n(d.p95, 2),
-                n(d.p99, 2),
-                d.ci95
-                    .map(|[a, b]| format!("[{a:.2}, {b:.2}]"))
-                    .unwrap_or_else(|| "-".into()),
-            ]);
-        }
-    };
-    add("overall", &t.overall);
-    let mut levels: Vec<(&String, &super::tap::TapSet)> = t.by_concurrency.iter().collect();
-    levels.sort_by_key(|(l, _)| level_key(l));
-    for (l, set) in levels {
-        add(&format!("C={l}"), set);
-    }
-    for (b, set) in &t.by_bucket {
-        add(b, set);
+        ];
+        stat_rows(&mut rows, &scope, set.joined, &stats);
     }
     Some((head, rows))
 }
