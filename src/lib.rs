@@ -15,6 +15,7 @@
 //! - [`sink`]: metrics, per-route live stats and the JSONL writer.
 //! - [`proxy`]: the tower stack, the per-request `Exchange`, the routes, the upstream client.
 //! - [`server`]: client-facing accept loop (HTTP/1.1 + HTTP/2, TLS), graceful drain.
+//! - [`reload`]: SIGHUP and `POST /reload` re-read the config into a new generation.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, `/stats` on their own listener.
 //! - [`serve`], [`check`]: the `serve` and `check` commands; [`cli`]: exit codes, runtime, signals.
 //! - [`sim`]: simulated engine (continuous-batching cost model) and gateway hop.
@@ -34,6 +35,7 @@ pub mod keys;
 pub mod meter;
 pub mod openai;
 pub mod proxy;
+pub mod reload;
 pub mod report;
 pub mod route;
 pub mod serve;

@@ -1,5 +1,6 @@
 //! `tokentap serve`: wire config, clients, sink, log writer, admin and the proxy listener, run
-//! until shutdown, then drain, flush the log and return.
+//! until shutdown (reloading the config on SIGHUP or `POST /reload`), then drain, flush the log
+//! and return.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,8 +13,9 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
-use crate::config::Config;
-use crate::proxy::{client, State};
+use crate::config::{Config, Overrides};
+use crate::proxy::{client, Live, Shared, State};
+use crate::reload::{self, Reloader};
 use crate::server;
 use crate::sink::log::{self, LogCounters};
 use crate::sink::metrics::Metrics;
@@ -61,16 +63,26 @@ pub async fn bind(config: &Config) -> Result<(TcpListener, Option<TcpListener>),
     Ok((main, admin))
 }
 
+/// Where a running config came from, so a reload can read it again.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// The config file; `None` when serve started from flags alone (nothing to re-read).
+    pub path: Option<PathBuf>,
+    pub over: Overrides,
+}
+
 /// Run the proxy on bound listeners until `shutdown` resolves; returns after the drain, with
 /// every record written and flushed.
 pub async fn run(
     config: Config,
+    origin: Origin,
     main: TcpListener,
     admin_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let config = Arc::new(config);
     let tls = config.tls.as_ref().map(crate::tls::acceptor).transpose()?;
+    let listen = main.local_addr().map(|a| a.to_string()).unwrap_or_default();
 
     let counters = Arc::new(LogCounters::default());
     let (log_tx, writer) = match &config.log.path {
@@ -88,10 +100,16 @@ pub async fn run(
     };
     let metrics = Metrics::new(config.limits.max_key_labels, config.limits.max_model_labels)?;
     let sink = Arc::new(Sink::new(metrics, log_tx, counters));
-    let state = Arc::new(State::new(config.clone(), sink.clone())?);
+    let shared = Arc::new(Shared::new(sink.clone()));
+    let live = Arc::new(Live::new(
+        State::new(config.clone(), shared.clone(), None)?,
+        tls,
+    ));
+    let reloader = Arc::new(Reloader::new(origin.path, origin.over, live.clone()));
+    let sighup = tokio::spawn(reload::on_sighup(reloader.clone()));
 
     let admin = Arc::new(Admin {
-        state: state.clone(),
+        reloader,
         ready: AtomicBool::new(true),
         started: tokio::time::Instant::now(),
     });
@@ -111,13 +129,15 @@ pub async fn run(
     // anything scrapes, so memory stays flat with the admin listener off.
     // Pooled upstream connections the upstream closed are let go on the same tick.
     let upkeep = {
-        let state = state.clone();
+        let live = live.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             tick.tick().await; // the first tick is immediate: nothing to do yet
             loop {
                 tick.tick().await;
-                state.sink.metrics.run_upkeep();
+                live.shared.sink.metrics.run_upkeep();
+                // (A replaced generation's clients go with its last request.)
+                let state = live.state();
                 for t in state.routes.iter().filter_map(|r| r.target.as_ref()) {
                     t.client.prune();
                 }
@@ -125,7 +145,7 @@ pub async fn run(
         })
     };
     tracing::info!(
-        listen = %main.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        listen = %listen,
         admin = %admin_addr,
         routes = config.routes.len(),
         log = %config.log.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "off".into()),
@@ -136,27 +156,21 @@ pub async fn run(
         shutdown.await;
         ready.ready.store(false, Ordering::Relaxed);
     };
-    server::run(
-        main,
-        state.clone(),
-        tls,
-        shutdown,
-        config.timeouts.shutdown_grace,
-    )
-    .await;
+    server::run(main, live.clone(), shutdown).await;
 
     upkeep.abort();
+    sighup.abort();
     // Every connection is closed; records still being made (a stream's is made just after its
     // last write; experiment copies run on their own) are waited for, briefly.
-    if !state.settle(SETTLE).await {
+    if !live.settle(SETTLE).await {
         tracing::warn!(
-            in_flight = state.routes.in_flight(),
+            in_flight = live.in_flight(),
             "shutdown: requests still unrecorded after the drain; closing the log"
         );
     }
     // Let the writer empty its queue and stop.
     sink.close_log().await;
-    drop(state);
+    drop(live);
     drop(admin);
     if let Some(w) = writer {
         let _ = tokio::task::spawn_blocking(move || w.join()).await;
@@ -184,6 +198,11 @@ pub struct Running {
 impl Running {
     /// Start on the config's addresses (use port 0 for ephemeral ports).
     pub async fn start(config: Config) -> Result<Running, ServeError> {
+        Self::start_from(config, Origin::default()).await
+    }
+
+    /// Start on a config read from `origin`, which a reload reads again.
+    pub async fn start_from(config: Config, origin: Origin) -> Result<Running, ServeError> {
         let (main, admin) = bind(&config).await?;
         let addr = main.local_addr().map_err(|source| ServeError::Bind {
             addr: config.listen,
@@ -191,7 +210,7 @@ impl Running {
         })?;
         let admin_addr = admin.as_ref().and_then(|l| l.local_addr().ok());
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(run(config, main, admin, async move {
+        let task = tokio::spawn(run(config, origin, main, admin, async move {
             let _ = rx.await;
         }));
         Ok(Running {
@@ -253,6 +272,10 @@ pub fn cli(a: Args) -> crate::cli::Exit {
         Some(p) => Config::load(p, &over),
         None => Config::from_flags(&over),
     };
+    let origin = Origin {
+        path: a.config,
+        over,
+    };
     let config = match loaded {
         Ok(c) => c,
         Err(e) => return Exit::Usage(format!("config error: {e}")),
@@ -267,7 +290,7 @@ pub fn cli(a: Args) -> crate::cli::Exit {
             Ok(l) => l,
             Err(e) => return Exit::Failed(e.to_string()),
         };
-        match run(config, main, admin, crate::cli::shutdown_signal()).await {
+        match run(config, origin, main, admin, crate::cli::shutdown_signal()).await {
             Ok(()) => Exit::Ok,
             Err(e) => Exit::Failed(e.to_string()),
         }

@@ -1,8 +1,12 @@
 //! The client-facing listener: accept loop, optional TLS, HTTP/1.1 and HTTP/2 on one port,
 //! graceful drain. Takes a bound listener and a shutdown future (tests bind 127.0.0.1:0).
 //!
-//! On shutdown: stop accepting, let in-flight requests finish for the grace period, then cut
-//! what is left — each cut stream is still recorded (`shutdown_cut`).
+//! A new connection takes the current config generation's header timeout and TLS certificate;
+//! each of its requests takes the current generation when it arrives (`proxy::Live`).
+//!
+//! On shutdown: stop accepting, let in-flight requests finish for the grace period (the current
+//! generation's `timeouts.shutdown_grace_ms`), then cut what is left — each cut stream is still
+//! recorded (`shutdown_cut`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,15 +14,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::proxy::{Live, Proxy};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
-use tokio_rustls::TlsAcceptor;
-
-use crate::proxy::{Proxy, State};
 
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -93,16 +95,12 @@ async fn serve<T>(
     .await;
 }
 
-/// Serve until `shutdown` resolves, then drain for `grace` and cut what is left.
-pub async fn run(
-    listener: TcpListener,
-    state: Arc<State>,
-    tls: Option<TlsAcceptor>,
-    shutdown: impl Future<Output = ()>,
-    grace: Duration,
-) {
-    let builder = Arc::new(builder(state.config.timeouts.header_read));
-    let proxy = Proxy::new(state.clone());
+/// Serve until `shutdown` resolves, then drain for the grace period and cut what is left.
+pub async fn run(listener: TcpListener, live: Arc<Live>, shutdown: impl Future<Output = ()>) {
+    let header_read = |live: &Live| live.state().config.timeouts.header_read;
+    let mut generation = live.number();
+    let mut builder = Arc::new(builder(header_read(&live)));
+    let proxy = Proxy::new(live.clone());
     let mut drains = Drains::default();
     let mut conns = JoinSet::new();
     tokio::pin!(shutdown);
@@ -121,10 +119,14 @@ pub async fn run(
             },
         };
         let _ = stream.set_nodelay(true);
+        if live.number() != generation {
+            generation = live.number();
+            builder = Arc::new(self::builder(header_read(&live)));
+        }
         let service = proxy.for_peer(peer.ip());
         let builder = builder.clone();
         let drain = drains.add();
-        match &tls {
+        match &live.tls() {
             None => {
                 conns.spawn(async move { serve(stream, service, &builder, drain).await });
             }
@@ -146,6 +148,7 @@ pub async fn run(
         }
     }
     drop(listener);
+    let grace = live.state().config.timeouts.shutdown_grace;
     tracing::info!(
         grace_ms = grace.as_millis() as u64,
         "shutting down: draining in-flight requests"
@@ -155,7 +158,7 @@ pub async fn run(
         () = async { while conns.join_next().await.is_some() {} } => {}
         () = tokio::time::sleep(grace) => {
             tracing::warn!("shutdown grace period over: cutting the remaining streams");
-            state.shutdown_cut.store(true, Ordering::Relaxed);
+            live.shared.shutdown_cut.store(true, Ordering::Relaxed);
         }
     }
     // Connections still open are cut here; dropping them finalizes their requests.

@@ -349,3 +349,108 @@ async fn a_crash_leaves_whole_lines_and_a_restart_appends() {
         .unwrap();
     assert_eq!(log_lines(&log), written + 3);
 }
+
+/// SIGHUP re-reads the file: new requests take the new upstream; a moved listener is named as
+/// needing a restart (the old address keeps serving); a bad file is refused, logged, and the
+/// running config keeps serving. The process never stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_config_file() {
+    let a =
+        Upstream::spawn(|_| Script::chat_stream(Duration::from_millis(1), Duration::ZERO, 2, true))
+            .await;
+    let b =
+        Upstream::spawn(|_| Script::chat_stream(Duration::from_millis(1), Duration::ZERO, 2, true))
+            .await;
+    let dir = scratch("sighup");
+    let config = dir.join("h.toml");
+    let file = |listen: &str, upstream: &str| {
+        format!(
+            "[listen]\naddr = \"{listen}\"\n[admin]\naddr = \"127.0.0.1:0\"\n[log]\npath = \"off\"\n[[routes]]\nname = \"r\"\nupstream = \"{upstream}\"\n"
+        )
+    };
+    std::fs::write(&config, file("127.0.0.1:0", &a.url())).unwrap();
+    let child = bin()
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(Some(child));
+    let pid = child.0.as_ref().unwrap().id().to_string();
+    let stderr = child.0.as_mut().unwrap().stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    let next = |needle: &str| loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("tokentap never logged {needle:?}"));
+        if line.contains(needle) {
+            return line;
+        }
+    };
+    let start = next("listen=");
+    let field = |line: &str, k: &str| {
+        let i = line.find(k).unwrap() + k.len();
+        line[i..].split_whitespace().next().unwrap().to_owned()
+    };
+    let url = format!("http://{}/v1/chat/completions", field(&start, "listen="));
+    let admin = field(&start, "admin=");
+    let chat = || async {
+        send(&client(), "POST", &url, &[], chat_body("m", true))
+            .await
+            .unwrap()
+            .status
+    };
+    let hup = || {
+        assert!(Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+
+    assert_eq!(chat().await, 200);
+    std::fs::write(&config, file("127.0.0.1:1", &b.url())).unwrap();
+    hup();
+    let line = next("config reloaded");
+    assert!(
+        line.contains("generation=2") && line.contains("listen.addr"),
+        "{line}"
+    );
+    assert_eq!(chat().await, 200, "the old listener stopped serving");
+    assert_eq!((a.requests().len(), b.requests().len()), (1, 1));
+
+    std::fs::write(&config, "[[routes]]\nname = 'r'\nupstream = 'ftp://x'\n").unwrap();
+    hup();
+    let line = next("config reload refused");
+    assert!(line.contains("routes[0].upstream"), "{line}");
+    assert_eq!(chat().await, 200);
+    assert_eq!(b.requests().len(), 2);
+
+    let m = send(
+        &client(),
+        "GET",
+        &format!("http://{admin}/metrics"),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    let m = String::from_utf8(m.body).unwrap();
+    for want in [
+        "tokentap_config_reloads_total{result=\"restart_needed\"} 1",
+        "tokentap_config_reloads_total{result=\"error\"} 1",
+        "tokentap_config_last_reload_successful 0",
+    ] {
+        assert!(m.contains(want), "{want} not in\n{m}");
+    }
+    assert!(
+        child.0.as_mut().unwrap().try_wait().unwrap().is_none(),
+        "SIGHUP stopped tokentap"
+    );
+}

@@ -5,6 +5,8 @@
 pub const LISTEN: &str = "0.0.0.0:8080";
 /// `admin.addr`.
 pub const ADMIN: &str = "127.0.0.1:9464";
+/// The shortest `admin.reload_token` accepted (no default: unset, `POST /reload` is off).
+pub const RELOAD_TOKEN_MIN: usize = 16;
 /// `log.path`.
 pub const LOG_PATH: &str = "tokentap.jsonl";
 pub const LOG_MAX_BYTES: u64 = 256 * 1024 * 1024;

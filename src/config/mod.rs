@@ -22,6 +22,8 @@ pub use experiment::{ExperimentConfig, Mode};
 use raw::RawConfig;
 pub use routes::{RouteConfig, UNROUTED};
 
+use crate::keys::Secret;
+
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {key}: {message}")]
 pub struct ConfigError {
@@ -44,6 +46,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub tls: Option<TlsFiles>,
     pub admin: Option<SocketAddr>,
+    /// `admin.reload_token`: the bearer `POST /reload` needs; unset, the endpoint is off.
+    pub reload_token: Option<crate::keys::Secret<String>>,
     pub log: LogConfig,
     pub timeouts: Timeouts,
     pub limits: Limits,
@@ -190,6 +194,7 @@ impl RawConfig {
         } else {
             Some(parse_addr(&admin_s, file, "admin.addr")?)
         };
+        let reload_token = self.reload_token(file)?;
         let log = self.log(file, over)?;
         let timeouts = self.timeouts(file)?;
         let limits = self.limits(file)?;
@@ -202,6 +207,7 @@ impl RawConfig {
             listen,
             tls,
             admin,
+            reload_token,
             log,
             timeouts,
             limits,
@@ -210,6 +216,34 @@ impl RawConfig {
             routes,
             experiment,
         })
+    }
+
+    fn reload_token(&mut self, file: &str) -> Result<Option<Secret<String>>, ConfigError> {
+        let Some(t) = self.admin.reload_token.take() else {
+            return Ok(None);
+        };
+        const KEY: &str = "admin.reload_token";
+        let t = expand_env(&t, file, KEY)?;
+        // NB: the token is never echoed, only its length.
+        if t.len() < defaults::RELOAD_TOKEN_MIN {
+            return Err(err(
+                file,
+                KEY,
+                format!(
+                    "is {} characters long: a token needs at least {} (for example `openssl rand -hex 16`)",
+                    t.len(),
+                    defaults::RELOAD_TOKEN_MIN
+                ),
+            ));
+        }
+        if t.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
+            return Err(err(
+                file,
+                KEY,
+                "must be printable ASCII without spaces (it is sent as a bearer token)",
+            ));
+        }
+        Ok(Some(Secret::new(t)))
     }
 
     fn tls(&mut self, file: &str) -> Result<Option<TlsFiles>, ConfigError> {

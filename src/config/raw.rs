@@ -58,6 +58,7 @@ pub struct RawListen {
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub addr: Option<String>,
+    pub reload_token: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

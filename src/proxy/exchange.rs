@@ -12,14 +12,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http::Response;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::client::UpstreamBody;
 use super::ending::{verdict, Ending};
 use super::routes::Route;
 use super::timeout::TimeoutBody;
-use super::{ProxyBody, ProxyError, State};
+use super::{ProxyBody, ProxyError, Slot, State};
 use crate::keys::Secret;
 use crate::meter::{
     BodyEnd, Facts, GatewayTap, JoinBy, Meter, MeteredBody, Observer, RequestRecord, Stamp,
@@ -49,8 +48,8 @@ struct Inner {
     key: Option<Secret<Vec<u8>>>,
     /// The status of the upstream's response head, once it came.
     head: Option<u16>,
-    /// Held for the request's life; released when it ends.
-    permit: Option<OwnedSemaphorePermit>,
+    /// Its place under the admission (or shadow) cap, held for its life.
+    slot: Option<Slot>,
     after: Option<After>,
     tap: Option<TapPart>,
     ended: bool,
@@ -76,7 +75,7 @@ impl Exchange {
             meter: Meter::new(t0),
             key,
             head: None,
-            permit: None,
+            slot: None,
             after: None,
             tap: None,
             ended: false,
@@ -145,9 +144,9 @@ impl Exchange {
         });
     }
 
-    /// Hold an admission permit until the request ends.
-    pub fn hold(&mut self, permit: OwnedSemaphorePermit) {
-        self.0.permit = Some(permit);
+    /// Hold a place under a cap until the request ends.
+    pub fn hold(&mut self, slot: Slot) {
+        self.0.slot = Some(slot);
     }
 
     /// Run `f` with the verdict once the record is made.
@@ -202,7 +201,7 @@ impl Exchange {
         if std::mem::replace(&mut i.ended, true) {
             return;
         }
-        let cut = i.state.shutdown_cut.load(Ordering::Relaxed);
+        let cut = i.state.shared.shutdown_cut.load(Ordering::Relaxed);
         let v = verdict(&ending, i.head, &mut i.meter, cut);
         let stamp = i.facts.stamp;
         let mut facts = std::mem::replace(&mut i.facts, Facts::new(stamp, "", ""));
@@ -223,11 +222,11 @@ impl Exchange {
         // The meter has caught up (assemble settles it): its first token is final.
         rec.gateway_tap = i.tap.take().map(|t| tap_record(t, &i.meter));
         i.route.stats.observe(&rec, i.meter.itl_samples());
-        i.state.sink.write(rec, i.meter.itl_samples());
+        i.state.sink().write(rec, i.meter.itl_samples());
         // Last: a request leaves the in-flight count only once its record is queued (the
         // shutdown waits on this count before it closes the log).
         i.route.release();
-        drop(i.permit.take());
+        drop(i.slot.take());
         if let Some(after) = after {
             after(&v);
         }

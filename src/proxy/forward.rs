@@ -23,7 +23,7 @@ use tower::Service;
 use super::exchange::Exchange;
 use super::routes::{Route, Tap};
 use super::stack::{Deadlines, Routed};
-use super::{ProxyBody, ProxyError, State};
+use super::{ProxyBody, ProxyError, Slot, State};
 use crate::config::Mode;
 use crate::keys;
 use crate::meter::{Experiment, Outcome, Stamp};
@@ -293,8 +293,9 @@ fn note_request(ex: &mut Exchange, info: openai::RequestInfo) {
 /// discard it. Bounded: over `max_shadow_in_flight` the copy is skipped and counted, never
 /// queued. It runs on its own task: the client's response never waits for it.
 fn spawn_copy(state: Arc<State>, plan: Copy) {
-    let Ok(permit) = state.shadow.clone().try_acquire_owned() else {
-        state.shadow_skipped.fetch_add(1, Ordering::Relaxed);
+    let max = state.config.experiment.max_shadow_in_flight;
+    let Some(slot) = Slot::take(&state.shared.shadows, max) else {
+        state.shared.shadow_skipped.fetch_add(1, Ordering::Relaxed);
         return;
     };
     tokio::spawn(async move {
@@ -309,7 +310,7 @@ fn spawn_copy(state: Arc<State>, plan: Copy) {
         let key = keys::client_key(&plan.req.headers);
         let deadlines = Deadlines::new(t0, &state.config.timeouts);
         let mut ex = Exchange::begin(state, route, t0, facts, key);
-        ex.hold(permit);
+        ex.hold(slot);
         let resp = forward(ex, plan.req, plan.salt, None, deadlines).await;
         let mut body = resp.into_body();
         while let Some(frame) = body.frame().await {

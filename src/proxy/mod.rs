@@ -7,7 +7,9 @@
 //! at once.
 //!
 //! - `ending`: the one verdict (status, outcome, error) of every ending;
-//! - `timeout`: the response body's idle and total deadlines.
+//! - `timeout`: the response body's idle and total deadlines;
+//! - `live`: the config generation new requests take, swapped by a reload; requests in flight
+//!   keep the [`State`] they began on.
 
 pub mod client;
 mod ending;
@@ -15,75 +17,112 @@ pub mod error;
 mod exchange;
 mod forward;
 pub mod h1;
+pub mod live;
 pub mod routes;
 pub mod stack;
 mod timeout;
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
-use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::keys::KeyIdentity;
 use crate::sink::Sink;
 pub use error::ProxyError;
 pub use exchange::Exchange;
+pub use live::Live;
 pub use routes::{Route, Routes};
 pub use stack::Proxy;
 pub use timeout::BodyError;
 
-/// Everything requests share.
-pub struct State {
-    pub config: Arc<Config>,
+/// What outlives a config generation: the sink, the caps and counters that span reloads, the
+/// shutdown flag.
+pub struct Shared {
     pub sink: Arc<Sink>,
-    pub routes: Routes,
-    /// Key fingerprints and aliases.
-    pub keys: KeyIdentity,
-    /// `limits.max_concurrent` permits.
-    pub limit: Arc<Semaphore>,
-    /// Shadow copies in flight (experiment mirror/paired).
-    pub shadow: Arc<Semaphore>,
+    /// Requests admitted under `limits.max_concurrent`, over every generation.
+    pub admitted: Arc<AtomicUsize>,
+    /// Shadow copies in flight (experiment mirror/paired), over every generation.
+    pub shadows: Arc<AtomicUsize>,
     /// Experiment copies skipped because `max_shadow_in_flight` were already running.
     pub shadow_skipped: AtomicU64,
-    /// Arm choice and pair ids (seeded).
-    pub rng: Mutex<fastrand::Rng>,
     /// Set when the shutdown grace period is over: streams dropped after this were cut by us.
     pub shutdown_cut: AtomicBool,
 }
 
-impl State {
-    pub fn new(config: Arc<Config>, sink: Arc<Sink>) -> Result<State, client::ClientError> {
-        Ok(State {
-            routes: Routes::new(&config.routes, config.timeouts.connect)?,
-            keys: KeyIdentity::new(config.key_aliases.clone()),
-            limit: Arc::new(Semaphore::new(config.limits.max_concurrent)),
-            shadow: Arc::new(Semaphore::new(config.experiment.max_shadow_in_flight)),
-            shadow_skipped: AtomicU64::new(0),
-            rng: Mutex::new(fastrand::Rng::with_seed(config.experiment.seed)),
-            shutdown_cut: AtomicBool::new(false),
-            config,
+impl Shared {
+    pub fn new(sink: Arc<Sink>) -> Shared {
+        Shared {
             sink,
+            admitted: Arc::default(),
+            shadows: Arc::default(),
+            shadow_skipped: AtomicU64::new(0),
+            shutdown_cut: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A place under a cap shared by every generation (so a reload that lowers the cap counts the
+/// requests still running on the old config); given back when dropped.
+pub struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// A place, if fewer than `max` are taken.
+    pub fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        if count.fetch_add(1, Ordering::AcqRel) >= max {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Slot(count.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One config generation: everything its requests share. A reload makes a new one; requests
+/// keep theirs until their record is made.
+pub struct State {
+    pub config: Arc<Config>,
+    pub shared: Arc<Shared>,
+    pub routes: Routes,
+    /// Key fingerprints and aliases.
+    pub keys: KeyIdentity,
+    /// Arm choice and pair ids (seeded).
+    pub rng: Mutex<fastrand::Rng>,
+}
+
+impl State {
+    /// A generation of `config`; a reload passes the generation it replaces, whose same-named
+    /// routes hand over their counters, live stats and gateway joiners.
+    pub fn new(
+        config: Arc<Config>,
+        shared: Arc<Shared>,
+        previous: Option<&State>,
+    ) -> Result<State, client::ClientError> {
+        Ok(State {
+            routes: Routes::new(
+                &config.routes,
+                config.timeouts.connect,
+                previous.map(|p| &p.routes),
+            )?,
+            keys: KeyIdentity::new(config.key_aliases.clone()),
+            rng: Mutex::new(fastrand::Rng::with_seed(config.experiment.seed)),
+            config,
+            shared,
         })
     }
 
-    /// Wait (at most `limit`) until every admitted request has its record queued: a finished
-    /// stream's record is made by a task spawned after its last write, which may still be
-    /// pending when its connection has closed. True when none is left.
-    pub async fn settle(&self, limit: std::time::Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
-        while self.routes.in_flight() > 0 {
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-        true
+    pub fn sink(&self) -> &Sink {
+        &self.shared.sink
     }
 }
 

@@ -1,6 +1,9 @@
 //! The live routes: each configured route is one value holding its config, its upstream client
 //! and its counters; requests hold an `Arc` of theirs until their record is made. Requests no
 //! route matched are counted on the `unrouted` pseudo-route, which has no upstream.
+//!
+//! A reload makes new routes with new clients; a route that keeps its name keeps its in-flight
+//! count, its `/stats` and its gateway joiner (so a tap joins across the reload).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,10 +33,10 @@ pub struct Route {
     pub name: String,
     /// `None` for `unrouted`.
     pub target: Option<Target>,
-    /// Requests admitted on this route whose record is not yet made.
-    pub in_flight: AtomicU64,
+    /// Requests admitted on this route whose record is not yet made (over every generation).
+    pub in_flight: Arc<AtomicU64>,
     /// `/stats` percentiles since start.
-    pub stats: LiveStats,
+    pub stats: Arc<LiveStats>,
     pub tap: Option<Tap>,
 }
 
@@ -62,8 +65,14 @@ pub struct Routes {
 }
 
 impl Routes {
-    pub fn new(routes: &[RouteConfig], connect_timeout: Duration) -> Result<Routes, ClientError> {
-        // One joiner per gateway route, shared with the routes behind it.
+    pub fn new(
+        routes: &[RouteConfig],
+        connect_timeout: Duration,
+        previous: Option<&Routes>,
+    ) -> Result<Routes, ClientError> {
+        let before = |name: &str| previous.and_then(|p| p.iter().find(|r| r.name == name));
+        // One joiner per gateway route, shared with the routes behind it; the one the gateway
+        // had before a reload is kept when its window is the same.
         let mut joiners: std::collections::HashMap<&str, Arc<Joiner>> = Default::default();
         for r in routes {
             if let Some(b) = &r.behind {
@@ -75,6 +84,17 @@ impl Routes {
                 }
             }
         }
+        for (gateway, j) in joiners.iter_mut() {
+            if let Some(Tap::Outer(old)) = before(gateway).and_then(|r| r.tap.as_ref()) {
+                if old.window() == j.window() {
+                    *j = old.clone();
+                }
+            }
+        }
+        let counters = |name: &str| match before(name) {
+            Some(r) => (r.in_flight.clone(), r.stats.clone()),
+            None => (Arc::default(), Arc::default()),
+        };
         let configured = routes
             .iter()
             .map(|r| {
@@ -82,6 +102,7 @@ impl Routes {
                     Some(b) => joiners.get(b.gateway.as_str()).cloned().map(Tap::Inner),
                     None => joiners.get(r.name.as_str()).cloned().map(Tap::Outer),
                 };
+                let (in_flight, stats) = counters(&r.name);
                 Ok(Arc::new(Route {
                     tap,
                     name: r.name.clone(),
@@ -89,19 +110,20 @@ impl Routes {
                         config: r.clone(),
                         client: client::build(r, connect_timeout)?,
                     }),
-                    in_flight: AtomicU64::new(0),
-                    stats: LiveStats::default(),
+                    in_flight,
+                    stats,
                 }))
             })
             .collect::<Result<Vec<_>, ClientError>>()?;
+        let (in_flight, stats) = counters(UNROUTED);
         Ok(Routes {
             table: RouteTable::new(routes),
             configured,
             unrouted: Arc::new(Route {
                 name: UNROUTED.to_owned(),
                 target: None,
-                in_flight: AtomicU64::new(0),
-                stats: LiveStats::default(),
+                in_flight,
+                stats,
                 tap: None,
             }),
         })

@@ -29,7 +29,7 @@ use tower::{Layer, Service, ServiceBuilder};
 
 use super::exchange::Exchange;
 use super::forward::Forward;
-use super::{ProxyBody, ProxyError, State};
+use super::{Live, ProxyBody, ProxyError, Slot, State};
 use crate::keys;
 use crate::meter::Stamp;
 use crate::route::arm::{self, Draw, Refusal};
@@ -295,16 +295,15 @@ where
     always_ready!();
 
     fn call(&mut self, mut r: Routed) -> Self::Future {
-        match self.state.limit.clone().try_acquire_owned() {
-            Ok(permit) => {
-                r.ex.hold(permit);
+        let max = self.state.config.limits.max_concurrent;
+        match Slot::take(&self.state.shared.admitted, max) {
+            Some(slot) => {
+                r.ex.hold(slot);
                 Respond::Inner {
                     future: self.inner.call(r),
                 }
             }
-            Err(_) => now(r.ex.reject(ProxyError::Overloaded(
-                self.state.config.limits.max_concurrent,
-            ))),
+            None => now(r.ex.reject(ProxyError::Overloaded(max))),
         }
     }
 }
@@ -347,13 +346,14 @@ pub fn stack(state: Arc<State>) -> Stack {
         .service(Forward::new(state))
 }
 
-/// The stack as hyper's service: the request head is stamped here (`t0`), first of all.
+/// The stack as hyper's service: the request head is stamped here (`t0`), first of all; then
+/// the request takes the current config generation's stack, and keeps it to its end.
 #[derive(Clone)]
-pub struct Proxy(pub Stack, Option<IpAddr>);
+pub struct Proxy(Arc<Live>, Option<IpAddr>);
 
 impl Proxy {
-    pub fn new(state: Arc<State>) -> Proxy {
-        Proxy(stack(state), None)
+    pub fn new(live: Arc<Live>) -> Proxy {
+        Proxy(live, None)
     }
 
     /// The service for one connection, from `peer`.
@@ -372,7 +372,7 @@ impl hyper::service::Service<http::Request<Incoming>> for Proxy {
         let stamp = Stamp::now();
         let (head, body) = req.into_parts();
         // Every layer is always ready (see the module docs): no poll_ready before call.
-        self.0.clone().call(Arrival {
+        self.0.stack().call(Arrival {
             t0,
             stamp,
             head,

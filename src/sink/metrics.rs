@@ -36,6 +36,8 @@ pub const OVERSIZE_EVENTS: &str = "tokentap_sse_oversize_events_total";
 pub const SHADOW_SKIPPED: &str = "tokentap_shadow_skipped_total";
 pub const GATEWAY_HOP: &str = "tokentap_gateway_hop_seconds";
 pub const GATEWAY_TAP: &str = "tokentap_gateway_tap_requests_total";
+pub const RELOADS: &str = "tokentap_config_reloads_total";
+pub const RELOAD_OK: &str = "tokentap_config_last_reload_successful";
 
 /// Latency buckets (seconds) for TTFT, E2E and header time: every SLO threshold of the write-up
 /// (0.1, 0.2, 0.5, 1 s) is an edge, and steps of 10–20 ms below 0.2 s tell 80 ms from 120 ms.
@@ -302,6 +304,18 @@ impl Metrics {
             "Requests on a gateway tap's routes, by side and result: joined, or why they were not.",
             'c',
         );
+        describe(
+            RELOADS,
+            None,
+            "Config reloads (SIGHUP, POST /reload), by result: ok, restart_needed (applied; some settings wait for a restart), error (refused; the old config serves), unauthorized.",
+            'c',
+        );
+        describe(
+            RELOAD_OK,
+            None,
+            "1 when the last reload was applied (or none was asked), 0 when it was refused.",
+            'g',
+        );
         Ok(Self {
             recorder,
             handle,
@@ -368,6 +382,18 @@ impl Metrics {
     pub fn set_upstream_opened(&self, route: &str, n: u64) {
         let k = Self::key(UPSTREAM_OPENED, vec![Label::new("route", route.to_owned())]);
         self.recorder.register_counter(&k, &META).absolute(n);
+    }
+
+    /// Count a reload by its result; unauthorized attempts leave the last reload's state alone.
+    pub fn reloaded(&self, result: &'static str) {
+        let k = Self::key(RELOADS, vec![Label::new("result", result)]);
+        self.recorder.register_counter(&k, &META).increment(1);
+        if result != "unauthorized" {
+            let ok = if result == "error" { 0.0 } else { 1.0 };
+            self.recorder
+                .register_gauge(&Self::key(RELOAD_OK, vec![]), &META)
+                .set(ok);
+        }
     }
 
     /// Bring the log counters (kept as atomics by the sink and the writer) into the exposition.
