@@ -83,6 +83,7 @@ impl Admin {
             st.sink().records_dropped.load(Ordering::Relaxed),
             st.sink().log_counters.write_errors.load(Ordering::Relaxed),
             st.shared.shadow_skipped.load(Ordering::Relaxed),
+            st.sink().otlp.as_ref().map(|o| &*o.counters),
         );
         m.render()
     }

@@ -6,7 +6,8 @@
 //! ([`Live::swap`]): routes, upstreams, aliases, experiment settings, limits, timeouts and the
 //! listener's TLS certificate change for new requests, while requests in flight finish on the
 //! generation they began on. Settings bound at start (the listen and admin addresses, TLS on or
-//! off, the log, the metric label caps) are named as needing a restart, and keep their values.
+//! off, the log, `[otlp]`, the metric label caps) are named as needing a restart, and keep their
+//! values.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -157,6 +158,10 @@ fn bound_at_start(old: &Config, new: &mut Config) -> Vec<&'static str> {
     ];
     if log.contains(&true) {
         new.log = old.log.clone();
+    }
+    let fp = |c: &Config| c.otlp.as_ref().map(crate::config::OtlpConfig::fingerprint);
+    if keep("otlp", fp(old) != fp(new)) {
+        new.otlp.clone_from(&old.otlp);
     }
     let (ol, nl) = (old.limits, &mut new.limits);
     if keep(

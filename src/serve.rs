@@ -37,6 +37,8 @@ pub enum ServeError {
         path: String,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Otlp(#[from] crate::sink::otlp::OtlpError),
     #[error("metrics setup: {0}")]
     Metrics(#[from] metrics_exporter_prometheus::BuildError),
 }
@@ -99,7 +101,14 @@ pub async fn run(
         None => (None, None),
     };
     let metrics = Metrics::new(config.limits.max_key_labels, config.limits.max_model_labels)?;
-    let sink = Arc::new(Sink::new(metrics, log_tx, counters));
+    let mut sink = Sink::new(metrics, log_tx, counters);
+    let mut exporter = None;
+    if let Some(o) = &config.otlp {
+        let (otlp, task) = crate::sink::otlp::spawn(o)?;
+        sink = sink.with_otlp(otlp);
+        exporter = Some((task, o.timeout));
+    }
+    let sink = Arc::new(sink);
     let shared = Arc::new(Shared::new(sink.clone()));
     let live = Arc::new(Live::new(
         State::new(config.clone(), shared.clone(), None)?,
@@ -174,6 +183,14 @@ pub async fn run(
     drop(admin);
     if let Some(w) = writer {
         let _ = tokio::task::spawn_blocking(move || w.join()).await;
+    }
+    if let Some((task, timeout)) = exporter {
+        // One attempt per batch left, each within `otlp.timeout_ms`; then the rest is let go.
+        if tokio::time::timeout(timeout * 4, task).await.is_err() {
+            tracing::warn!(
+                "shutdown: the OTLP exporter did not finish; spans still queued are lost"
+            );
+        }
     }
     let _ = admin_stop_tx.send(true);
     if let Some(t) = admin_task {

@@ -62,13 +62,22 @@ pub fn connector(
     route: &RouteConfig,
     host: &str,
 ) -> Result<(TlsConnector, ServerName<'static>), TlsError> {
+    connector_with(route.ca_file.as_deref(), host)
+}
+
+/// A client connector trusting the system's roots (else webpki's) and `ca_file`, and the name
+/// the server's certificate must carry (ALPN: http/1.1).
+pub fn connector_with(
+    ca_file: Option<&Path>,
+    host: &str,
+) -> Result<(TlsConnector, ServerName<'static>), TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     let (added, _) = roots.add_parsable_certificates(native.certs);
     if added == 0 {
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     }
-    if let Some(path) = &route.ca_file {
+    if let Some(path) = ca_file {
         for c in certs(path)? {
             roots.add(c).map_err(|e| file_err(path, e.to_string()))?;
         }

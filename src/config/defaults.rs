@@ -7,6 +7,13 @@ pub const LISTEN: &str = "0.0.0.0:8080";
 pub const ADMIN: &str = "127.0.0.1:9464";
 /// The shortest `admin.reload_token` accepted (no default: unset, `POST /reload` is off).
 pub const RELOAD_TOKEN_MIN: usize = 16;
+/// `[otlp]`: spans waiting for export, spans per export, how long a span waits for its batch,
+/// one export's deadline, and `service.name`.
+pub const OTLP_QUEUE: u64 = 8192;
+pub const OTLP_BATCH: u64 = 512;
+pub const OTLP_FLUSH_MS: u64 = 1000;
+pub const OTLP_TIMEOUT_MS: u64 = 10_000;
+pub const OTLP_SERVICE: &str = "tokentap";
 /// `log.path`.
 pub const LOG_PATH: &str = "tokentap.jsonl";
 pub const LOG_MAX_BYTES: u64 = 256 * 1024 * 1024;

@@ -8,6 +8,7 @@
 pub mod defaults;
 mod env;
 mod experiment;
+mod otlp;
 pub mod raw;
 mod routes;
 
@@ -19,6 +20,7 @@ use std::time::Duration;
 pub use crate::meter::Buckets;
 pub use env::expand_env;
 pub use experiment::{ExperimentConfig, Mode};
+pub use otlp::OtlpConfig;
 use raw::RawConfig;
 pub use routes::{RouteConfig, UNROUTED};
 
@@ -55,6 +57,8 @@ pub struct Config {
     pub key_aliases: HashMap<String, String>,
     pub routes: Vec<RouteConfig>,
     pub experiment: ExperimentConfig,
+    /// `[otlp]`: span export, off when `None`.
+    pub otlp: Option<OtlpConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -202,6 +206,7 @@ impl RawConfig {
         let key_aliases = self.aliases(file)?;
         let routes = routes::validate(self.routes, file)?;
         let experiment = experiment::validate(self.experiment, &routes, file)?;
+        let otlp = otlp::validate(self.otlp, file)?;
         Ok(Config {
             source: file.to_owned(),
             listen,
@@ -215,6 +220,7 @@ impl RawConfig {
             key_aliases,
             routes,
             experiment,
+            otlp,
         })
     }
 

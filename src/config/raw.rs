@@ -26,6 +26,21 @@ pub struct RawConfig {
     pub routes: Vec<RawRoute>,
     #[serde(default)]
     pub experiment: RawExperiment,
+    pub otlp: Option<RawOtlp>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOtlp {
+    pub endpoint: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub service_name: Option<String>,
+    pub queue: Option<u64>,
+    pub batch: Option<u64>,
+    pub flush_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub forward_traceparent: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

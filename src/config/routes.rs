@@ -289,7 +289,7 @@ fn validate_one(r: RawRoute, i: usize, file: &str) -> Result<RouteConfig, Config
 }
 
 /// `http(s)://host[:port][/base]` → (scheme + authority, base path without trailing slash).
-fn parse_upstream(s: &str, file: &str, key: &str) -> Result<(Uri, String), ConfigError> {
+pub(super) fn parse_upstream(s: &str, file: &str, key: &str) -> Result<(Uri, String), ConfigError> {
     let uri: Uri = s
         .parse()
         .map_err(|e| err(file, key, format!("invalid URL {s:?}: {e}")))?;

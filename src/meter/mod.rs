@@ -11,6 +11,7 @@ pub mod body;
 mod bucket;
 pub mod record;
 mod timeline;
+pub mod trace;
 
 use std::sync::{Arc, OnceLock};
 
@@ -26,6 +27,7 @@ pub use record::{
     TtftSplit, Unjoined, Verdict,
 };
 pub use timeline::{ms_between, Stamp, Timeline};
+pub use trace::Trace;
 
 /// Gaps kept per request for ITL percentiles (µs); beyond this only the max is updated.
 const MAX_ITL_SAMPLES: usize = 1 << 16;

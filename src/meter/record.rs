@@ -301,6 +301,12 @@ pub struct RequestRecord {
     /// proxy once the record is made).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_tap: Option<GatewayTap>,
+    /// With OTLP export on: the request's trace (the caller's, continued from its
+    /// `traceparent`, or a new one) and tokentap's span in it, as 32 and 16 hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
     /// What went wrong, without secrets: an error kind, never an upstream message.
     #[serde(default)]
     pub error: Option<String>,
@@ -326,6 +332,8 @@ pub struct Facts {
     pub bucket: Option<String>,
     /// The load generator's concurrency level for this request.
     pub concurrency: Option<u64>,
+    /// The request's trace context, when its span is exported (OTLP on).
+    pub trace: Option<super::Trace>,
 }
 
 impl Facts {
@@ -345,6 +353,7 @@ impl Facts {
             gateway_overhead_ms: None,
             bucket: None,
             concurrency: None,
+            trace: None,
         }
     }
 }
@@ -454,6 +463,8 @@ impl RequestRecord {
             upstream_sent_ms,
             ttft_split,
             gateway_tap: None,
+            trace_id: None,
+            span_id: None,
             error: verdict.error,
         }
     }

@@ -211,6 +211,7 @@ impl Exchange {
                 .or_else(|| Some(i.state.keys.id_of(key.expose())));
         }
         let after = i.after.take();
+        let trace = facts.trace.take();
         let mut rec = RequestRecord::assemble(
             facts,
             &mut i.meter,
@@ -222,6 +223,12 @@ impl Exchange {
         // The meter has caught up (assemble settles it): its first token is final.
         rec.gateway_tap = i.tap.take().map(|t| tap_record(t, &i.meter));
         i.route.stats.observe(&rec, i.meter.itl_samples());
+        if let Some(t) = trace {
+            rec.trace_id = Some(crate::meter::trace::hex(&t.trace_id));
+            rec.span_id = Some(crate::meter::trace::hex(&t.span_id));
+            let upstream = i.route.target.as_ref().map(|t| t.config.upstream.clone());
+            i.state.sink().span(&rec, t, upstream, stamp.at);
+        }
         i.state.sink().write(rec, i.meter.itl_samples());
         // Last: a request leaves the in-flight count only once its record is queued (the
         // shutdown waits on this count before it closes the log).

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Response};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Limited};
 use tokio::time::Instant;
@@ -210,6 +210,27 @@ async fn forward(
         headers.insert(name.clone(), value.expose().clone());
     }
     tap(&mut ex, &route, &mut headers, &body);
+    // Opt-in: the upstream continues tokentap's span (otherwise the client's `traceparent`, if
+    // any, goes upstream as it came).
+    if ex
+        .state()
+        .config
+        .otlp
+        .as_ref()
+        .is_some_and(|o| o.forward_traceparent)
+    {
+        if let Some(tp) = ex
+            .facts()
+            .trace
+            .as_ref()
+            .filter(|t| t.sampled())
+            .map(|t| t.traceparent())
+        {
+            if let Ok(v) = HeaderValue::try_from(tp) {
+                headers.insert(HeaderName::from_static("traceparent"), v);
+            }
+        }
+    }
     let wait = deadlines.head_wait();
     let mut send = std::pin::pin!(target.client.send(&req.method, &path, &headers, &body));
     let sent = tokio::time::timeout(

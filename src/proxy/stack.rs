@@ -209,6 +209,9 @@ where
         } = a;
         let mut facts = Exchange::facts_for(stamp, &head.method, head.uri.path());
         facts.concurrency = concurrency;
+        if state.sink().otlp.is_some() {
+            facts.trace = Some(crate::meter::Trace::from_headers(&head.headers));
+        }
         let key = keys::client_key(&head.headers);
         let Some((picked, upstream_path)) = state.routes.pick(head.uri.path()) else {
             let route = state.routes.unrouted().clone();

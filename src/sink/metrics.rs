@@ -36,6 +36,8 @@ pub const OVERSIZE_EVENTS: &str = "tokentap_sse_oversize_events_total";
 pub const SHADOW_SKIPPED: &str = "tokentap_shadow_skipped_total";
 pub const GATEWAY_HOP: &str = "tokentap_gateway_hop_seconds";
 pub const GATEWAY_TAP: &str = "tokentap_gateway_tap_requests_total";
+pub const OTLP_EXPORTED: &str = "tokentap_otlp_spans_exported_total";
+pub const OTLP_FAILED: &str = "tokentap_otlp_export_failures_total";
 pub const RELOADS: &str = "tokentap_config_reloads_total";
 pub const RELOAD_OK: &str = "tokentap_config_last_reload_successful";
 
@@ -265,7 +267,7 @@ impl Metrics {
         describe(
             RECORDS_DROPPED,
             None,
-            "Records dropped because the log queue was full.",
+            "Records dropped, by sink: log (its queue was full), otlp (spans: the export queue was full, or their batch failed every attempt).",
             'c',
         );
         describe(
@@ -302,6 +304,18 @@ impl Metrics {
             GATEWAY_TAP,
             None,
             "Requests on a gateway tap's routes, by side and result: joined, or why they were not.",
+            'c',
+        );
+        describe(
+            OTLP_EXPORTED,
+            None,
+            "Spans the OTLP collector accepted.",
+            'c',
+        );
+        describe(
+            OTLP_FAILED,
+            None,
+            "OTLP export requests that failed for good (their spans are counted as dropped).",
             'c',
         );
         describe(
@@ -397,12 +411,28 @@ impl Metrics {
     }
 
     /// Bring the log counters (kept as atomics by the sink and the writer) into the exposition.
-    pub fn sync_counters(&self, dropped: u64, write_errors: u64, shadow_skipped: u64) {
+    pub fn sync_counters(
+        &self,
+        dropped: u64,
+        write_errors: u64,
+        shadow_skipped: u64,
+        otlp: Option<&super::otlp::OtlpCounters>,
+    ) {
         let r = &self.recorder;
         r.register_counter(&Self::key(SHADOW_SKIPPED, vec![]), &META)
             .absolute(shadow_skipped);
-        r.register_counter(&Self::key(RECORDS_DROPPED, vec![]), &META)
+        let sink = |s: &'static str| vec![Label::new("sink", s)];
+        r.register_counter(&Self::key(RECORDS_DROPPED, sink("log")), &META)
             .absolute(dropped);
+        if let Some(o) = otlp {
+            let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+            r.register_counter(&Self::key(RECORDS_DROPPED, sink("otlp")), &META)
+                .absolute(n(&o.dropped));
+            r.register_counter(&Self::key(OTLP_EXPORTED, vec![]), &META)
+                .absolute(n(&o.exported));
+            r.register_counter(&Self::key(OTLP_FAILED, vec![]), &META)
+                .absolute(n(&o.failed_exports));
+        }
         r.register_counter(&Self::key(LOG_WRITE_ERRORS, vec![]), &META)
             .absolute(write_errors);
     }

@@ -1,5 +1,6 @@
-//! Where finished records go: the metrics, and the JSONL writer's bounded queue. (Each route's
-//! live `/stats` histograms are `stats::LiveStats`, owned by the route.)
+//! Where finished records go: the metrics, the JSONL writer's bounded queue, and (with
+//! `[otlp]`) the span exporter's bounded queue. (Each route's live `/stats` histograms are
+//! `stats::LiveStats`, owned by the route.)
 //!
 //! Runs on the data path at the end of each request, so it never blocks: a full queue drops the
 //! record and counts it; nothing here can fail a request. It never builds a record: it is handed
@@ -7,6 +8,7 @@
 
 pub mod log;
 pub mod metrics;
+pub mod otlp;
 pub mod stats;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +16,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::meter::RequestRecord;
+use crate::meter::{RequestRecord, Trace};
 
 pub struct Sink {
     pub metrics: metrics::Metrics,
@@ -24,6 +26,8 @@ pub struct Sink {
     pub records_dropped: AtomicU64,
     /// Records made (written, queued or dropped).
     pub records_total: AtomicU64,
+    /// The span exporter, with `[otlp]`.
+    pub otlp: Option<otlp::Otlp>,
 }
 
 impl Sink {
@@ -38,6 +42,33 @@ impl Sink {
             log_counters,
             records_dropped: AtomicU64::new(0),
             records_total: AtomicU64::new(0),
+            otlp: None,
+        }
+    }
+
+    /// With the span exporter's queue.
+    pub fn with_otlp(mut self, otlp: otlp::Otlp) -> Self {
+        self.otlp = Some(otlp);
+        self
+    }
+
+    /// Queue a finished request's span (when export is on and its trace is sampled).
+    pub fn span(
+        &self,
+        rec: &RequestRecord,
+        trace: Trace,
+        upstream: Option<http::Uri>,
+        start: std::time::SystemTime,
+    ) {
+        if let Some(o) = &self.otlp {
+            if trace.sampled() {
+                o.send(otlp::SpanIn {
+                    rec: rec.clone(),
+                    trace,
+                    upstream,
+                    start,
+                });
+            }
         }
     }
 
@@ -57,6 +88,9 @@ impl Sink {
     pub async fn close_log(&self) {
         if let Some(tx) = &self.log_tx {
             let _ = tx.send(log::LogMsg::Close).await;
+        }
+        if let Some(o) = &self.otlp {
+            o.close().await;
         }
     }
 }
