@@ -2,8 +2,9 @@
 # The whole test suite, as CI runs it: format, lints, then every test target (benches run in
 # test mode, once each). Needs only the Rust toolchain; the opt-in suites against real software
 # are scripts/rig-test.sh and scripts/rig-tap.sh (vLLM + LiteLLM), scripts/report-screenshot.sh
-# (Chromium), scripts/prometheus-test.sh and scripts/grafana-test.sh (Prometheus) and
-# scripts/kubernetes-test.sh (kubernetes-validate).
+# (Chromium), scripts/prometheus-test.sh and scripts/grafana-test.sh (Prometheus),
+# scripts/kubernetes-test.sh (kubernetes-validate), scripts/cluster-test.sh (all three, plus
+# stdout records, OTLP, reload and kill -9) and scripts/container-test.sh (buildah).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check

@@ -93,3 +93,53 @@ pub fn fingerprint() -> Exit {
     println!("{}", crate::keys::fingerprint(key));
     Exit::Ok
 }
+
+#[derive(clap::Args)]
+pub struct HealthArgs {
+    /// The admin listener's address.
+    #[arg(long, default_value = crate::config::defaults::ADMIN)]
+    pub admin: String,
+    /// Ask `/readyz` (503 once shutdown began) instead of `/healthz`.
+    #[arg(long)]
+    pub ready: bool,
+    /// How long to wait for the answer, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub timeout_ms: u64,
+}
+
+/// `tokentap health`: one HTTP/1.1 GET to the admin listener; exit 0 on a 200.
+pub fn health(a: &HealthArgs) -> Exit {
+    use std::io::{Read, Write};
+    use std::net::ToSocketAddrs;
+    let path = if a.ready { "/readyz" } else { "/healthz" };
+    let timeout = std::time::Duration::from_millis(a.timeout_ms.max(1));
+    let Some(addr) = a.admin.to_socket_addrs().ok().and_then(|mut v| v.next()) else {
+        return Exit::Usage(format!(
+            "--admin {:?} is not an address like 127.0.0.1:9464",
+            a.admin
+        ));
+    };
+    let answer = (|| -> std::io::Result<String> {
+        let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+        )?;
+        let mut head = [0u8; 64];
+        let n = s.read(&mut head)?;
+        Ok(String::from_utf8_lossy(&head[..n]).into_owned())
+    })();
+    match answer {
+        Ok(h) if h.starts_with("HTTP/1.1 200") => {
+            println!("{path}: ok");
+            Exit::Ok
+        }
+        Ok(h) => Exit::Failed(format!(
+            "http://{addr}{path}: {}",
+            h.lines().next().unwrap_or("no answer")
+        )),
+        Err(e) => Exit::Failed(format!("http://{addr}{path}: {e}")),
+    }
+}

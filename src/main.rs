@@ -53,6 +53,11 @@ enum Command {
     ///
     /// Try: printf %s "$OPENAI_API_KEY" | tokentap fingerprint
     Fingerprint,
+    /// Ask a running tokentap's admin listener whether it is healthy (`/healthz`) or ready
+    /// (`/readyz`): exit 0 if so, 1 if not. For a container's HEALTHCHECK (no curl needed).
+    ///
+    /// Try: tokentap health --admin 127.0.0.1:9464 --ready
+    Health(tokentap::cli::HealthArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +75,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => tokentap::bench::cli(a),
         Command::Report(a) => tokentap::report::cli(a),
         Command::Fingerprint => tokentap::cli::fingerprint(),
+        Command::Health(a) => tokentap::cli::health(&a),
     };
     exit.report()
 }

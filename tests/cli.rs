@@ -449,6 +449,26 @@ async fn sighup_reloads_the_config_file() {
     ] {
         assert!(m.contains(want), "{want} not in\n{m}");
     }
+    // `tokentap health`, the container's HEALTHCHECK, against the same admin listener.
+    for args in [
+        vec!["health", "--admin", &admin],
+        vec!["health", "--admin", &admin, "--ready"],
+    ] {
+        let out = bin().args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let out = bin().args(["health", "--admin", &dead]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/healthz"));
     assert!(
         child.0.as_mut().unwrap().try_wait().unwrap().is_none(),
         "SIGHUP stopped tokentap"
