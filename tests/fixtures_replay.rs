@@ -448,6 +448,18 @@ async fn every_fixture_is_forwarded_byte_exact_and_measured() {
             "{}: the path and the events agree",
             f.name
         );
+        if f.status == 200 {
+            // Every real success names the model that served it, and the record keeps it.
+            let m = r
+                .response_model
+                .as_deref()
+                .unwrap_or_else(|| panic!("{}: no response_model", f.name));
+            assert!(
+                String::from_utf8_lossy(&f.body).contains(&format!("\"{m}\"")),
+                "{}: {m} is not in the body",
+                f.name
+            );
+        }
         let cached = f.name.ends_with("-cached").then_some(640);
         if f.status == 200 && !f.name.contains("litellm-chat-stream-usage") {
             // Where usage carries the cache's count (vLLM --enable-prompt-tokens-details).

@@ -232,7 +232,15 @@ const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_span_per_request_continues_the_callers_trace_with_genai_attributes() {
-    let up = Upstream::spawn(|_| Script::chat_stream(MS(30), MS(5), 5, true)).await;
+    // The engine says which model served the request (a gateway's alias can differ).
+    let up = Upstream::spawn(|_| {
+        let mut s = Script::chat_stream(MS(30), MS(5), 5, true);
+        s.chunks[0].1 = bytes::Bytes::from_static(
+            b"data: {\"model\":\"served-m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+        );
+        s
+    })
+    .await;
     let rx = Receiver::spawn().await;
     let mut px = proxy(&up.url(), &otlp(&format!("http://{}", rx.addr), "")).await;
     let got = send(
@@ -286,7 +294,8 @@ async fn a_span_per_request_continues_the_callers_trace_with_genai_attributes() 
     let a = attrs(s, 9);
     assert_eq!(a["gen_ai.operation.name"], V::S("chat".into()));
     assert_eq!(a["gen_ai.request.model"], V::S("m".into()));
-    assert_eq!(a["gen_ai.response.model"], V::S("m".into()));
+    assert_eq!(a["gen_ai.response.model"], V::S("served-m".into()));
+    assert_eq!(rec.response_model.as_deref(), Some("served-m"));
     assert_eq!(a["gen_ai.usage.input_tokens"], V::I(7));
     assert_eq!(a["gen_ai.usage.output_tokens"], V::I(5));
     assert_eq!(a["gen_ai.request.max_tokens"], V::I(16));

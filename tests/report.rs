@@ -65,6 +65,7 @@ fn rec(i: usize, bucket: &str, c: u64, ttft: f64, tpot: f64, key: &str) -> Reque
         upstream_sent_ms: None,
         ttft_split: None,
         gateway_tap: None,
+        response_model: None,
         trace_id: None,
         span_id: None,
         error: None,

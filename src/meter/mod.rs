@@ -29,6 +29,9 @@ pub use record::{
 pub use timeline::{ms_between, Stamp, Timeline};
 pub use trace::Trace;
 
+/// A stream's first events looked at for the model that served it.
+const MODEL_EVENTS: u8 = 3;
+
 /// Gaps kept per request for ITL percentiles (µs); beyond this only the max is updated.
 const MAX_ITL_SAMPLES: usize = 1 << 16;
 
@@ -71,6 +74,9 @@ pub struct Meter {
     pub first_token_signal: Option<Arc<OnceLock<Instant>>>,
     /// The API shape the events said they are, from the first that said.
     pub api: Option<openai::Api>,
+    /// The model the response says served it (from its first events, or its JSON body).
+    pub response_model: Option<String>,
+    model_looks: u8,
 }
 
 impl Meter {
@@ -93,6 +99,8 @@ impl Meter {
             deferred: None,
             first_token_signal: None,
             api: None,
+            response_model: None,
+            model_looks: 0,
         }
     }
 
@@ -197,6 +205,10 @@ impl Meter {
             self.timeline.end = Some(now);
             return;
         }
+        if self.response_model.is_none() && self.model_looks < MODEL_EVENTS {
+            self.model_looks += 1;
+            self.response_model = openai::response_model(data);
+        }
         match openai::inspect_chunk_in(&mut self.shape, data) {
             // An event of another shape than the stream's: not measured, counted.
             Ok(info) if self.api.zip(info.api).is_some_and(|(a, b)| a != b) => {
@@ -264,6 +276,9 @@ impl Meter {
         {
             if buf.is_empty() {
                 return;
+            }
+            if self.response_model.is_none() {
+                self.response_model = openai::response_model(buf);
             }
             match openai::inspect_chunk(buf) {
                 Ok(info) => {

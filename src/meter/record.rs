@@ -197,6 +197,10 @@ pub struct RequestRecord {
     /// Model sent upstream, when the route's model map rewrote it.
     #[serde(default)]
     pub upstream_model: Option<String>,
+    /// The model the response says served it (its `model`; Responses' `response.model`,
+    /// Messages' `message.model`), when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_model: Option<String>,
     /// `sha256:<hex>` of the client's key, or its configured alias. Never the key.
     #[serde(default)]
     pub key_id: Option<String>,
@@ -422,6 +426,7 @@ impl RequestRecord {
             endpoint_api: (api != path_api).then_some(path_api),
             model: facts.model,
             upstream_model: facts.upstream_model,
+            response_model: meter.response_model.take(),
             key_id: facts.key_id,
             stream: facts.stream,
             status: verdict.status,

@@ -473,3 +473,33 @@ fn server_timings(json: &str) -> ServerTimings {
         Err(_) => ServerTimings::default(),
     }
 }
+
+#[derive(Deserialize)]
+struct ModelOnly<'a> {
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ModelOf<'a> {
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
+    /// Responses: `response.created` carries the response object.
+    #[serde(borrow)]
+    response: Option<ModelOnly<'a>>,
+    /// Messages: `message_start` carries the message object.
+    #[serde(borrow)]
+    message: Option<ModelOnly<'a>>,
+}
+
+/// The model a response says served it: a chunk's or body's `model`, a Responses event's
+/// `response.model`, a Messages `message_start`'s `message.model`. Read on a stream's first
+/// events only (the caller stops once it has one), never per token.
+pub fn response_model(payload: &[u8]) -> Option<String> {
+    let m: ModelOf<'_> = serde_json::from_slice(payload).ok()?;
+    m.model
+        .or(m.response.and_then(|r| r.model))
+        .or(m.message.and_then(|r| r.model))
+        .filter(|s| !s.is_empty())
+        .map(|s| s.chars().take(256).collect())
+}

@@ -73,12 +73,7 @@ pub fn span(s: &SpanIn) -> Span {
     let text = |v: Option<&str>| v.map(|x| Value::Str(x.to_owned()));
     put("gen_ai.operation.name", text(op));
     put("gen_ai.request.model", text(r.model.as_deref()));
-    // NB: the model tokentap asked the upstream for (after `model_map`); tokentap does not read
-    // the response's own `model` field.
-    put(
-        "gen_ai.response.model",
-        text(r.upstream_model.as_deref().or(r.model.as_deref())),
-    );
+    put("gen_ai.response.model", text(r.response_model.as_deref()));
     put("gen_ai.request.max_tokens", int(r.max_tokens));
     put("gen_ai.usage.input_tokens", int(r.input_tokens));
     put("gen_ai.usage.output_tokens", int(r.output_tokens));
