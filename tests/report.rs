@@ -512,3 +512,51 @@ fn shapes_and_cache_hits_are_read_apart() {
     let text = report::render(&rep, report::Format::Table);
     assert!(text.contains("Per API shape") && text.contains("prefix-cache hit vs miss"));
 }
+
+/// Rotated logs compressed by logrotate (`.jsonl.1.gz`, several gzip members in one file) read
+/// as if they were plain; a compressed file cut short is read to its last whole line and named.
+#[test]
+fn compressed_rotated_logs_are_read_like_plain_ones() {
+    use std::io::Write;
+    let gz = |recs: &[RequestRecord]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        for r in recs {
+            e.write_all((serde_json::to_string(r).unwrap() + "\n").as_bytes())
+                .unwrap();
+        }
+        e.finish().unwrap()
+    };
+    let dir = scratch("gz");
+    let recs = known();
+    write_jsonl(&dir.join("plain.jsonl"), &recs);
+    let parts = dir.join("parts");
+    std::fs::create_dir_all(&parts).unwrap();
+    write_jsonl(&parts.join("log.jsonl"), &recs[..40]);
+    // Two gzip members in one file, as `cat a.gz b.gz` or some shippers make.
+    let mut two = gz(&recs[40..100]);
+    two.extend(gz(&recs[100..]));
+    std::fs::write(parts.join("log.jsonl.1.gz"), two).unwrap();
+    let mut warn = |w: String| panic!("unexpected warning {w}");
+    let plain = report::load(&[dir.join("plain.jsonl")], &mut warn).unwrap();
+    let mixed = report::load(std::slice::from_ref(&parts), &mut warn).unwrap();
+    assert_eq!(mixed.len(), recs.len());
+    let json = |r: &[RequestRecord]| {
+        report::render(
+            &report::compute(r, &Slos::default(), 10, false),
+            report::Format::Json,
+        )
+    };
+    assert_eq!(json(&plain), json(&mixed));
+
+    // Cut short: the records that decompress whole are read, and the file is named.
+    let cut = dir.join("cut");
+    std::fs::create_dir_all(&cut).unwrap();
+    let whole = gz(&recs);
+    std::fs::write(cut.join("log.jsonl.2.gz"), &whole[..whole.len() * 2 / 3]).unwrap();
+    let mut warnings = Vec::new();
+    let got = report::load(std::slice::from_ref(&cut), &mut |w| warnings.push(w)).unwrap();
+    assert!(!got.is_empty() && got.len() < recs.len(), "{}", got.len());
+    assert_eq!(got[..], recs[..got.len()], "the whole lines before the cut");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("log.jsonl.2.gz") && warnings[0].contains("ends early"));
+}
