@@ -4,7 +4,8 @@
 # are scripts/rig-test.sh and scripts/rig-tap.sh (vLLM + LiteLLM), scripts/report-screenshot.sh
 # (Chromium), scripts/prometheus-test.sh and scripts/grafana-test.sh (Prometheus),
 # scripts/kubernetes-test.sh (kubernetes-validate), scripts/cluster-test.sh (all three, plus
-# stdout records, OTLP, reload and kill -9) and scripts/container-test.sh (buildah).
+# stdout records, OTLP, reload and kill -9), scripts/container-test.sh (buildah) and
+# scripts/clickhouse-test.sh (chdb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check

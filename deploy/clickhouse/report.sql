@@ -1,0 +1,53 @@
+-- `tokentap report --format json`'s cells[], computed where the records are. One row per
+-- prompt-shape bucket × experiment arm × concurrency level, with the report's definitions:
+-- - the level is bench's `concurrency`, else the live in-flight count bucketed 1, 2, 3-4, 5-8, …;
+-- - inner sides of a gateway tap are left out (they are the gateway's own requests);
+-- - percentiles are nearest-rank, the value at rank ceil(p·n) of the sorted values (no
+--   interpolation), over the requests served (`outcome = 'ok'`);
+-- - errors are every outcome but `ok` and `client_cancelled`;
+-- - aggregate tok/s is the served output tokens ÷ (last end − first start) of the cell.
+-- Only SQL that ClickHouse 18.16 and today's ClickHouse both accept.
+SELECT
+    bucket_,
+    arm,
+    level,
+    label,
+    requests,
+    errors,
+    errors / requests AS error_rate,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.99 * length(ttft))))]) AS ttft_p99,
+    if(length(ttft) = 0, NULL, ttft[length(ttft)]) AS ttft_max,
+    if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.5 * length(tpot))))]) AS tpot_p50,
+    if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.95 * length(tpot))))]) AS tpot_p95,
+    if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.99 * length(tpot))))]) AS tpot_p99,
+    if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.5 * length(e2e))))]) AS e2e_p50,
+    if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.95 * length(e2e))))]) AS e2e_p95,
+    if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.99 * length(e2e))))]) AS e2e_p99,
+    if(length(tps) = 0, NULL, tps[toUInt64(greatest(1, ceil(0.5 * length(tps))))]) AS tok_s_per_stream_p50,
+    if(wall_s > 0, out_tokens / wall_s, NULL) AS aggregate_tok_s
+FROM
+(
+    SELECT
+        ifNull(bucket, 'unknown') AS bucket_,
+        experiment_arm AS arm,
+        if(isNotNull(concurrency), assumeNotNull(concurrency),
+           if(greatest(in_flight, 1) <= 2, greatest(in_flight, 1),
+              toUInt64(pow(2, ceil(log2(greatest(in_flight, 1))))))) AS level,
+        if(isNotNull(concurrency), toString(assumeNotNull(concurrency)),
+           if(level <= 2, toString(level), concat(toString(intDiv(level, 2) + 1), '-', toString(level)))) AS label,
+        count() AS requests,
+        countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
+        arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
+        arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
+        arraySort(groupArrayIf(e2e_ms, outcome = 'ok')) AS e2e,
+        arraySort(groupArrayIf(1000 / assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms) AND assumeNotNull(tpot_ms) > 0)) AS tps,
+        sumIf(ifNull(output_tokens, 0), outcome = 'ok') AS out_tokens,
+        (max(ts_us + e2e_ms * 1000) - min(ts_us)) / 1000000 AS wall_s
+    FROM requests
+    WHERE ifNull(tap_side, '') != 'inner'
+    GROUP BY bucket_, arm, level, label
+)
+ORDER BY bucket_, arm, level, label
+FORMAT JSONEachRow

@@ -1,0 +1,71 @@
+-- tokentap's request records in ClickHouse: one row per record (docs/records.md), the nested
+-- objects flattened with `_` (experiment.arm → experiment_arm, gateway_tap.side → tap_side):
+-- JSONEachRow of ClickHouse 18.16 cannot map a JSON object into columns, and every version
+-- accepts flat rows. Only SQL that ClickHouse 18.16 and today's ClickHouse (chdb) both accept.
+--
+--   clickhouse-client --multiquery < deploy/clickhouse/schema.sql
+--   tokentap-to-clickhouse: scripts/clickhouse_load.py flattens a JSONL log into rows.
+
+CREATE TABLE IF NOT EXISTS requests
+(
+    ts String,                                  -- RFC 3339, microseconds, UTC ("…T02:44:00.123456Z")
+    -- The same instant as microseconds since the epoch (18.16 has no DateTime64).
+    ts_us Int64 MATERIALIZED toInt64(toUInt32(parseDateTimeBestEffort(concat(substring(ts, 1, 19), 'Z')))) * 1000000
+        + toInt64(toUInt32OrZero(substring(ts, 21, 6))),
+    date Date MATERIALIZED toDate(parseDateTimeBestEffort(concat(substring(ts, 1, 19), 'Z'))),
+    id String,
+    route String,
+    experiment_arm Nullable(String),
+    experiment_pair_id Nullable(String),
+    method String,
+    endpoint String,
+    api String,
+    model Nullable(String),
+    upstream_model Nullable(String),
+    response_model Nullable(String),
+    key_id Nullable(String),
+    stream UInt8,
+    status UInt16,
+    outcome String,
+    input_tokens Nullable(UInt64),
+    output_tokens Nullable(UInt64),
+    tokens_source Nullable(String),
+    cached_tokens Nullable(UInt64),
+    reasoning_tokens Nullable(UInt64),
+    ttft_ms Nullable(Float64),
+    ttfo_ms Nullable(Float64),
+    tpot_ms Nullable(Float64),
+    e2e_ms Float64,
+    itl_p50_ms Nullable(Float64),
+    itl_p99_ms Nullable(Float64),
+    itl_max_ms Nullable(Float64),
+    upstream_headers_ms Nullable(Float64),
+    upstream_sent_ms Nullable(Float64),
+    in_flight UInt64,
+    max_tokens Nullable(UInt64),
+    request_bytes UInt64,
+    response_bytes UInt64,
+    events UInt64,
+    content_events UInt64,
+    bucket Nullable(String),
+    engine_queue_ms Nullable(Float64),
+    engine_ttft_ms Nullable(Float64),
+    gateway_overhead_ms Nullable(Float64),
+    concurrency Nullable(UInt64),
+    tap_side Nullable(String),
+    tap_peer Nullable(String),
+    tap_join Nullable(String),
+    tap_unjoined Nullable(String),
+    tap_admission_ms Nullable(Float64),
+    tap_relay_ms Nullable(Float64),
+    tap_ttft_ms Nullable(Float64),
+    trace_id Nullable(String),
+    error Nullable(String)
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMM(date)
+ORDER BY (route, date, ts_us);
+
+-- Keep 90 days. TTL needs ClickHouse 19.6 or later (18.16 has none: drop old partitions with
+-- `ALTER TABLE requests DROP PARTITION 202601` there instead).
+-- ALTER TABLE requests MODIFY TTL date + INTERVAL 90 DAY;
