@@ -1,13 +1,18 @@
-"""Load tokentap JSONL logs into ClickHouse's own engine (chdb) with deploy/clickhouse/schema.sql,
+"""Load tokentap JSONL logs into ClickHouse's own engine (chdb), or with --server URL into a
+ClickHouse server over its HTTP interface, with deploy/clickhouse/schema.sql,
 run deploy/clickhouse/report.sql, and compare every cell with `tokentap report --format json`
-on the same files: equal (percentiles and counts exactly, aggregate tok/s to 1e-7). Usage: clickhouse_check.py TOKENTAP FILE..."""
+on the same files: equal (percentiles and counts exactly, aggregate tok/s to 1e-7). Usage: clickhouse_check.py [--server URL] TOKENTAP FILE..."""
 import json
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 
-from chdb import session
-
-TT, FILES = sys.argv[1], sys.argv[2:]
+args = sys.argv[1:]
+SERVER = None
+if args[:1] == ["--server"]:
+    SERVER, args = args[1], args[2:]
+TT, FILES = args[0], args[1:]
 
 
 def flatten(r):
@@ -30,15 +35,42 @@ for f in FILES:
             if line:
                 rows.append(json.dumps(flatten(json.loads(line))))
 
-s = session.Session()
-s.query("CREATE DATABASE IF NOT EXISTS tt")
-s.query("USE tt")
+if SERVER:
+    DB = "tokentap_check"
+
+    def q(sql, data=None, **settings):
+        params = {"database": DB, **settings}
+        if data is None:
+            req = urllib.request.Request(f"{SERVER}/?{urllib.parse.urlencode(params)}", sql.encode())
+        else:
+            params["query"] = sql
+            req = urllib.request.Request(f"{SERVER}/?{urllib.parse.urlencode(params)}", data.encode())
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.read().decode()
+        except urllib.error.HTTPError as e:
+            sys.exit(f"ClickHouse refused: {e.read().decode()[:500]}\n{sql[:300]}")
+
+    urllib.request.urlopen(urllib.request.Request(f"{SERVER}/", f"DROP DATABASE IF EXISTS {DB}".encode())).read()
+    urllib.request.urlopen(urllib.request.Request(f"{SERVER}/", f"CREATE DATABASE {DB}".encode())).read()
+else:
+    from chdb import session
+
+    s = session.Session()
+    s.query("CREATE DATABASE IF NOT EXISTS tt")
+    s.query("USE tt")
+
+    def q(sql, data=None, **settings):
+        if settings:
+            sql = sql.replace(" FORMAT ", " SETTINGS " + ", ".join(f"{k} = {v}" for k, v in settings.items()) + " FORMAT ", 1)
+        return str(s.query(sql + ("\n" + data if data is not None else "")))
+
 for stmt in open("deploy/clickhouse/schema.sql").read().split(";"):
     body = "\n".join(l for l in stmt.splitlines() if not l.strip().startswith("--")).strip()
     if body:
-        s.query(body)
-s.query("INSERT INTO requests SETTINGS input_format_skip_unknown_fields = 1 FORMAT JSONEachRow\n" + "\n".join(rows))
-got = [json.loads(l) for l in str(s.query(open("deploy/clickhouse/report.sql").read())).splitlines() if l.strip()]
+        q(body)
+q("INSERT INTO requests FORMAT JSONEachRow", "\n".join(rows), input_format_skip_unknown_fields=1)
+got = [json.loads(l) for l in q(open("deploy/clickhouse/report.sql").read()).splitlines() if l.strip()]
 
 rep = json.loads(subprocess.run([TT, "report", *FILES, "--format", "json"], check=True,
                                 capture_output=True, text=True).stdout)
@@ -49,6 +81,8 @@ assert len(got) == len(want), f"{len(got)} cells in ClickHouse, {len(want)} in t
 def same(a, b, rel=1e-9):
     if a is None or b is None:
         return a is None and b is None
+    # ClickHouse 18.16 quotes 64-bit integers in JSON (output_format_json_quote_64bit_integers).
+    a = float(a) if isinstance(a, str) else a
     return abs(a - b) <= rel * max(1.0, abs(a), abs(b))
 
 
@@ -72,4 +106,9 @@ for g in got:
         rel = 1e-7 if name == "aggregate_tok_s" else 1e-12
         assert same(a, b, rel), f"{key} {name}: ClickHouse {a}, report {b}"
         checked += 1
-print(f"{len(rows)} records, {len(got)} cells, {checked} figures: ClickHouse (chdb) equals tokentap report")
+# The per-minute rollup holds every record once, with the same token totals.
+roll = json.loads(q("SELECT sum(requests) AS n, sum(output_tokens) AS out FROM requests_per_minute FORMAT JSONEachRow"))
+out = sum(json.loads(r).get("output_tokens") or 0 for r in rows)
+assert int(roll["n"]) == len(rows) and int(roll["out"]) == out, (roll, len(rows), out)
+engine = f"ClickHouse at {SERVER}" if SERVER else "ClickHouse (chdb)"
+print(f"{len(rows)} records, {len(got)} cells, {checked} figures: {engine} equals tokentap report")

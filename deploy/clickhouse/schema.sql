@@ -69,3 +69,26 @@ ORDER BY (route, date, ts_us);
 -- Keep 90 days. TTL needs ClickHouse 19.6 or later (18.16 has none: drop old partitions with
 -- `ALTER TABLE requests DROP PARTITION 202601` there instead).
 -- ALTER TABLE requests MODIFY TTL date + INTERVAL 90 DAY;
+
+-- Per-minute rollups per route, model, bucket and outcome: counts, tokens and latency sums for
+-- rates and means over long ranges without scanning the rows. (Percentiles need the rows, or a
+-- quantile state: `report.sql` reads `requests`.) Filled by every insert into `requests`.
+CREATE MATERIALIZED VIEW IF NOT EXISTS requests_per_minute
+ENGINE = SummingMergeTree
+PARTITION BY toYYYYMM(date)
+ORDER BY (route, model_, bucket_, outcome, minute)
+AS SELECT
+    date,
+    toStartOfMinute(toDateTime(intDiv(ts_us, 1000000))) AS minute,
+    route,
+    ifNull(model, '') AS model_,
+    ifNull(bucket, 'unknown') AS bucket_,
+    outcome,
+    count() AS requests,
+    sum(ifNull(input_tokens, 0)) AS input_tokens,
+    sum(ifNull(output_tokens, 0)) AS output_tokens,
+    sum(ifNull(ttft_ms, 0)) AS ttft_ms_sum,
+    countIf(isNotNull(ttft_ms)) AS ttft_count,
+    sum(e2e_ms) AS e2e_ms_sum
+FROM requests
+GROUP BY date, minute, route, model_, bucket_, outcome;
