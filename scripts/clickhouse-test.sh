@@ -26,7 +26,19 @@ cleanup() {
 trap cleanup EXIT
 if [ "$#" -eq 0 ]; then
   (cd "$WORK" && "$OLDPWD/target/release/tokentap" demo >/dev/null 2>&1)
-  set -- "$WORK/tokentap-demo/bench/requests.jsonl" "$WORK/tokentap-demo/proxy.jsonl"
+  # The demo has one key: a copy of its proxy log spread over 30 keys (uneven, so the top 20
+  # and their order matter), some of them failing.
+  python3 - "$WORK/tokentap-demo/proxy.jsonl" "$WORK/keys.jsonl" <<'PY'
+import json, sys
+out = open(sys.argv[2], "w")
+for i, line in enumerate(open(sys.argv[1])):
+    r = json.loads(line)
+    r["key_id"] = f"sha256:{int(30 * (i / 109) ** 2):064x}"
+    if i % 13 == 0:
+        r["outcome"], r["status"] = "upstream_error", 503
+    out.write(json.dumps(r) + "\n")
+PY
+  set -- "$WORK/tokentap-demo/bench/requests.jsonl" "$WORK/tokentap-demo/proxy.jsonl" "$WORK/keys.jsonl"
 fi
 # A copy of Debian's config with data, logs and ports of its own.
 HTTP_PORT=$(python3 - "$WORK/ch" <<'PY'

@@ -70,7 +70,9 @@ for stmt in open("deploy/clickhouse/schema.sql").read().split(";"):
     if body:
         q(body)
 q("INSERT INTO requests FORMAT JSONEachRow", "\n".join(rows), input_format_skip_unknown_fields=1)
-got = [json.loads(l) for l in q(open("deploy/clickhouse/report.sql").read()).splitlines() if l.strip()]
+queries = [x for x in open("deploy/clickhouse/report.sql").read().split(";") if "SELECT" in x]
+rows_of = lambda sql: [json.loads(l) for l in q(sql.strip()).splitlines() if l.strip()]
+got, got_keys = rows_of(queries[0]), rows_of(queries[1])
 
 rep = json.loads(subprocess.run([TT, "report", *FILES, "--format", "json"], check=True,
                                 capture_output=True, text=True).stdout)
@@ -106,9 +108,21 @@ for g in got:
         rel = 1e-7 if name == "aggregate_tok_s" else 1e-12
         assert same(a, b, rel), f"{key} {name}: ClickHouse {a}, report {b}"
         checked += 1
+# keys[]: the same keys in the same order, with the same figures.
+assert [k["key"] for k in got_keys] == [k["key_id"] for k in rep["keys"]], (got_keys, rep["keys"])
+for g, k in zip(got_keys, rep["keys"]):
+    pairs = [("requests", k["requests"]), ("error_rate", k["error_rate"]),
+             ("input_tokens", k["input_tokens"]), ("output_tokens", k["output_tokens"])]
+    for m in ["ttft", "tpot", "e2e"]:
+        for p in ["p50", "p95"] + (["p99"] if m == "ttft" else []):
+            pairs.append((f"{m}_{p}", k[f"{m}_ms"][p]))
+    for name, b in pairs:
+        assert same(g[name], b, 1e-12), f"key {k['key_id']} {name}: ClickHouse {g[name]}, report {b}"
+        checked += 1
+
 # The per-minute rollup holds every record once, with the same token totals.
 roll = json.loads(q("SELECT sum(requests) AS n, sum(output_tokens) AS out FROM requests_per_minute FORMAT JSONEachRow"))
 out = sum(json.loads(r).get("output_tokens") or 0 for r in rows)
 assert int(roll["n"]) == len(rows) and int(roll["out"]) == out, (roll, len(rows), out)
 engine = f"ClickHouse at {SERVER}" if SERVER else "ClickHouse (chdb)"
-print(f"{len(rows)} records, {len(got)} cells, {checked} figures: {engine} equals tokentap report")
+print(f"{len(rows)} records, {len(got)} cells, {len(got_keys)} keys, {checked} figures: {engine} equals tokentap report")

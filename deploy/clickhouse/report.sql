@@ -1,4 +1,7 @@
--- `tokentap report --format json`'s cells[], computed where the records are. One row per
+-- `tokentap report --format json`'s main figures, computed where the records are: two queries,
+-- `cells[]` then `keys[]`, separated by `;`.
+--
+-- cells[]: one row per
 -- prompt-shape bucket × experiment arm × concurrency level, with the report's definitions:
 -- - the level is bench's `concurrency`, else the live in-flight count bucketed 1, 2, 3-4, 5-8, …;
 -- - inner sides of a gateway tap are left out (they are the gateway's own requests);
@@ -50,4 +53,39 @@ FROM
     GROUP BY bucket_, arm, level, label
 )
 ORDER BY bucket_, arm, level, label
+FORMAT JSONEachRow;
+
+-- keys[]: per API key fingerprint (or alias), the top 20 by requests (then by key): requests,
+-- error rate, tokens over every request, TTFT/TPOT/E2E percentiles over the served ones. Inner
+-- tap sides are left out. (`tokentap report --top N` changes the 20.)
+SELECT
+    key,
+    requests,
+    errors / requests AS error_rate,
+    input_tokens,
+    output_tokens,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.99 * length(ttft))))]) AS ttft_p99,
+    if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.5 * length(tpot))))]) AS tpot_p50,
+    if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.95 * length(tpot))))]) AS tpot_p95,
+    if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.5 * length(e2e))))]) AS e2e_p50,
+    if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.95 * length(e2e))))]) AS e2e_p95
+FROM
+(
+    SELECT
+        ifNull(key_id, '(no key)') AS key,
+        count() AS requests,
+        countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
+        sum(ifNull(input_tokens, 0)) AS input_tokens,
+        sum(ifNull(output_tokens, 0)) AS output_tokens,
+        arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
+        arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
+        arraySort(groupArrayIf(e2e_ms, outcome = 'ok')) AS e2e
+    FROM requests
+    WHERE ifNull(tap_side, '') != 'inner'
+    GROUP BY key
+)
+ORDER BY requests DESC, key
+LIMIT 20
 FORMAT JSONEachRow
