@@ -159,8 +159,7 @@ fn bound_at_start(old: &Config, new: &mut Config) -> Vec<&'static str> {
     if log.contains(&true) {
         new.log = old.log.clone();
     }
-    let fp = |c: &Config| c.otlp.as_ref().map(crate::config::OtlpConfig::fingerprint);
-    if keep("otlp", fp(old) != fp(new)) {
+    if keep("otlp", old.otlp != new.otlp) {
         new.otlp.clone_from(&old.otlp);
     }
     let (ol, nl) = (old.limits, &mut new.limits);
@@ -202,5 +201,41 @@ pub fn on_sighup(reloader: Arc<Reloader>) -> impl std::future::Future<Output = (
         #[cfg(not(unix))]
         let _ = reloader;
         std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bound_at_start;
+    use crate::config::{Config, Overrides};
+
+    fn config(extra: &str) -> Config {
+        Config::from_toml(
+            &format!("[[routes]]\nname='r'\nupstream='http://h:1'\n{extra}"),
+            "t.toml",
+            &Overrides::default(),
+        )
+        .unwrap()
+    }
+
+    /// A changed collector token is a change (compared, never printed), and the running
+    /// settings are put back.
+    #[test]
+    fn settings_bound_at_start_are_named_and_kept() {
+        let otlp = |token: &str| {
+            format!(
+                "[otlp]\nendpoint='http://c:4318'\nheaders={{authorization='Bearer {token}'}}\n"
+            )
+        };
+        let old = config(&otlp("one"));
+        let mut same = config(&otlp("one"));
+        assert!(bound_at_start(&old, &mut same).is_empty());
+        let mut new = config(&format!("{}[listen]\naddr='127.0.0.1:1'\n", otlp("two")));
+        assert_eq!(bound_at_start(&old, &mut new), ["listen.addr", "otlp"]);
+        assert_eq!(new.listen, old.listen);
+        assert!(
+            new.otlp == old.otlp,
+            "the running exporter's settings are kept"
+        );
     }
 }

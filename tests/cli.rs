@@ -27,6 +27,31 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tokentap"))
 }
 
+/// The child's stderr, line by line, on a channel (read by a thread of its own).
+fn stderr_lines(child: &mut KillOnDrop) -> std::sync::mpsc::Receiver<String> {
+    let stderr = child.0.as_mut().unwrap().stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    rx
+}
+
+/// SIGTERM the child and wait for it to exit; its exit status.
+async fn sigterm(child: &mut KillOnDrop) -> std::process::ExitStatus {
+    let mut owned = child.0.take().unwrap();
+    let st = Command::new("kill")
+        .args(["-TERM", &owned.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    tokio::task::spawn_blocking(move || owned.wait().unwrap())
+        .await
+        .unwrap()
+}
+
 #[test]
 fn check_accepts_the_shipped_example_config() {
     let out = bin()
@@ -129,15 +154,8 @@ async fn quick_start_serves_and_stops_cleanly_on_sigterm() {
         .spawn()
         .unwrap();
     let mut child = KillOnDrop(Some(child));
-    let child_ref = child.0.as_mut().unwrap();
     // The listen address is in the start-up line.
-    let stderr = child_ref.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let _ = tx.send(line.unwrap_or_default());
-        }
-    });
+    let rx = stderr_lines(&mut child);
     let mut addr = None;
     let mut lines = Vec::new();
     while addr.is_none() {
@@ -161,15 +179,7 @@ async fn quick_start_serves_and_stops_cleanly_on_sigterm() {
     .await
     .unwrap();
     assert_eq!(got.status, 200);
-    let st = Command::new("kill")
-        .args(["-TERM", &child_ref.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let mut owned = child.0.take().unwrap();
-    let status = tokio::task::spawn_blocking(move || owned.wait().unwrap())
-        .await
-        .unwrap();
+    let status = sigterm(&mut child).await;
     assert!(status.success(), "exit {status:?}");
     while let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
         lines.push(l);
@@ -209,15 +219,7 @@ async fn records_go_to_stdout_with_log_dash() {
             .unwrap();
         assert_eq!(got.status, 200);
     }
-    let st = Command::new("kill")
-        .args(["-TERM", &child_ref.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let mut owned = child.0.take().unwrap();
-    let status = tokio::task::spawn_blocking(move || owned.wait().unwrap())
-        .await
-        .unwrap();
+    let status = sigterm(&mut child).await;
     assert!(status.success(), "exit {status:?}");
     let lines = out.join().unwrap();
     assert_eq!(lines.len(), 2, "{lines:?}");
@@ -337,16 +339,7 @@ async fn a_crash_leaves_whole_lines_and_a_restart_appends() {
             .unwrap();
         assert_eq!(g.status, 200);
     }
-    let c = child.0.as_mut().unwrap();
-    let st = Command::new("kill")
-        .args(["-TERM", &c.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let mut owned = child.0.take().unwrap();
-    tokio::task::spawn_blocking(move || owned.wait().unwrap())
-        .await
-        .unwrap();
+    sigterm(&mut child).await;
     assert_eq!(log_lines(&log), written + 3);
 }
 
@@ -378,13 +371,7 @@ async fn sighup_reloads_the_config_file() {
         .unwrap();
     let mut child = KillOnDrop(Some(child));
     let pid = child.0.as_ref().unwrap().id().to_string();
-    let stderr = child.0.as_mut().unwrap().stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let _ = tx.send(line.unwrap_or_default());
-        }
-    });
+    let rx = stderr_lines(&mut child);
     let next = |needle: &str| loop {
         let line = rx
             .recv_timeout(Duration::from_secs(10))

@@ -336,47 +336,21 @@ async fn forwarding_is_opt_in_roots_are_new_traces_and_unsampled_callers_are_not
     .await;
     let url = px.url("/v1/chat/completions");
     let c = client();
-    assert_eq!(
-        send(
-            &c,
-            "POST",
-            &url,
-            &[("traceparent", PARENT)],
-            chat_body("m", true)
-        )
-        .await
-        .unwrap()
-        .status,
-        200
-    );
-    assert_eq!(
-        send(&c, "POST", &url, &[], chat_body("m", true))
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    let status = |url: String, tp: Option<&'static str>, stream: bool| {
+        let c = c.clone();
+        async move {
+            let h: Vec<(&str, &str)> = tp.map(|v| ("traceparent", v)).into_iter().collect();
+            send(&c, "POST", &url, &h, chat_body("m", stream))
+                .await
+                .unwrap()
+                .status
+        }
+    };
     let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
-    assert_eq!(
-        send(
-            &c,
-            "POST",
-            &url,
-            &[("traceparent", unsampled)],
-            chat_body("m", true)
-        )
-        .await
-        .unwrap()
-        .status,
-        200
-    );
-    assert_eq!(
-        send(&c, "POST", &px.url("/bad"), &[], chat_body("m", false))
-            .await
-            .unwrap()
-            .status,
-        503
-    );
+    assert_eq!(status(url.clone(), Some(PARENT), true).await, 200);
+    assert_eq!(status(url.clone(), None, true).await, 200);
+    assert_eq!(status(url.clone(), Some(unsampled), true).await, 200);
+    assert_eq!(status(px.url("/bad"), None, false).await, 503);
 
     let recs = px.records(4).await;
     let spans = rx.wait_spans(3).await;

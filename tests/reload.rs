@@ -87,17 +87,17 @@ impl FromFile {
         self.reload_with(Some(TOKEN)).await
     }
 
+    /// `method path` on the admin listener: status and body.
+    async fn admin(&self, method: &str, path: &str) -> (u16, String) {
+        let url = format!("http://{}{path}", self.admin);
+        let r = send(&client(), method, &url, &[], Vec::new())
+            .await
+            .unwrap();
+        (r.status, String::from_utf8(r.body).unwrap())
+    }
+
     async fn metrics(&self) -> String {
-        let r = send(
-            &client(),
-            "GET",
-            &format!("http://{}/metrics", self.admin),
-            &[],
-            Vec::new(),
-        )
-        .await
-        .unwrap();
-        String::from_utf8(r.body).unwrap()
+        self.admin("GET", "/metrics").await.1
     }
 
     async fn chat(&self) -> Got {
@@ -194,16 +194,8 @@ async fn a_stream_in_flight_finishes_on_its_upstream_and_new_requests_take_the_n
         metric(&m, "tokentap_config_last_reload_successful"),
         Some(1.0)
     );
-    let stats = send(
-        &client(),
-        "GET",
-        &format!("http://{}/stats", px.admin),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .unwrap();
-    let stats: serde_json::Value = serde_json::from_slice(&stats.body).unwrap();
+    let stats: serde_json::Value =
+        serde_json::from_str(&px.admin("GET", "/stats").await.1).unwrap();
     assert_eq!(stats["config_generation"], 2);
     // The route kept its name: its live stats span the reload.
     assert_eq!(stats["routes"]["r"]["requests"], 4, "{stats}");
@@ -276,16 +268,7 @@ async fn reload_over_http_needs_the_token_and_refusals_are_counted() {
         assert_eq!(out["result"], "unauthorized");
     }
     // Another method is not a reload.
-    let r = send(
-        &client(),
-        "GET",
-        &format!("http://{}/reload", px.admin),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(r.status, 405);
+    assert_eq!(px.admin("GET", "/reload").await.0, 405);
     let m = px.metrics().await;
     assert_eq!(
         metric(&m, "tokentap_config_reloads_total{result=\"unauthorized\"}"),

@@ -31,22 +31,25 @@ pub struct OtlpConfig {
     pub forward_traceparent: bool,
 }
 
-impl OtlpConfig {
-    /// The settings as a comparable text (for a reload: the exporter is bound at start). Header
-    /// values are left out.
-    pub fn fingerprint(&self) -> String {
-        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
-        format!(
-            "{}{} {names:?} {} {} {} {:?} {:?} {}",
-            self.endpoint,
-            self.path,
-            self.service_name,
-            self.queue,
-            self.batch,
-            self.flush,
-            self.timeout,
-            self.forward_traceparent
-        )
+/// Equal settings, header values included (compared, never printed): a reload tells a changed
+/// collector token from an unchanged one.
+impl PartialEq for OtlpConfig {
+    fn eq(&self, o: &Self) -> bool {
+        let headers = |c: &OtlpConfig| -> Vec<(HeaderName, HeaderValue)> {
+            c.headers
+                .iter()
+                .map(|(n, v)| (n.clone(), v.expose().clone()))
+                .collect()
+        };
+        self.endpoint == o.endpoint
+            && self.path == o.path
+            && headers(self) == headers(o)
+            && self.service_name == o.service_name
+            && self.queue == o.queue
+            && self.batch == o.batch
+            && self.flush == o.flush
+            && self.timeout == o.timeout
+            && self.forward_traceparent == o.forward_traceparent
     }
 }
 

@@ -6,7 +6,7 @@
 //! The generations a reload replaced are remembered weakly: the shutdown waits for their
 //! requests too, and a generation is gone once its last request is recorded.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -15,8 +15,10 @@ use tokio_rustls::TlsAcceptor;
 use super::stack::{stack, Stack};
 use super::{Shared, State};
 
-/// A generation: its state, the stack over it, and the listener's TLS for it.
+/// A generation: its number (1 at start, +1 per applied reload), its state, the stack over it,
+/// and the listener's TLS for it.
 struct Generation {
+    number: u64,
     state: Arc<State>,
     stack: Stack,
     tls: Option<TlsAcceptor>,
@@ -26,8 +28,6 @@ pub struct Live {
     current: RwLock<Arc<Generation>>,
     /// Generations replaced by a reload, while requests of theirs may still run.
     old: Mutex<Vec<Weak<State>>>,
-    /// 1 at start, +1 per applied reload.
-    number: AtomicU64,
     pub shared: Arc<Shared>,
 }
 
@@ -35,16 +35,16 @@ impl Live {
     pub fn new(state: State, tls: Option<TlsAcceptor>) -> Live {
         let shared = state.shared.clone();
         Live {
-            current: RwLock::new(Arc::new(Self::generation(state, tls))),
+            current: RwLock::new(Arc::new(Self::generation(1, state, tls))),
             old: Mutex::new(Vec::new()),
-            number: AtomicU64::new(1),
             shared,
         }
     }
 
-    fn generation(state: State, tls: Option<TlsAcceptor>) -> Generation {
+    fn generation(number: u64, state: State, tls: Option<TlsAcceptor>) -> Generation {
         let state = Arc::new(state);
         Generation {
+            number,
             stack: stack(state.clone()),
             state,
             tls,
@@ -80,26 +80,28 @@ impl Live {
 
     /// The current generation's number (1 at start).
     pub fn number(&self) -> u64 {
-        self.number.load(Ordering::Acquire)
+        self.now().number
     }
 
     /// Make `state` current; new requests take it from now on. Returns the new number.
     pub fn swap(&self, state: State, tls: Option<TlsAcceptor>) -> u64 {
-        let new = Arc::new(Self::generation(state, tls));
+        let mut current = self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let number = current.number + 1;
         let old = std::mem::replace(
-            &mut *self
-                .current
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-            new,
+            &mut *current,
+            Arc::new(Self::generation(number, state, tls)),
         );
+        drop(current);
         let mut list = self
             .old
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         list.retain(|w| w.strong_count() > 0);
         list.push(Arc::downgrade(&old.state));
-        self.number.fetch_add(1, Ordering::AcqRel) + 1
+        number
     }
 
     /// Generations a reload replaced whose requests are still running.
