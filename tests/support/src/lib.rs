@@ -22,6 +22,8 @@ use tokentap::config::{Config, Overrides};
 use tokentap::meter::RequestRecord;
 use tokentap::serve::Running;
 
+pub mod records;
+
 /// Milliseconds, for scripts and timeouts.
 pub const MS: fn(u64) -> Duration = Duration::from_millis;
 
