@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::{compute_all, load, missed, render, Format, Slos};
+use super::{finish, missed, read::stream, render, Acc, Format, Slos, DEFAULT_EXACT_VALUES};
 use crate::cli::Exit;
 
 #[derive(clap::Args)]
@@ -36,6 +36,11 @@ pub struct Args {
     /// The experiment arms compared in the gateway-hop section: GATEWAY,DIRECT.
     #[arg(long, value_delimiter = ',', default_value = "gateway,direct")]
     pub hop_arms: Vec<String>,
+    /// Values held for exact nearest-rank percentiles (about 8 bytes each). Past it, every
+    /// percentile comes from an HDR sketch (within 0.1 %), and the output says so. 0: sketches
+    /// from the start.
+    #[arg(long, default_value_t = DEFAULT_EXACT_VALUES)]
+    pub exact_values: usize,
 }
 
 /// Read the records, compute, render; exit 1 when `--fail-on-slo` names a missed SLO.
@@ -54,25 +59,21 @@ pub fn cli(a: Args) -> Exit {
             known.join(", ")
         ));
     }
-    let records = match load(&a.paths, &mut |w| {
-        eprintln!("tokentap report: warning: {w}")
-    }) {
-        Ok(r) => r,
-        Err(e) => return Exit::Failed(format!("report: {e}")),
-    };
-    let tap_only = if a.tap.is_empty() {
-        Vec::new()
-    } else {
-        match load(&a.tap, &mut |w| eprintln!("tokentap report: warning: {w}")) {
-            Ok(r) => r,
-            Err(e) => return Exit::Failed(format!("report: --tap: {e}")),
-        }
-    };
     let (g, d) = match a.hop_arms.as_slice() {
         [g, d] => (g.as_str(), d.as_str()),
         _ => return Exit::Usage("--hop-arms takes two arm names: GATEWAY,DIRECT".into()),
     };
-    let rep = compute_all(&records, &tap_only, &slos, a.top, a.by_arm, (g, d));
+    let mut warn = |w: String| eprintln!("tokentap report: warning: {w}");
+    let mut acc = Acc::new(&slos, a.by_arm, (g, d), a.exact_values);
+    if let Err(e) = stream(&a.paths, &mut warn, &mut acc, false) {
+        return Exit::Failed(format!("report: {e}"));
+    }
+    if !a.tap.is_empty() {
+        if let Err(e) = stream(&a.tap, &mut warn, &mut acc, true) {
+            return Exit::Failed(format!("report: --tap: {e}"));
+        }
+    }
+    let rep = finish(acc, &slos, a.top, (g, d));
     let text = render(&rep, a.format);
     match &a.out {
         Some(p) => {

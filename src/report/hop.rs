@@ -7,10 +7,57 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::level;
+use super::row::{level_of, Row};
 use super::tap::GatewayTap as Tap;
-use crate::meter::{Outcome, RequestRecord};
 use crate::stats::{bootstrap, bootstrap_diff, pct, sorted};
+
+/// What the section keeps of a served record of either arm (about 100 bytes): the paired
+/// differences and their bootstrap intervals need every pair.
+#[derive(Debug, Clone)]
+pub struct HopRec {
+    pub pair_id: Option<Box<str>>,
+    pub gateway: bool,
+    pub bucket: std::sync::Arc<str>,
+    pub concurrency: Option<u64>,
+    pub in_flight: u64,
+    pub ts: Option<std::time::SystemTime>,
+    pub ttft_ms: Option<f64>,
+    pub upstream_headers_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: f64,
+}
+
+impl HopRec {
+    /// The record's part, when it is a served record of one of the two arms.
+    pub fn of(
+        r: &Row<'_>,
+        gateway: &str,
+        direct: &str,
+        bucket: std::sync::Arc<str>,
+        ts: Option<std::time::SystemTime>,
+    ) -> Option<HopRec> {
+        let arm = r.arm()?;
+        if !r.ok() || (arm != gateway && arm != direct) {
+            return None;
+        }
+        Some(HopRec {
+            pair_id: r
+                .experiment
+                .as_ref()
+                .and_then(|e| e.pair_id.as_ref())
+                .map(|p| p.as_str().into()),
+            gateway: arm == gateway,
+            bucket,
+            concurrency: r.concurrency,
+            in_flight: r.in_flight,
+            ts,
+            ttft_ms: r.ttft_ms,
+            upstream_headers_ms: r.upstream_headers_ms,
+            tpot_ms: r.tpot_ms,
+            e2e_ms: r.e2e_ms,
+        })
+    }
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct DiffStats {
@@ -85,10 +132,10 @@ pub(super) fn diff_stats(v: Vec<f64>) -> DiffStats {
     }
 }
 
-type Pair<'a> = (&'a RequestRecord, &'a RequestRecord);
+type Pair<'a> = (&'a HopRec, &'a HopRec);
 
 fn hop_set(pairs: &[Pair<'_>]) -> HopSet {
-    let d = |f: &dyn Fn(&RequestRecord) -> Option<f64>| -> Vec<f64> {
+    let d = |f: &dyn Fn(&HopRec) -> Option<f64>| -> Vec<f64> {
         pairs
             .iter()
             .filter_map(|(g, d)| Some(f(g)? - f(d)?))
@@ -140,34 +187,24 @@ fn departs(d: &DiffStats, reference: &DiffStats) -> bool {
 /// The section, when records carry two arms named `gateway` and `direct`; `tap` is the gateway
 /// tap's section of the same report, when there is one.
 pub fn compute(
-    records: &[RequestRecord],
+    recs: &[HopRec],
     gateway: &str,
     direct: &str,
     tap: Option<&Tap>,
 ) -> Option<GatewayHop> {
-    fn arm(r: &RequestRecord) -> Option<&str> {
-        r.experiment.as_ref().map(|e| e.arm.as_str())
-    }
-    let g_recs: Vec<&RequestRecord> = records
-        .iter()
-        .filter(|r| arm(r) == Some(gateway) && r.outcome == Outcome::Ok)
-        .collect();
-    let d_recs: Vec<&RequestRecord> = records
-        .iter()
-        .filter(|r| arm(r) == Some(direct) && r.outcome == Outcome::Ok)
-        .collect();
+    let g_recs: Vec<&HopRec> = recs.iter().filter(|r| r.gateway).collect();
+    let d_recs: Vec<&HopRec> = recs.iter().filter(|r| !r.gateway).collect();
     if g_recs.is_empty() || d_recs.is_empty() {
         return None;
     }
-    let mut by_pair: BTreeMap<&str, (Option<&RequestRecord>, Option<&RequestRecord>)> =
-        BTreeMap::new();
+    let mut by_pair: BTreeMap<&str, (Option<&HopRec>, Option<&HopRec>)> = BTreeMap::new();
     for r in &g_recs {
-        if let Some(p) = r.experiment.as_ref().and_then(|e| e.pair_id.as_deref()) {
+        if let Some(p) = r.pair_id.as_deref() {
             by_pair.entry(p).or_default().0 = Some(r);
         }
     }
     for r in &d_recs {
-        if let Some(p) = r.experiment.as_ref().and_then(|e| e.pair_id.as_deref()) {
+        if let Some(p) = r.pair_id.as_deref() {
             by_pair.entry(p).or_default().1 = Some(r);
         }
     }
@@ -178,10 +215,7 @@ pub fn compute(
     let overall = hop_set(&pairs);
     let mut buckets: BTreeMap<String, Vec<Pair<'_>>> = BTreeMap::new();
     for p in &pairs {
-        buckets
-            .entry(p.0.bucket.clone().unwrap_or_else(|| "unknown".into()))
-            .or_default()
-            .push(*p);
+        buckets.entry(p.0.bucket.to_string()).or_default().push(*p);
     }
     let by_bucket = buckets
         .into_iter()
@@ -189,7 +223,10 @@ pub fn compute(
         .collect();
     let mut levels: BTreeMap<(u64, String), Vec<Pair<'_>>> = BTreeMap::new();
     for p in &pairs {
-        levels.entry(level(p.0)).or_default().push(*p);
+        levels
+            .entry(level_of(p.0.concurrency, p.0.in_flight))
+            .or_default()
+            .push(*p);
     }
     let per_level: Vec<(String, HopSet)> = levels
         .into_iter()
@@ -205,10 +242,9 @@ pub fn compute(
     });
 
     // Order effect: did the gateway copy or the direct copy start first?
-    let t = |r: &RequestRecord| humantime::parse_rfc3339(&r.ts).ok();
     let (mut gf, mut df) = (Vec::new(), Vec::new());
     for (g, d) in &pairs {
-        if let (Some(tg), Some(td), Some(a), Some(b)) = (t(g), t(d), g.ttft_ms, d.ttft_ms) {
+        if let (Some(tg), Some(td), Some(a), Some(b)) = (g.ts, d.ts, g.ttft_ms, d.ttft_ms) {
             if tg <= td {
                 gf.push(a - b);
             } else {

@@ -4,23 +4,31 @@
 //! file with SVG charts. Percentiles come from exact sorted values, so merging files gives the
 //! same answer as one file with the same records.
 
+mod acc;
 pub mod answers;
 pub mod cli;
+mod fast;
 pub mod hop;
 mod html;
-mod read;
+pub mod read;
 mod render;
+pub mod row;
 pub mod shapes;
 mod slo;
 mod svg;
 pub mod tap;
+pub mod values;
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::meter::{Outcome, RequestRecord};
+use crate::meter::RequestRecord;
 use crate::stats::pct;
+
+pub use acc::{Acc, DEFAULT_EXACT_VALUES};
+use row::Row;
+use values::Values;
 
 pub use cli::{cli, Args};
 pub use read::load;
@@ -49,15 +57,7 @@ pub enum ReportError {
 /// Concurrency label of a record: bench's level, or the live in-flight count bucketed
 /// 1, 2, 3–4, 5–8, 9–16, …
 pub fn level(r: &RequestRecord) -> (u64, String) {
-    if let Some(c) = r.concurrency {
-        return (c, c.to_string());
-    }
-    let n = r.in_flight.max(1);
-    if n <= 2 {
-        return (n, n.to_string());
-    }
-    let hi = n.next_power_of_two();
-    (hi, format!("{}-{}", hi / 2 + 1, hi))
+    row::level_of(r.concurrency, r.in_flight)
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -123,39 +123,6 @@ pub struct SplitCell {
     pub missing: Option<String>,
 }
 
-fn split_cell(served: &[&&RequestRecord]) -> Option<SplitCell> {
-    let splits: Vec<&crate::meter::TtftSplit> = served
-        .iter()
-        .filter_map(|r| r.ttft_split.as_ref())
-        .collect();
-    if splits.is_empty() {
-        return None;
-    }
-    let med = |f: &dyn Fn(&crate::meter::TtftSplit) -> Option<f64>| {
-        dist(splits.iter().filter_map(|s| f(s))).p50
-    };
-    let c = SplitCell {
-        n: splits.len(),
-        proxy_ms: med(&|s| s.proxy_ms),
-        upstream_headers_ms: med(&|s| s.upstream_headers_ms),
-        engine_queue_ms: med(&|s| s.engine_queue_ms),
-        engine_prefill_ms: med(&|s| s.engine_prefill_ms),
-        outside_engine_ms: med(&|s| s.outside_engine_ms),
-        missing: None,
-    };
-    let mut missing = Vec::new();
-    if c.proxy_ms.is_none() {
-        missing.push("proxy_ms: client-side records (tokentap's own share is in its records)");
-    }
-    if c.engine_queue_ms.is_none() || c.engine_prefill_ms.is_none() {
-        missing.push("engine parts: no per-request timings (vLLM --enable-per-request-metrics, with usage in the stream)");
-    }
-    Some(SplitCell {
-        missing: (!missing.is_empty()).then(|| missing.join("; ")),
-        ..c
-    })
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct Provision {
     pub bucket: String,
@@ -189,6 +156,9 @@ pub struct Report {
     pub answers: Vec<answers::Answer>,
     pub records: usize,
     pub sources: &'static str,
+    /// How the percentiles were computed: `exact` nearest rank, or `hdr` sketches with their
+    /// stated error bound (when the values outgrew `report --exact-values`).
+    pub percentiles: values::Method,
     pub slos: Slos,
     pub cells: Vec<Cell>,
     pub in_flight: Dist,
@@ -204,18 +174,6 @@ pub struct Report {
     pub by_bucket: BTreeMap<String, shapes::ShapeRow>,
     /// TTFT by prefix-cache hit vs miss, when usage carries `cached_tokens`.
     pub prefix_cache: Option<shapes::CacheSplit>,
-}
-
-fn ok(r: &RequestRecord) -> bool {
-    r.outcome == Outcome::Ok
-}
-
-fn is_error(r: &RequestRecord) -> bool {
-    !matches!(r.outcome, Outcome::Ok | Outcome::ClientCancelled)
-}
-
-fn tok_s(r: &RequestRecord) -> Option<f64> {
-    r.tpot_ms.filter(|t| *t > 0.0).map(|t| 1000.0 / t)
 }
 
 /// Compute the whole report. `top` keys; `by_arm` splits the key table by experiment arm.
@@ -234,16 +192,8 @@ pub fn compute_with_arms(
     compute_all(records, &[], slos, top, by_arm, arms)
 }
 
-/// A record of what a client sent: every record but the inner side of a gateway tap (those are
-/// the gateway's own requests, the same requests again; they feed `gateway_tap` only).
-fn client_facing(r: &RequestRecord) -> bool {
-    r.gateway_tap
-        .as_ref()
-        .is_none_or(|g| g.side != crate::meter::TapSide::Inner)
-}
-
-/// The whole report; `tap_only` records feed the gateway-tap section alone (a proxy log of
-/// traffic whose client-side records are `records`, as in the demo).
+/// The whole report of records in memory; `tap_only` records feed the gateway-tap section alone
+/// (a proxy log of traffic whose client-side records are `records`, as in the demo).
 pub fn compute_all(
     records: &[RequestRecord],
     tap_only: &[RequestRecord],
@@ -252,44 +202,37 @@ pub fn compute_all(
     by_arm: bool,
     arms: (&str, &str),
 ) -> Report {
-    let arm = |r: &RequestRecord| r.experiment.as_ref().map(|e| e.arm.clone());
-    let mut groups: BTreeMap<(String, Option<String>, u64, String), Vec<&RequestRecord>> =
-        BTreeMap::new();
-    for r in records.iter().filter(|r| client_facing(r)) {
-        let (lvl, label) = level(r);
-        let bucket = r.bucket.clone().unwrap_or_else(|| "unknown".into());
-        groups
-            .entry((bucket, arm(r), lvl, label))
-            .or_default()
-            .push(r);
+    let mut acc = Acc::new(slos, by_arm, arms, DEFAULT_EXACT_VALUES);
+    for r in records {
+        acc.add(&Row::of(r));
     }
+    for r in tap_only {
+        acc.add_tap_only(&Row::of(r));
+    }
+    finish(acc, slos, top, arms)
+}
+
+/// The report of what an [`Acc`] has read.
+pub fn finish(acc: Acc, slos: &Slos, top: usize, arms: (&str, &str)) -> Report {
+    let read = acc.finish(top);
     // C=1 p95 TTFT per (bucket, arm), for the tail reading and the knee.
     let mut base: BTreeMap<(String, Option<String>), f64> = BTreeMap::new();
     let mut cells = Vec::new();
-    for ((bucket, arm_name, lvl, label), rs) in &groups {
-        let served: Vec<&&RequestRecord> = rs.iter().filter(|r| ok(r)).collect();
-        let ttft = dist(served.iter().filter_map(|r| r.ttft_ms));
-        let tpot = dist(served.iter().filter_map(|r| r.tpot_ms));
-        let tps = dist(served.iter().filter_map(|r| tok_s(r)));
-        let errors = rs.iter().filter(|r| is_error(r)).count();
-        let start = rs
-            .iter()
-            .filter_map(|r| humantime::parse_rfc3339(&r.ts).ok())
-            .min();
-        let end = rs
-            .iter()
-            .filter_map(|r| {
-                humantime::parse_rfc3339(&r.ts)
-                    .ok()
-                    .map(|t| t + std::time::Duration::from_secs_f64(r.e2e_ms.max(0.0) / 1000.0))
-            })
-            .max();
-        let wall = match (start, end) {
+    for cell in read.cells {
+        let acc::CellIn {
+            bucket,
+            arm: arm_name,
+            level: lvl,
+            label,
+            acc: mut c,
+        } = cell;
+        let ttft = std::mem::replace(&mut c.ttft, Values::new(false)).dist();
+        let tpot = std::mem::replace(&mut c.tpot, Values::new(false)).dist();
+        let wall = match (c.start, c.end) {
             (Some(s), Some(e)) => e.duration_since(s).map(|d| d.as_secs_f64()).unwrap_or(0.0),
             _ => 0.0,
         };
-        let out_tokens: u64 = served.iter().filter_map(|r| r.output_tokens).sum();
-        if *lvl == 1 {
+        if lvl == 1 {
             if let Some(p) = ttft.p95 {
                 base.insert((bucket.clone(), arm_name.clone()), p);
             }
@@ -303,40 +246,27 @@ pub fn compute_all(
             };
             slo.insert(name, met.unwrap_or(false));
         }
-        let good = rs
-            .iter()
-            .filter(|r| {
-                ok(r)
-                    && r.ttft_ms.is_none_or(|t| t <= slos.goodput_ttft_ms)
-                    && tok_s(r).is_none_or(|s| s >= slos.goodput_tok_s)
-            })
-            .count();
-        let med = |v: Vec<f64>| dist(v.into_iter()).p50;
+        let take = |v: &mut Values| std::mem::replace(v, Values::new(false));
+        let ttft_split = c.split_cell();
         cells.push(Cell {
-            bucket: bucket.clone(),
-            arm: arm_name.clone(),
-            concurrency: label.clone(),
-            level: *lvl,
-            requests: rs.len(),
-            errors,
-            error_rate: errors as f64 / rs.len().max(1) as f64,
+            bucket,
+            arm: arm_name,
+            concurrency: label,
+            level: lvl,
+            requests: c.requests,
+            errors: c.errors,
+            error_rate: c.errors as f64 / c.requests.max(1) as f64,
             ttft_ms: ttft,
             tpot_ms: tpot,
-            e2e_ms: dist(served.iter().map(|r| r.e2e_ms)),
-            tok_s_per_stream: tps,
-            aggregate_tok_s: (wall > 0.0).then(|| out_tokens as f64 / wall),
-            input_tokens_median: med(served
-                .iter()
-                .filter_map(|r| r.input_tokens.map(|v| v as f64))
-                .collect()),
-            output_tokens_median: med(served
-                .iter()
-                .filter_map(|r| r.output_tokens.map(|v| v as f64))
-                .collect()),
+            e2e_ms: take(&mut c.e2e).dist(),
+            tok_s_per_stream: take(&mut c.tps).dist(),
+            aggregate_tok_s: (wall > 0.0).then(|| c.out_tokens as f64 / wall),
+            input_tokens_median: take(&mut c.input).median(),
+            output_tokens_median: take(&mut c.output).median(),
             tail: "tight",
             slo,
-            goodput: good as f64 / rs.len().max(1) as f64,
-            ttft_split: split_cell(&served),
+            goodput: c.good as f64 / c.requests.max(1) as f64,
+            ttft_split,
         });
     }
     for c in &mut cells {
@@ -354,7 +284,40 @@ pub fn compute_all(
             _ => "-",
         };
     }
+    let provisioning = provision(&cells, &base, slos);
+    let sources = match (read.live == 0, read.live == read.records) {
+        (true, _) => "bench",
+        (false, true) => "live",
+        _ => "mixed",
+    };
+    let gateway_tap = tap::compute(read.tap.iter());
+    let gateway_hop = hop::compute(&read.hop, arms.0, arms.1, gateway_tap.as_ref());
+    let mut report = Report {
+        answers: Vec::new(),
+        records: read.records,
+        sources,
+        percentiles: read.method,
+        slos: slos.clone(),
+        cells,
+        in_flight: read.in_flight,
+        provisioning,
+        keys: read.keys,
+        gateway_hop,
+        gateway_tap,
+        by_api: read.by_api,
+        by_bucket: read.by_bucket,
+        prefix_cache: read.prefix_cache,
+    };
+    report.answers = answers::answers(&report);
+    report
+}
 
+/// Ceilings, knee and failure mode per (bucket, arm), from its cells in level order.
+fn provision(
+    cells: &[Cell],
+    base: &BTreeMap<(String, Option<String>), f64>,
+    slos: &Slos,
+) -> Vec<Provision> {
     let mut provisioning = Vec::new();
     let mut keyset: Vec<(String, Option<String>)> = cells
         .iter()
@@ -409,68 +372,5 @@ pub fn compute_all(
             tokens_per_day_at_interactive_ceiling: tpd,
         });
     }
-
-    let live: Vec<&RequestRecord> = records
-        .iter()
-        .filter(|r| r.concurrency.is_none() && client_facing(r))
-        .collect();
-    let in_flight = dist(live.iter().map(|r| r.in_flight as f64));
-
-    let mut by_key: BTreeMap<(String, Option<String>), Vec<&RequestRecord>> = BTreeMap::new();
-    for r in records.iter().filter(|r| client_facing(r)) {
-        let k = r.key_id.clone().unwrap_or_else(|| "(no key)".into());
-        by_key
-            .entry((k, if by_arm { arm(r) } else { None }))
-            .or_default()
-            .push(r);
-    }
-    let mut keys: Vec<KeyRow> = by_key
-        .into_iter()
-        .map(|((key_id, arm_name), rs)| {
-            let served: Vec<&&RequestRecord> = rs.iter().filter(|r| ok(r)).collect();
-            KeyRow {
-                key_id,
-                arm: arm_name,
-                requests: rs.len(),
-                error_rate: rs.iter().filter(|r| is_error(r)).count() as f64
-                    / rs.len().max(1) as f64,
-                input_tokens: rs.iter().filter_map(|r| r.input_tokens).sum(),
-                output_tokens: rs.iter().filter_map(|r| r.output_tokens).sum(),
-                ttft_ms: dist(served.iter().filter_map(|r| r.ttft_ms)),
-                tpot_ms: dist(served.iter().filter_map(|r| r.tpot_ms)),
-                e2e_ms: dist(served.iter().map(|r| r.e2e_ms)),
-            }
-        })
-        .collect();
-    keys.sort_by(|a, b| {
-        b.requests
-            .cmp(&a.requests)
-            .then_with(|| a.key_id.cmp(&b.key_id))
-    });
-    keys.truncate(top);
-
-    let sources = match (live.is_empty(), live.len() == records.len()) {
-        (true, _) => "bench",
-        (false, true) => "live",
-        _ => "mixed",
-    };
-    let gateway_tap = tap::compute(records.iter().chain(tap_only));
-    let gateway_hop = hop::compute(records, arms.0, arms.1, gateway_tap.as_ref());
-    let mut report = Report {
-        answers: Vec::new(),
-        records: records.len(),
-        sources,
-        slos: slos.clone(),
-        cells,
-        in_flight,
-        provisioning,
-        keys,
-        gateway_hop,
-        gateway_tap,
-        by_api: shapes::by_api(records.iter().filter(|r| client_facing(r))),
-        by_bucket: shapes::by_bucket(records.iter().filter(|r| client_facing(r))),
-        prefix_cache: shapes::cache_split(records.iter().filter(|r| client_facing(r))),
-    };
-    report.answers = answers::answers(&report);
-    report
+    provisioning
 }

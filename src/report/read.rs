@@ -26,12 +26,51 @@ fn reason(line: &[u8], e: &serde_json::Error) -> String {
     }
 }
 
-/// Read records from files and folders (every `*.jsonl*` file below a folder, sorted). Skipped
-/// lines are reported on `warn`, one line per reason.
+/// Read records from files and folders (every `*.jsonl*` file below a folder, sorted) into
+/// memory. Skipped lines are reported on `warn`, one line per reason.
 pub fn load(
     paths: &[PathBuf],
     warn: &mut dyn FnMut(String),
 ) -> Result<Vec<RequestRecord>, ReportError> {
+    let mut out = Vec::new();
+    scan(paths, warn, &mut |line| {
+        out.push(serde_json::from_slice::<RequestRecord>(line)?);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Stream records from files and folders into a report being read, line by line: only the
+/// fields the report uses are parsed, and nothing of a line is kept but its figures.
+/// `tap_only` records feed the gateway-tap section alone. Returns the records read.
+pub fn stream(
+    paths: &[PathBuf],
+    warn: &mut dyn FnMut(String),
+    acc: &mut super::Acc,
+    tap_only: bool,
+) -> Result<usize, ReportError> {
+    scan(paths, warn, &mut |line| {
+        let row = match super::fast::row(line) {
+            Some(r) => r,
+            None => serde_json::from_slice::<super::row::Row<'_>>(line)?,
+        };
+        if tap_only {
+            acc.add_tap_only(&row);
+        } else {
+            acc.add(&row);
+        }
+        Ok(())
+    })
+}
+
+/// Every whole line of every file, in order, handed to `on_line`; lines it cannot read are
+/// skipped and reported grouped by reason. No line read at all is an error.
+fn scan(
+    paths: &[PathBuf],
+    warn: &mut dyn FnMut(String),
+    on_line: &mut dyn FnMut(&[u8]) -> Result<(), serde_json::Error>,
+) -> Result<usize, ReportError> {
+    use std::io::BufRead;
     let mut files = Vec::new();
     for p in paths {
         collect(p, &mut files)?;
@@ -47,23 +86,24 @@ pub fn load(
     if files.is_empty() {
         return Err(ReportError::Empty(names()));
     }
-    let mut out = Vec::new();
+    let mut read = 0usize;
     // Reason → (lines, first file:line).
     let mut skipped: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    // A line that runs past the end of the reader's buffer is put together here.
+    let mut carry: Vec<u8> = Vec::new();
     for f in files {
-        let bytes = read_file(&f, warn)?;
-        // Whole lines only: what follows the last newline is still being written.
-        let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else {
-            continue;
-        };
-        for (i, line) in bytes[..end].split(|b| *b == b'\n').enumerate() {
+        let mut input = open(&f)?;
+        let mut n = 0usize;
+        carry.clear();
+        let mut line = |line: &[u8], n: &mut usize| {
+            *n += 1;
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             let why = if line.trim_ascii().is_empty() {
                 Some("empty line".to_owned())
             } else {
-                match serde_json::from_slice::<RequestRecord>(line) {
-                    Ok(r) => {
-                        out.push(r);
+                match on_line(line) {
+                    Ok(()) => {
+                        read += 1;
                         None
                     }
                     Err(e) => Some(reason(line, &e)),
@@ -72,10 +112,47 @@ pub fn load(
             if let Some(why) = why {
                 let e = skipped
                     .entry(why)
-                    .or_insert_with(|| (0, format!("{}:{}", f.display(), i + 1)));
+                    .or_insert_with(|| (0, format!("{}:{n}", f.display())));
                 e.0 += 1;
             }
+        };
+        loop {
+            let chunk = match input.fill_buf() {
+                Ok([]) => break,
+                Ok(c) => c,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if is_gz(&f) => {
+                    // Still being written, or damaged: what came out before is kept, and the
+                    // cut line is dropped.
+                    warn(format!(
+                        "{}: the compressed data ends early or is damaged ({e}); read up to there",
+                        f.display()
+                    ));
+                    break;
+                }
+                Err(source) => {
+                    return Err(ReportError::Io {
+                        path: f.display().to_string(),
+                        source,
+                    })
+                }
+            };
+            let len = chunk.len();
+            let mut start = 0;
+            for end in memchr::memchr_iter(b'\n', chunk) {
+                if carry.is_empty() {
+                    line(&chunk[start..end], &mut n);
+                } else {
+                    carry.extend_from_slice(&chunk[start..end]);
+                    line(&carry, &mut n);
+                    carry.clear();
+                }
+                start = end + 1;
+            }
+            carry.extend_from_slice(&chunk[start..]);
+            input.consume(len);
         }
+        // What follows the last newline is still being written: not read, not a warning.
     }
     for (why, (n, first)) in &skipped {
         let lines = if *n == 1 { "line" } else { "lines" };
@@ -84,7 +161,7 @@ pub fn load(
             grouped(*n)
         ));
     }
-    if out.is_empty() {
+    if read == 0 {
         let total: usize = skipped.values().map(|v| v.0).sum();
         return Err(ReportError::NoRecords {
             paths: names(),
@@ -95,40 +172,28 @@ pub fn load(
             },
         });
     }
-    Ok(out)
+    Ok(read)
 }
 
-/// A file's bytes, decompressed when its name ends in `.gz`.
-fn read_file(f: &Path, warn: &mut dyn FnMut(String)) -> Result<Vec<u8>, ReportError> {
-    use std::io::Read;
-    let io = |source| ReportError::Io {
+fn is_gz(f: &Path) -> bool {
+    f.extension().is_some_and(|e| e == "gz")
+}
+
+/// A file's lines, decompressed when its name ends in `.gz` (every gzip member in turn).
+fn open(f: &Path) -> Result<Box<dyn std::io::BufRead>, ReportError> {
+    let file = std::fs::File::open(f).map_err(|source| ReportError::Io {
         path: f.display().to_string(),
         source,
-    };
-    let raw = std::fs::read(f).map_err(io)?;
-    if f.extension().is_none_or(|e| e != "gz") {
-        return Ok(raw);
-    }
-    // JSONL compresses about 5-10x; the guess only saves reallocations.
-    let mut out = Vec::with_capacity(raw.len().saturating_mul(6).min(1 << 30));
-    let mut gz = flate2::read::MultiGzDecoder::new(&raw[..]);
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match gz.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e) => {
-                // Still being written, or damaged: what came out before is kept (the caller
-                // drops a cut last line).
-                warn(format!(
-                    "{}: the compressed data ends early or is damaged ({e}); read up to there",
-                    f.display()
-                ));
-                break;
-            }
-        }
-    }
-    Ok(out)
+    })?;
+    const BUF: usize = 1 << 20;
+    Ok(if is_gz(f) {
+        Box::new(std::io::BufReader::with_capacity(
+            BUF,
+            flate2::read::MultiGzDecoder::new(std::io::BufReader::with_capacity(BUF, file)),
+        ))
+    } else {
+        Box::new(std::io::BufReader::with_capacity(BUF, file))
+    })
 }
 
 /// `37112` → `37,112`.

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{dist, Dist};
-use crate::meter::{Outcome, RequestRecord};
+use super::row::Row;
+use super::values::Values;
+use super::Dist;
 
 /// One API shape's (or one bucket's) requests.
 #[derive(Debug, Clone, Serialize)]
@@ -41,93 +42,150 @@ pub struct CacheBucket {
     pub miss: Dist,
 }
 
-fn served(r: &RequestRecord) -> bool {
-    r.outcome == Outcome::Ok
+/// One row being read: what `ShapeRow` needs, record by record.
+#[derive(Debug)]
+pub struct ShapeAcc {
+    requests: usize,
+    errors: usize,
+    ttft: Values,
+    ttfo: Values,
+    tpot: Values,
+    e2e: Values,
+    input_tokens: u64,
+    output_tokens: u64,
+    reasoning_tokens: u64,
 }
 
-pub fn by_api<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> BTreeMap<String, ShapeRow> {
-    group_by(records, |r| r.api.as_str().to_owned())
-}
-
-/// Per prompt shape, pooled over concurrency levels (and arms): how live traffic is read first.
-pub fn by_bucket<'a>(
-    records: impl Iterator<Item = &'a RequestRecord>,
-) -> BTreeMap<String, ShapeRow> {
-    group_by(records, |r| {
-        r.bucket.clone().unwrap_or_else(|| "unknown".into())
-    })
-}
-
-fn group_by<'a>(
-    records: impl Iterator<Item = &'a RequestRecord>,
-    key: impl Fn(&RequestRecord) -> String,
-) -> BTreeMap<String, ShapeRow> {
-    let mut groups: BTreeMap<String, Vec<&RequestRecord>> = BTreeMap::new();
-    for r in records {
-        groups.entry(key(r)).or_default().push(r);
+impl ShapeAcc {
+    pub fn new(sketch: bool) -> ShapeAcc {
+        ShapeAcc {
+            requests: 0,
+            errors: 0,
+            ttft: Values::new(sketch),
+            ttfo: Values::new(sketch),
+            tpot: Values::new(sketch),
+            e2e: Values::new(sketch),
+            input_tokens: 0,
+            output_tokens: 0,
+            reasoning_tokens: 0,
+        }
     }
-    groups
-        .into_iter()
-        .map(|(api, rs)| {
-            let ok: Vec<&&RequestRecord> = rs.iter().filter(|r| served(r)).collect();
-            let errors = rs
-                .iter()
-                .filter(|r| !matches!(r.outcome, Outcome::Ok | Outcome::ClientCancelled))
-                .count();
-            let row = ShapeRow {
-                requests: rs.len(),
-                error_rate: errors as f64 / rs.len().max(1) as f64,
-                ttft_ms: dist(ok.iter().filter_map(|r| r.ttft_ms)),
-                ttfo_ms: dist(ok.iter().filter_map(|r| r.ttfo_ms)),
-                tpot_ms: dist(ok.iter().filter_map(|r| r.tpot_ms)),
-                e2e_ms: dist(ok.iter().map(|r| r.e2e_ms)),
-                input_tokens: rs.iter().filter_map(|r| r.input_tokens).sum(),
-                output_tokens: rs.iter().filter_map(|r| r.output_tokens).sum(),
-                reasoning_tokens: rs.iter().filter_map(|r| r.reasoning_tokens).sum(),
-            };
-            (api, row)
+
+    /// Add a client-facing record; returns the exact values it added.
+    pub fn add(&mut self, r: &Row<'_>) -> usize {
+        self.requests += 1;
+        self.errors += usize::from(r.is_error());
+        self.input_tokens += r.input_tokens.unwrap_or(0);
+        self.output_tokens += r.output_tokens.unwrap_or(0);
+        self.reasoning_tokens += r.reasoning_tokens.unwrap_or(0);
+        if !r.ok() {
+            return 0;
+        }
+        self.ttft.opt(r.ttft_ms)
+            + self.ttfo.opt(r.ttfo_ms)
+            + self.tpot.opt(r.tpot_ms)
+            + self.e2e.push(r.e2e_ms)
+    }
+
+    pub fn values(&mut self) -> [&mut Values; 4] {
+        [
+            &mut self.ttft,
+            &mut self.ttfo,
+            &mut self.tpot,
+            &mut self.e2e,
+        ]
+    }
+
+    pub fn finish(self) -> ShapeRow {
+        ShapeRow {
+            requests: self.requests,
+            error_rate: self.errors as f64 / self.requests.max(1) as f64,
+            ttft_ms: self.ttft.dist(),
+            ttfo_ms: self.ttfo.dist(),
+            tpot_ms: self.tpot.dist(),
+            e2e_ms: self.e2e.dist(),
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            reasoning_tokens: self.reasoning_tokens,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct HitMiss {
+    hit: Values,
+    miss: Values,
+}
+
+impl HitMiss {
+    fn new(sketch: bool) -> HitMiss {
+        HitMiss {
+            hit: Values::new(sketch),
+            miss: Values::new(sketch),
+        }
+    }
+}
+
+/// The prefix-cache split being read.
+#[derive(Debug, Default)]
+pub struct CacheAcc {
+    known: usize,
+    all: Option<HitMiss>,
+    by_bucket: BTreeMap<String, HitMiss>,
+    cached: u64,
+    prompt: u64,
+}
+
+impl CacheAcc {
+    /// Add a client-facing record (served ones whose usage says `cached_tokens` count).
+    pub fn add(&mut self, r: &Row<'_>, sketch: bool) -> usize {
+        let Some(c) = r.cached_tokens.filter(|_| r.ok()) else {
+            return 0;
+        };
+        self.known += 1;
+        self.cached += c;
+        self.prompt += r.input_tokens.unwrap_or(0);
+        let all = self.all.get_or_insert_with(|| HitMiss::new(sketch));
+        let b = match self.by_bucket.get_mut(r.bucket()) {
+            Some(b) => b,
+            None => self
+                .by_bucket
+                .entry(r.bucket().to_owned())
+                .or_insert_with(|| HitMiss::new(sketch)),
+        };
+        if c > 0 {
+            all.hit.opt(r.ttft_ms) + b.hit.opt(r.ttft_ms)
+        } else {
+            all.miss.opt(r.ttft_ms) + b.miss.opt(r.ttft_ms)
+        }
+    }
+
+    pub fn values(&mut self) -> impl Iterator<Item = &mut Values> {
+        self.all
+            .iter_mut()
+            .chain(self.by_bucket.values_mut())
+            .flat_map(|h| [&mut h.hit, &mut h.miss])
+    }
+
+    pub fn finish(self) -> Option<CacheSplit> {
+        let all = self.all.filter(|_| self.known > 0)?;
+        Some(CacheSplit {
+            hit: all.hit.dist(),
+            miss: all.miss.dist(),
+            cached_token_share: (self.prompt > 0).then(|| self.cached as f64 / self.prompt as f64),
+            by_bucket: self
+                .by_bucket
+                .into_iter()
+                .map(|(b, h)| {
+                    (
+                        b,
+                        CacheBucket {
+                            hit: h.hit.dist(),
+                            miss: h.miss.dist(),
+                        },
+                    )
+                })
+                .collect(),
         })
-        .collect()
-}
-
-pub fn cache_split<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> Option<CacheSplit> {
-    let known: Vec<&RequestRecord> = records
-        .filter(|r| served(r) && r.cached_tokens.is_some())
-        .collect();
-    if known.is_empty() {
-        return None;
     }
-    let hit = |r: &&RequestRecord| r.cached_tokens.is_some_and(|c| c > 0);
-    let split = |rs: &[&RequestRecord]| {
-        (
-            dist(rs.iter().filter(|r| hit(r)).filter_map(|r| r.ttft_ms)),
-            dist(rs.iter().filter(|r| !hit(r)).filter_map(|r| r.ttft_ms)),
-        )
-    };
-    let (h, m) = split(&known);
-    let mut buckets: BTreeMap<String, Vec<&RequestRecord>> = BTreeMap::new();
-    for r in &known {
-        buckets
-            .entry(r.bucket.clone().unwrap_or_else(|| "unknown".into()))
-            .or_default()
-            .push(r);
-    }
-    let (cached, prompt) = known.iter().fold((0u64, 0u64), |(c, p), r| {
-        (
-            c + r.cached_tokens.unwrap_or(0),
-            p + r.input_tokens.unwrap_or(0),
-        )
-    });
-    Some(CacheSplit {
-        hit: h,
-        miss: m,
-        cached_token_share: (prompt > 0).then(|| cached as f64 / prompt as f64),
-        by_bucket: buckets
-            .into_iter()
-            .map(|(b, rs)| {
-                let (hit, miss) = split(&rs);
-                (b, CacheBucket { hit, miss })
-            })
-            .collect(),
-    })
 }

@@ -9,8 +9,37 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::hop::{diff_stats, DiffStats};
-use super::level;
-use crate::meter::{RequestRecord, TapSide};
+use super::row::{level_of, Row, TapRow};
+use crate::meter::TapSide;
+
+/// What the section keeps of a record with a `gateway_tap` (about 90 bytes): the parts'
+/// medians and their intervals need every joined request.
+#[derive(Debug, Clone)]
+pub struct TapRec {
+    pub tap: TapRow,
+    pub route: std::sync::Arc<str>,
+    pub bucket: std::sync::Arc<str>,
+    pub concurrency: Option<u64>,
+    pub in_flight: u64,
+    pub gateway_overhead_ms: Option<f64>,
+}
+
+impl TapRec {
+    pub fn of(
+        r: &Row<'_>,
+        route: std::sync::Arc<str>,
+        bucket: std::sync::Arc<str>,
+    ) -> Option<TapRec> {
+        Some(TapRec {
+            tap: r.gateway_tap?,
+            route,
+            bucket,
+            concurrency: r.concurrency,
+            in_flight: r.in_flight,
+            gateway_overhead_ms: r.gateway_overhead_ms,
+        })
+    }
+}
 
 /// The hop's parts over a set of joined requests.
 #[derive(Debug, Clone, Serialize)]
@@ -67,13 +96,9 @@ pub struct GatewayTap {
     pub summary: String,
 }
 
-fn tap_set(rs: &[&RequestRecord]) -> TapSet {
-    let part = |f: &dyn Fn(&crate::meter::GatewayTap) -> Option<f64>| {
-        diff_stats(
-            rs.iter()
-                .filter_map(|r| r.gateway_tap.as_ref().and_then(f))
-                .collect(),
-        )
+fn tap_set(rs: &[&TapRec]) -> TapSet {
+    let part = |f: &dyn Fn(&TapRow) -> Option<f64>| {
+        diff_stats(rs.iter().filter_map(|r| f(&r.tap)).collect())
     };
     TapSet {
         joined: rs.len(),
@@ -90,30 +115,24 @@ fn med(d: &DiffStats) -> String {
 }
 
 /// The section, when records come from a gateway tap.
-pub fn compute<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> Option<GatewayTap> {
-    let side = |r: &RequestRecord, s: TapSide| r.gateway_tap.as_ref().is_some_and(|g| g.side == s);
-    let (mut outer, mut inner): (Vec<&RequestRecord>, Vec<&RequestRecord>) = (vec![], vec![]);
+pub fn compute<'a>(records: impl Iterator<Item = &'a TapRec>) -> Option<GatewayTap> {
+    let (mut outer, mut inner): (Vec<&TapRec>, Vec<&TapRec>) = (vec![], vec![]);
     for r in records {
-        if side(r, TapSide::Outer) {
-            outer.push(r);
-        } else if side(r, TapSide::Inner) {
-            inner.push(r);
+        match r.tap.side {
+            TapSide::Outer => outer.push(r),
+            TapSide::Inner => inner.push(r),
         }
     }
     if outer.is_empty() && inner.is_empty() {
         return None;
     }
-    let mut routes: Vec<String> = outer.iter().map(|r| r.route.clone()).collect();
+    let mut routes: Vec<String> = outer.iter().map(|r| r.route.to_string()).collect();
     routes.sort();
     routes.dedup();
-    let joined: Vec<&RequestRecord> = outer
-        .iter()
-        .copied()
-        .filter(|r| r.gateway_tap.as_ref().is_some_and(|g| g.peer.is_some()))
-        .collect();
-    let reasons = |rs: &[&RequestRecord]| {
+    let joined: Vec<&TapRec> = outer.iter().copied().filter(|r| r.tap.peer).collect();
+    let reasons = |rs: &[&TapRec]| {
         let mut m: BTreeMap<String, usize> = BTreeMap::new();
-        for g in rs.iter().filter_map(|r| r.gateway_tap.as_ref()) {
+        for g in rs.iter().map(|r| &r.tap) {
             if let Some(u) = g.unjoined {
                 *m.entry(u.as_str().to_owned()).or_default() += 1;
             }
@@ -127,7 +146,7 @@ pub fn compute<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> Option<G
         inner: ui,
     };
     let mut join_by: BTreeMap<String, usize> = BTreeMap::new();
-    for g in joined.iter().filter_map(|r| r.gateway_tap.as_ref()) {
+    for g in joined.iter().map(|r| &r.tap) {
         if let Some(by) = g.join {
             let k = match by {
                 crate::meter::JoinBy::Header => "header",
@@ -141,7 +160,7 @@ pub fn compute<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> Option<G
         .iter()
         .filter_map(|r| {
             let c = r.gateway_overhead_ms?;
-            Some((c, r.gateway_tap.as_ref()?.ttft_ms.map(|t| t - c)))
+            Some((c, r.tap.ttft_ms.map(|t| t - c)))
         })
         .collect();
     let self_reported_ms = (!claims.is_empty()).then(|| SelfReported {
@@ -149,14 +168,14 @@ pub fn compute<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> Option<G
         claimed_ms: diff_stats(claims.iter().map(|c| c.0).collect()),
         measured_minus_claimed_ms: diff_stats(claims.iter().filter_map(|c| c.1).collect()),
     });
-    let mut buckets: BTreeMap<String, Vec<&RequestRecord>> = BTreeMap::new();
-    let mut levels: BTreeMap<(u64, String), Vec<&RequestRecord>> = BTreeMap::new();
+    let mut buckets: BTreeMap<String, Vec<&TapRec>> = BTreeMap::new();
+    let mut levels: BTreeMap<(u64, String), Vec<&TapRec>> = BTreeMap::new();
     for r in &joined {
-        buckets
-            .entry(r.bucket.clone().unwrap_or_else(|| "unknown".into()))
+        buckets.entry(r.bucket.to_string()).or_default().push(r);
+        levels
+            .entry(level_of(r.concurrency, r.in_flight))
             .or_default()
             .push(r);
-        levels.entry(level(r)).or_default().push(r);
     }
     let concurrency_from = if joined.iter().all(|r| r.concurrency.is_some()) {
         "load_generator"

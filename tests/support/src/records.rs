@@ -26,7 +26,7 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -35,10 +35,10 @@ impl Rng {
     }
     /// Uniform in [0, 1).
     pub fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
     /// Log-normal around `median` with spread `sigma`: latency-shaped.
     pub fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
@@ -60,7 +60,7 @@ fn key_id(n: u64) -> String {
     let mut r = Rng::new(n.wrapping_mul(7919) + 1);
     let mut s = String::from("sha256:");
     for _ in 0..4 {
-        s.push_str(&format!("{:016x}", r.next()));
+        s.push_str(&format!("{:016x}", r.next_u64()));
     }
     s
 }
@@ -111,7 +111,7 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
     let cached = (r.below(3) == 0).then(|| r.below(input_tokens));
     let mut rec = RequestRecord {
         ts,
-        id: format!("{:016x}", r.next()),
+        id: format!("{:016x}", r.next_u64()),
         route: "default".into(),
         experiment: None,
         method: "POST".into(),
@@ -162,7 +162,7 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
         gateway_overhead_ms: None,
         concurrency: None,
         upstream_sent_ms: Some(r.unit() * 0.4),
-        ttft_split: ok.then(|| TtftSplit {
+        ttft_split: ok.then_some(TtftSplit {
             proxy_ms: Some(0.3),
             upstream_headers_ms: Some(ttft * 0.3),
             engine_queue_ms: None,
@@ -170,8 +170,8 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
             outside_engine_ms: None,
         }),
         gateway_tap: None,
-        trace_id: Some(format!("{:016x}{:016x}", r.next(), r.next())),
-        span_id: Some(format!("{:016x}", r.next())),
+        trace_id: Some(format!("{:016x}{:016x}", r.next_u64(), r.next_u64())),
+        span_id: Some(format!("{:016x}", r.next_u64())),
         error: (outcome == Outcome::UpstreamError)
             .then(|| "upstream answered 503 Service Unavailable".into()),
     };

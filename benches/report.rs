@@ -1,0 +1,127 @@
+//! `cargo bench --bench report`: `tokentap report` on generated proxy logs of 1 and 10 million
+//! records (`REPORT_BENCH_RECORDS=1000000,10000000`), timed as a user runs it: the release
+//! binary, one process per run, wall and CPU time and peak resident memory read from /proc.
+//! Logs are generated once into target/report-bench/ (about 1.1 KB a record) and kept.
+//! Results and the targets are in docs/report.md.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokentap_test_support::records::{record, Mix};
+
+fn generate(path: &Path, n: u64) {
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+        return;
+    }
+    let tmp = path.with_extension("part");
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp).unwrap());
+    for i in 0..n {
+        serde_json::to_writer(&mut out, &record(i, 7, Mix::Live)).unwrap();
+        out.write_all(b"\n").unwrap();
+    }
+    out.flush().unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// (utime + stime) in seconds and VmHWM in KiB of a live process.
+fn sample(pid: u32) -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of stat (utime, stime), counted from after the command name.
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some((ticks / 100.0, hwm))
+}
+
+struct Run {
+    wall: f64,
+    cpu: f64,
+    peak_mib: f64,
+    method: String,
+}
+
+fn run(bin: &str, log: &Path, extra: &[&str]) -> Run {
+    let start = Instant::now();
+    let mut child = Command::new(bin)
+        .args(["report", "--format", "json"])
+        .arg(log)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut last = (0.0, 0);
+    let reader = {
+        let mut stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut stdout, &mut s).unwrap();
+            s
+        })
+    };
+    while child.try_wait().unwrap().is_none() {
+        if let Some(s) = sample(pid) {
+            last = s;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let out = reader.join().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    Run {
+        wall,
+        cpu: last.0,
+        peak_mib: last.1 as f64 / 1024.0,
+        method: v["percentiles"]["method"]
+            .as_str()
+            .unwrap_or("?")
+            .to_owned(),
+    }
+}
+
+fn main() {
+    // `cargo bench` passes --bench; nothing else is taken.
+    let counts: Vec<u64> = std::env::var("REPORT_BENCH_RECORDS")
+        .unwrap_or_else(|_| "1000000,10000000".into())
+        .split(',')
+        .map(|s| s.trim().parse().unwrap())
+        .collect();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/report-bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = env!("CARGO_BIN_EXE_tokentap");
+    println!("records     size    wall s  cpu s  records/s (cpu)  peak RSS MiB  percentiles");
+    for n in counts {
+        let log = dir.join(format!("live-{n}.jsonl"));
+        generate(&log, n);
+        let size = std::fs::metadata(&log).unwrap().len() as f64 / 1e9;
+        for extra in [&[][..], &["--exact-values", "0"][..]] {
+            let r = run(bin, &log, extra);
+            println!(
+                "{n:>10}  {size:>5.2} GB  {:>6.2}  {:>5.2}  {:>15.0}  {:>12.1}  {}{}",
+                r.wall,
+                r.cpu,
+                n as f64 / r.cpu.max(1e-9),
+                r.peak_mib,
+                r.method,
+                if extra.is_empty() {
+                    ""
+                } else {
+                    " (--exact-values 0)"
+                }
+            );
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! The report being read, record by record: counts and sums per group, and the values behind
+//! each percentile (exact while the budget of held values lasts, then HDR sketches). Memory
+//! grows with the number of groups and, in exact mode, with the values held, never with the
+//! bytes read. The gateway-hop and gateway-tap sections keep a compact row per paired or
+//! tapped request, because their bootstrap intervals need every pair.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::hop::HopRec;
+use super::row::{level_of, Row};
+use super::shapes::{CacheAcc, ShapeAcc};
+use super::tap::TapRec;
+use super::values::{Method, Values};
+use super::{Dist, KeyRow, SplitCell};
+
+/// Values held exactly before the report switches to sketches: about 8 bytes each, so the
+/// default is ~100 MB (about 600,000 live records).
+pub const DEFAULT_EXACT_VALUES: usize = 12_000_000;
+
+const NONE: u32 = u32::MAX;
+
+/// FxHash (rustc's): a multiply and a rotate per word. The report's maps are keyed by short
+/// strings and small tuples from local files; SipHash's flood resistance buys nothing here and
+/// costs a third of a record's time.
+#[derive(Default, Clone, Copy)]
+struct Fx(u64);
+
+impl Fx {
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl std::hash::Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.add(u64::from(v));
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.add(u64::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.add(v);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.add(v as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Map<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fx>>;
+
+/// Strings seen in records, each kept once.
+#[derive(Debug, Default)]
+struct Names {
+    ids: Map<Box<str>, u32>,
+    list: Vec<Arc<str>>,
+}
+
+impl Names {
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(i) = self.ids.get(s) {
+            return *i;
+        }
+        let i = self.list.len() as u32;
+        self.ids.insert(s.into(), i);
+        self.list.push(s.into());
+        i
+    }
+    fn get(&self, i: u32) -> Option<&Arc<str>> {
+        self.list.get(i as usize)
+    }
+    fn name(&self, i: u32) -> Option<String> {
+        (i != NONE).then(|| self.get(i).map_or_else(String::new, |s| s.to_string()))
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct CellAcc {
+    pub requests: usize,
+    pub errors: usize,
+    pub good: usize,
+    pub start: Option<SystemTime>,
+    pub end: Option<SystemTime>,
+    pub out_tokens: u64,
+    pub ttft: Values,
+    pub tpot: Values,
+    pub e2e: Values,
+    pub tps: Values,
+    pub input: Values,
+    pub output: Values,
+    pub split_n: usize,
+    pub split: [Values; 5],
+}
+
+impl CellAcc {
+    fn new(sketch: bool) -> CellAcc {
+        let v = || Values::new(sketch);
+        CellAcc {
+            requests: 0,
+            errors: 0,
+            good: 0,
+            start: None,
+            end: None,
+            out_tokens: 0,
+            ttft: v(),
+            tpot: v(),
+            e2e: v(),
+            tps: v(),
+            input: v(),
+            output: v(),
+            split_n: 0,
+            split: [v(), v(), v(), v(), v()],
+        }
+    }
+
+    fn values(&mut self) -> impl Iterator<Item = &mut Values> {
+        [
+            &mut self.ttft,
+            &mut self.tpot,
+            &mut self.e2e,
+            &mut self.tps,
+            &mut self.input,
+            &mut self.output,
+        ]
+        .into_iter()
+        .chain(self.split.iter_mut())
+    }
+
+    /// Medians of the records' `ttft_split` parts; null when no served record has one.
+    pub fn split_cell(&mut self) -> Option<SplitCell> {
+        if self.split_n == 0 {
+            return None;
+        }
+        let med = |v: &mut Values| std::mem::replace(v, Values::new(false)).median();
+        let [a, b, c, d, e] = &mut self.split;
+        let c = SplitCell {
+            n: self.split_n,
+            proxy_ms: med(a),
+            upstream_headers_ms: med(b),
+            engine_queue_ms: med(c),
+            engine_prefill_ms: med(d),
+            outside_engine_ms: med(e),
+            missing: None,
+        };
+        let mut missing = Vec::new();
+        if c.proxy_ms.is_none() {
+            missing.push("proxy_ms: client-side records (tokentap's own share is in its records)");
+        }
+        if c.engine_queue_ms.is_none() || c.engine_prefill_ms.is_none() {
+            missing.push("engine parts: no per-request timings (vLLM --enable-per-request-metrics, with usage in the stream)");
+        }
+        Some(SplitCell {
+            missing: (!missing.is_empty()).then(|| missing.join("; ")),
+            ..c
+        })
+    }
+}
+
+#[derive(Debug)]
+struct KeyAcc {
+    requests: usize,
+    errors: usize,
+    input: u64,
+    output: u64,
+    ttft: Values,
+    tpot: Values,
+    e2e: Values,
+}
+
+/// One cell as the report's finishing step receives it.
+pub(super) struct CellIn {
+    pub bucket: String,
+    pub arm: Option<String>,
+    pub level: u64,
+    pub label: String,
+    pub acc: CellAcc,
+}
+
+/// Everything read, ready to become a report.
+pub(super) struct Read {
+    pub records: usize,
+    pub live: usize,
+    pub method: Method,
+    pub cells: Vec<CellIn>,
+    pub keys: Vec<KeyRow>,
+    pub in_flight: Dist,
+    pub by_api: BTreeMap<String, super::shapes::ShapeRow>,
+    pub by_bucket: BTreeMap<String, super::shapes::ShapeRow>,
+    pub prefix_cache: Option<super::shapes::CacheSplit>,
+    pub hop: Vec<HopRec>,
+    pub tap: Vec<TapRec>,
+}
+
+/// The report's reading state. Feed it with [`Acc::add`] (and [`Acc::add_tap_only`]), then
+/// [`Acc::finish`].
+pub struct Acc {
+    goodput_ttft_ms: f64,
+    goodput_tok_s: f64,
+    by_arm: bool,
+    arms: (String, String),
+    budget: usize,
+    held: usize,
+    sketch: bool,
+    records: usize,
+    live: usize,
+    names: Names,
+    cells: Map<(u32, u32, u64, bool), CellAcc>,
+    keys: Map<(u32, u32), KeyAcc>,
+    in_flight: Values,
+    by_api: BTreeMap<&'static str, ShapeAcc>,
+    by_bucket: Map<u32, ShapeAcc>,
+    cache: CacheAcc,
+    hop: Vec<HopRec>,
+    tap: Vec<TapRec>,
+}
+
+impl Acc {
+    /// `exact_values`: how many values to hold before switching every percentile to a sketch.
+    pub fn new(slos: &super::Slos, by_arm: bool, arms: (&str, &str), exact_values: usize) -> Acc {
+        Acc {
+            goodput_ttft_ms: slos.goodput_ttft_ms,
+            goodput_tok_s: slos.goodput_tok_s,
+            by_arm,
+            arms: (arms.0.to_owned(), arms.1.to_owned()),
+            budget: exact_values,
+            held: 0,
+            sketch: exact_values == 0,
+            records: 0,
+            live: 0,
+            names: Names::default(),
+            cells: Map::default(),
+            keys: Map::default(),
+            in_flight: Values::new(exact_values == 0),
+            by_api: BTreeMap::new(),
+            by_bucket: Map::default(),
+            cache: CacheAcc::default(),
+            hop: Vec::new(),
+            tap: Vec::new(),
+        }
+    }
+
+    /// A record of the traffic being reported.
+    pub fn add(&mut self, r: &Row<'_>) {
+        self.records += 1;
+        let ts = humantime::parse_rfc3339(r.ts.as_str()).ok();
+        let bucket = self.names.id(r.bucket());
+        let bucket_name = self.names.get(bucket).cloned().unwrap_or_else(|| "".into());
+        if let Some(h) = HopRec::of(r, &self.arms.0, &self.arms.1, bucket_name.clone(), ts) {
+            self.hop.push(h);
+        }
+        self.add_tap(r, bucket_name);
+        if !r.client_facing() {
+            return;
+        }
+        let sketch = self.sketch;
+        let mut held = 0;
+        let arm = r.arm().map_or(NONE, |a| self.names.id(a));
+        let live = r.concurrency.is_none();
+        let (lvl, _) = level_of(r.concurrency, r.in_flight);
+        // Levels 1 and 2 have the same label live and from a load generator: one cell, as
+        // their labels say.
+        let c = self
+            .cells
+            .entry((bucket, arm, lvl, live && lvl > 2))
+            .or_insert_with(|| CellAcc::new(sketch));
+        c.requests += 1;
+        c.errors += usize::from(r.is_error());
+        if let Some(t) = ts {
+            c.start = Some(c.start.map_or(t, |s| s.min(t)));
+            let end = t + Duration::from_secs_f64(r.e2e_ms.max(0.0) / 1000.0);
+            c.end = Some(c.end.map_or(end, |e| e.max(end)));
+        }
+        if r.ok() {
+            held += c.ttft.opt(r.ttft_ms)
+                + c.tpot.opt(r.tpot_ms)
+                + c.tps.opt(r.tok_s())
+                + c.e2e.push(r.e2e_ms)
+                + c.input.opt(r.input_tokens.map(|v| v as f64))
+                + c.output.opt(r.output_tokens.map(|v| v as f64));
+            c.out_tokens += r.output_tokens.unwrap_or(0);
+            if let Some(s) = &r.ttft_split {
+                c.split_n += 1;
+                let parts = [
+                    s.proxy_ms,
+                    s.upstream_headers_ms,
+                    s.engine_queue_ms,
+                    s.engine_prefill_ms,
+                    s.outside_engine_ms,
+                ];
+                for (v, p) in c.split.iter_mut().zip(parts) {
+                    held += v.opt(p);
+                }
+            }
+            if r.ttft_ms.is_none_or(|t| t <= self.goodput_ttft_ms)
+                && r.tok_s().is_none_or(|s| s >= self.goodput_tok_s)
+            {
+                c.good += 1;
+            }
+        }
+
+        let key = match &r.key_id {
+            Some(k) => self.names.id(k.as_str()),
+            None => self.names.id("(no key)"),
+        };
+        let key_arm = if self.by_arm { arm } else { NONE };
+        let k = self.keys.entry((key, key_arm)).or_insert_with(|| KeyAcc {
+            requests: 0,
+            errors: 0,
+            input: 0,
+            output: 0,
+            ttft: Values::new(sketch),
+            tpot: Values::new(sketch),
+            e2e: Values::new(sketch),
+        });
+        k.requests += 1;
+        k.errors += usize::from(r.is_error());
+        k.input += r.input_tokens.unwrap_or(0);
+        k.output += r.output_tokens.unwrap_or(0);
+        if r.ok() {
+            held += k.ttft.opt(r.ttft_ms) + k.tpot.opt(r.tpot_ms) + k.e2e.push(r.e2e_ms);
+        }
+
+        if live {
+            self.live += 1;
+            held += self.in_flight.push(r.in_flight as f64);
+        }
+        held += self
+            .by_api
+            .entry(r.api.as_str())
+            .or_insert_with(|| ShapeAcc::new(sketch))
+            .add(r);
+        held += self
+            .by_bucket
+            .entry(bucket)
+            .or_insert_with(|| ShapeAcc::new(sketch))
+            .add(r);
+        held += self.cache.add(r, sketch);
+        self.held += held;
+        if !self.sketch && self.held > self.budget {
+            self.switch_to_sketches();
+        }
+    }
+
+    /// A record that feeds the gateway-tap section alone (`report --tap`).
+    pub fn add_tap_only(&mut self, r: &Row<'_>) {
+        let bucket = self.names.id(r.bucket());
+        let name = self.names.get(bucket).cloned().unwrap_or_else(|| "".into());
+        self.add_tap(r, name);
+    }
+
+    fn add_tap(&mut self, r: &Row<'_>, bucket: Arc<str>) {
+        if r.gateway_tap.is_none() {
+            return;
+        }
+        let route = self.names.id(r.route.as_str());
+        let route = self.names.get(route).cloned().unwrap_or_else(|| "".into());
+        if let Some(t) = TapRec::of(r, route, bucket) {
+            self.tap.push(t);
+        }
+    }
+
+    /// The budget is spent: every percentile from here on comes from a sketch.
+    fn switch_to_sketches(&mut self) {
+        self.sketch = true;
+        self.held = 0;
+        for c in self.cells.values_mut() {
+            c.values().for_each(Values::to_sketch);
+        }
+        for k in self.keys.values_mut() {
+            for v in [&mut k.ttft, &mut k.tpot, &mut k.e2e] {
+                v.to_sketch();
+            }
+        }
+        self.in_flight.to_sketch();
+        for s in self.by_api.values_mut().chain(self.by_bucket.values_mut()) {
+            s.values().into_iter().for_each(Values::to_sketch);
+        }
+        self.cache.values().for_each(Values::to_sketch);
+    }
+
+    /// How many records were read.
+    pub fn records(&self) -> usize {
+        self.records
+    }
+
+    pub(super) fn finish(self, top: usize) -> Read {
+        let names = self.names;
+        let label = |s: u32| names.name(s);
+        let mut cells: Vec<CellIn> = self
+            .cells
+            .into_iter()
+            .map(|((b, a, lvl, live), acc)| {
+                let (level, label) = if live {
+                    level_of(None, lvl)
+                } else {
+                    level_of(Some(lvl), 0)
+                };
+                CellIn {
+                    bucket: names.name(b).unwrap_or_default(),
+                    arm: names.name(a),
+                    level,
+                    label,
+                    acc,
+                }
+            })
+            .collect();
+        // The order of (bucket, arm, level, label), as the report has always listed cells.
+        cells.sort_by(|x, y| {
+            (&x.bucket, &x.arm, x.level, &x.label).cmp(&(&y.bucket, &y.arm, y.level, &y.label))
+        });
+        let mut keys: Vec<KeyRow> = self
+            .keys
+            .into_iter()
+            .map(|((k, a), acc)| KeyRow {
+                key_id: label(k).unwrap_or_default(),
+                arm: label(a),
+                requests: acc.requests,
+                error_rate: acc.errors as f64 / acc.requests.max(1) as f64,
+                input_tokens: acc.input,
+                output_tokens: acc.output,
+                ttft_ms: acc.ttft.dist(),
+                tpot_ms: acc.tpot.dist(),
+                e2e_ms: acc.e2e.dist(),
+            })
+            .collect();
+        keys.sort_by(|a, b| {
+            b.requests
+                .cmp(&a.requests)
+                .then_with(|| a.key_id.cmp(&b.key_id))
+                .then_with(|| a.arm.cmp(&b.arm))
+        });
+        keys.truncate(top);
+        let method = if self.sketch {
+            Method::sketch(self.budget)
+        } else {
+            Method::exact(self.budget)
+        };
+        Read {
+            records: self.records,
+            live: self.live,
+            method,
+            cells,
+            keys,
+            in_flight: self.in_flight.dist(),
+            by_api: self
+                .by_api
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.finish()))
+                .collect(),
+            by_bucket: self
+                .by_bucket
+                .into_iter()
+                .map(|(b, v)| (names.name(b).unwrap_or_default(), v.finish()))
+                .collect(),
+            prefix_cache: self.cache.finish(),
+            hop: self.hop,
+            tap: self.tap,
+        }
+    }
+}

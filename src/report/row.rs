@@ -1,0 +1,215 @@
+//! What the report reads of a record: a few numbers and short strings, borrowed from the line
+//! where they need no unescaping. Every other field of the line is skipped unparsed. The same
+//! defaults as [`RequestRecord`] (the schema is additive): only `outcome` and `e2e_ms` are
+//! required, as there.
+
+use std::borrow::Cow;
+
+use serde::de::{Deserializer, Visitor};
+use serde::Deserialize;
+
+use crate::meter::{GatewayTap, JoinBy, Outcome, RequestRecord, TapSide, TtftSplit, Unjoined};
+use crate::openai::Api;
+
+/// A JSON string, borrowed from the line unless it had escapes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Text<'a>(pub Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
+}
+
+impl Text<'_> {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ExpRow<'a> {
+    #[serde(borrow)]
+    pub arm: Text<'a>,
+    #[serde(default, borrow)]
+    pub pair_id: Option<Text<'a>>,
+}
+
+/// A gateway tap's part of a record; of the peer only whether there is one.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct TapRow {
+    pub side: TapSide,
+    #[serde(default, deserialize_with = "present")]
+    pub peer: bool,
+    #[serde(default)]
+    pub join: Option<JoinBy>,
+    #[serde(default)]
+    pub unjoined: Option<Unjoined>,
+    #[serde(default)]
+    pub admission_ms: Option<f64>,
+    #[serde(default)]
+    pub relay_ms: Option<f64>,
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(Option::<serde::de::IgnoredAny>::deserialize(d)?.is_some())
+}
+
+fn other_api() -> Api {
+    Api::Other
+}
+
+/// The fields of a record that some figure of the report uses.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Row<'a> {
+    #[serde(default, borrow)]
+    pub ts: Text<'a>,
+    #[serde(default, borrow)]
+    pub route: Text<'a>,
+    #[serde(default, borrow)]
+    pub experiment: Option<ExpRow<'a>>,
+    #[serde(default = "other_api")]
+    pub api: Api,
+    #[serde(default, borrow)]
+    pub key_id: Option<Text<'a>>,
+    pub outcome: Outcome,
+    #[serde(default)]
+    pub input_tokens: Option<u64>,
+    #[serde(default)]
+    pub output_tokens: Option<u64>,
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
+    #[serde(default)]
+    pub reasoning_tokens: Option<u64>,
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+    #[serde(default)]
+    pub ttfo_ms: Option<f64>,
+    #[serde(default)]
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: f64,
+    #[serde(default)]
+    pub upstream_headers_ms: Option<f64>,
+    #[serde(default)]
+    pub in_flight: u64,
+    #[serde(default, borrow)]
+    pub bucket: Option<Text<'a>>,
+    #[serde(default)]
+    pub gateway_overhead_ms: Option<f64>,
+    #[serde(default)]
+    pub concurrency: Option<u64>,
+    #[serde(default)]
+    pub ttft_split: Option<TtftSplit>,
+    #[serde(default)]
+    pub gateway_tap: Option<TapRow>,
+}
+
+impl<'a> Row<'a> {
+    /// The same view of a record already in memory (bench and the demo hand theirs over).
+    pub fn of(r: &'a RequestRecord) -> Row<'a> {
+        let t = |s: &'a str| Text(Cow::Borrowed(s));
+        Row {
+            ts: t(&r.ts),
+            route: t(&r.route),
+            experiment: r.experiment.as_ref().map(|e| ExpRow {
+                arm: t(&e.arm),
+                pair_id: e.pair_id.as_deref().map(t),
+            }),
+            api: r.api,
+            key_id: r.key_id.as_deref().map(t),
+            outcome: r.outcome,
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            cached_tokens: r.cached_tokens,
+            reasoning_tokens: r.reasoning_tokens,
+            ttft_ms: r.ttft_ms,
+            ttfo_ms: r.ttfo_ms,
+            tpot_ms: r.tpot_ms,
+            e2e_ms: r.e2e_ms,
+            upstream_headers_ms: r.upstream_headers_ms,
+            in_flight: r.in_flight,
+            bucket: r.bucket.as_deref().map(t),
+            gateway_overhead_ms: r.gateway_overhead_ms,
+            concurrency: r.concurrency,
+            ttft_split: r.ttft_split,
+            gateway_tap: r.gateway_tap.as_ref().map(tap_row),
+        }
+    }
+
+    pub fn arm(&self) -> Option<&str> {
+        self.experiment.as_ref().map(|e| e.arm.as_str())
+    }
+
+    pub fn bucket(&self) -> &str {
+        self.bucket.as_ref().map_or("unknown", |b| b.as_str())
+    }
+
+    pub fn ok(&self) -> bool {
+        self.outcome == Outcome::Ok
+    }
+
+    pub fn is_error(&self) -> bool {
+        !matches!(self.outcome, Outcome::Ok | Outcome::ClientCancelled)
+    }
+
+    /// Per-stream output tok/s, 1000 ÷ TPOT.
+    pub fn tok_s(&self) -> Option<f64> {
+        self.tpot_ms.filter(|t| *t > 0.0).map(|t| 1000.0 / t)
+    }
+
+    pub fn tap_side(&self) -> Option<TapSide> {
+        self.gateway_tap.map(|g| g.side)
+    }
+
+    /// What a client sent: every record but the inner side of a gateway tap.
+    pub fn client_facing(&self) -> bool {
+        self.tap_side() != Some(TapSide::Inner)
+    }
+
+    /// Concurrency label: bench's level, or the in-flight count bucketed 1, 2, 3–4, 5–8, …
+    pub fn level(&self) -> (u64, String) {
+        level_of(self.concurrency, self.in_flight)
+    }
+}
+
+pub fn level_of(concurrency: Option<u64>, in_flight: u64) -> (u64, String) {
+    if let Some(c) = concurrency {
+        return (c, c.to_string());
+    }
+    let n = in_flight.max(1);
+    if n <= 2 {
+        return (n, n.to_string());
+    }
+    let hi = n.next_power_of_two();
+    (hi, format!("{}-{}", hi / 2 + 1, hi))
+}
+
+fn tap_row(g: &GatewayTap) -> TapRow {
+    TapRow {
+        side: g.side,
+        peer: g.peer.is_some(),
+        join: g.join,
+        unjoined: g.unjoined,
+        admission_ms: g.admission_ms,
+        relay_ms: g.relay_ms,
+        ttft_ms: g.ttft_ms,
+    }
+}

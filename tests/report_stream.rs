@@ -1,0 +1,258 @@
+//! The streaming report: today's output on inputs that fit in memory (golden files written by
+//! the report before it streamed), the same figures from files as from records in memory, HDR
+//! sketches within their stated bound, a lenient reader, and a clear failure on no records.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use tokentap_test_support as support;
+
+use serde_json::Value;
+use support::records::{jsonl, Mix};
+use tokentap::report::{self, Slos};
+
+/// The cases of `tests/fixtures/report/`: name, records, mix, `--by-arm`.
+const GOLDEN: [(&str, u64, Mix, bool); 3] = [
+    ("everything", 6000, Mix::Everything, false),
+    ("everything-by-arm", 6000, Mix::Everything, true),
+    ("live", 3000, Mix::Live, false),
+];
+
+fn golden(name: &str) -> Value {
+    let p = support::fixtures_dir().join(format!("../report/{name}.json"));
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
+/// The report's JSON without the key that says how percentiles were computed (newer than the
+/// golden files).
+fn without_method(mut v: Value) -> Value {
+    v.as_object_mut().unwrap().remove("percentiles");
+    v
+}
+
+/// Equal to the golden file; otherwise the report is left beside the scratch log to diff.
+fn same_as_golden(name: &str, text: &str, dir: &std::path::Path) {
+    let got: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(got["percentiles"]["method"], "exact", "{name}");
+    if without_method(got) != golden(name) {
+        let out = dir.join(format!("{name}.json"));
+        std::fs::write(&out, text).unwrap();
+        panic!("{name}: differs from today's report; see {}", out.display());
+    }
+}
+
+#[test]
+fn records_in_memory_give_todays_report() {
+    for (name, n, mix, by_arm) in GOLDEN {
+        let dir = support::scratch("golden-mem");
+        let path = dir.join("log.jsonl");
+        std::fs::write(&path, jsonl(0, n, 7, mix)).unwrap();
+        let recs = report::load(&[path], &mut |w| panic!("{w}")).unwrap();
+        let r = report::compute(&recs, &Slos::default(), 20, by_arm);
+        same_as_golden(name, &report::render(&r, report::Format::Json), &dir);
+    }
+}
+
+fn report_cli(args: &[&str]) -> (String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .arg("report")
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "report {args:?}: {stderr}");
+    (String::from_utf8(out.stdout).unwrap(), stderr)
+}
+
+fn gz(text: &str) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(text.as_bytes()).unwrap();
+    e.finish().unwrap()
+}
+
+/// The golden inputs as a rotated log: two compressed files and the one being written (its
+/// last line cut short, which is not a warning).
+fn rotated(dir: &std::path::Path, n: u64, mix: Mix) {
+    let third = n / 3;
+    std::fs::write(dir.join("log.jsonl.2.gz"), gz(&jsonl(0, third, 7, mix))).unwrap();
+    std::fs::write(dir.join("log.jsonl.1.gz"), gz(&jsonl(third, third, 7, mix))).unwrap();
+    let mut live = jsonl(2 * third, n - 2 * third, 7, mix);
+    live.push_str(r#"{"ts":"2026-12-01T00:00:00Z","outcome":"ok","e2e"#);
+    std::fs::write(dir.join("log.jsonl"), live).unwrap();
+}
+
+#[test]
+fn files_stream_to_todays_report() {
+    for (name, n, mix, by_arm) in GOLDEN {
+        let dir = support::scratch("golden-files");
+        rotated(&dir, n, mix);
+        let d = dir.to_str().unwrap();
+        let mut args = vec![d, "--format", "json", "--top", "20"];
+        if by_arm {
+            args.push("--by-arm");
+        }
+        let (out, err) = report_cli(&args);
+        assert!(err.is_empty(), "{name}: no warnings expected: {err}");
+        same_as_golden(name, &out, &dir);
+    }
+}
+
+/// Past the budget of exact values every percentile comes from a sketch: counts and maxima
+/// stay exact, percentiles are within the stated bound, and the output says which was used.
+#[test]
+fn sketches_are_within_their_stated_bound() {
+    let dir = support::scratch("sketch");
+    rotated(&dir, 6000, Mix::Everything);
+    let (out, _) = report_cli(&[
+        dir.to_str().unwrap(),
+        "--format",
+        "json",
+        "--top",
+        "20",
+        "--exact-values",
+        "5000",
+    ]);
+    let got: Value = serde_json::from_str(&out).unwrap();
+    let m = &got["percentiles"];
+    assert_eq!(m["method"], "hdr", "{m}");
+    assert_eq!(m["relative_error"], 0.001);
+    assert_eq!(m["exact_values_budget"], 5000);
+    let want = golden("everything");
+    let mut checked = 0;
+    let mut close = |path: &str, a: &Value, b: &Value| {
+        for k in ["n", "max"] {
+            assert_eq!(a[k], b[k], "{path}.{k}");
+        }
+        for k in ["p50", "p95", "p99"] {
+            let (x, y) = (a[k].as_f64(), b[k].as_f64());
+            assert_eq!(x.is_some(), y.is_some(), "{path}.{k}");
+            if let (Some(x), Some(y)) = (x, y) {
+                assert!(
+                    (x - y).abs() <= x.abs() * 0.001 + 0.0005,
+                    "{path}.{k}: exact {x}, sketch {y}"
+                );
+                checked += 1;
+            }
+        }
+    };
+    let (wc, gc) = (
+        want["cells"].as_array().unwrap(),
+        got["cells"].as_array().unwrap(),
+    );
+    assert_eq!(wc.len(), gc.len());
+    for (i, (a, b)) in wc.iter().zip(gc).enumerate() {
+        assert_eq!(a["requests"], b["requests"]);
+        assert_eq!(a["errors"], b["errors"]);
+        for f in ["ttft_ms", "tpot_ms", "e2e_ms", "tok_s_per_stream"] {
+            close(&format!("cells[{i}].{f}"), &a[f], &b[f]);
+        }
+    }
+    for (i, (a, b)) in want["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(got["keys"].as_array().unwrap())
+        .enumerate()
+    {
+        assert_eq!(a["key_id"], b["key_id"]);
+        for f in ["ttft_ms", "tpot_ms", "e2e_ms"] {
+            close(&format!("keys[{i}].{f}"), &a[f], &b[f]);
+        }
+    }
+    for (bucket, a) in want["by_bucket"].as_object().unwrap() {
+        for f in ["ttft_ms", "ttfo_ms", "tpot_ms", "e2e_ms"] {
+            close(
+                &format!("by_bucket.{bucket}.{f}"),
+                &a[f],
+                &got["by_bucket"][bucket][f],
+            );
+        }
+    }
+    close("in_flight", &want["in_flight"], &got["in_flight"]);
+    assert!(checked > 500, "{checked}");
+    // The sections that need every pair stay exact.
+    assert_eq!(want["gateway_hop"], got["gateway_hop"]);
+    assert_eq!(want["gateway_tap"], got["gateway_tap"]);
+}
+
+/// Old logs, and logs from tools that write fewer fields, lack fields the report does not
+/// need: they are read with defaults and give the same figures.
+#[test]
+fn records_missing_fields_the_report_does_not_need_are_read() {
+    let dir = support::scratch("lenient");
+    let mut text = String::new();
+    for line in jsonl(0, 3000, 7, Mix::Live).lines() {
+        let mut v: Value = serde_json::from_str(line).unwrap();
+        let o = v.as_object_mut().unwrap();
+        for k in [
+            "method",
+            "content_events",
+            "events",
+            "endpoint",
+            "id",
+            "model",
+            "stream",
+            "status",
+            "done",
+            "parse_errors",
+            "oversize_events",
+            "request_bytes",
+            "response_bytes",
+            "itl_p50_ms",
+            "itl_p99_ms",
+            "itl_max_ms",
+            "trace_id",
+            "span_id",
+            "max_tokens",
+            "tokens_source",
+            "body_read_ms",
+            "first_byte_ms",
+            "first_event_ms",
+            "last_token_ms",
+            "upstream_sent_ms",
+            "response_model",
+            "error",
+        ] {
+            o.remove(k);
+        }
+        text.push_str(&serde_json::to_string(&v).unwrap());
+        text.push('\n');
+    }
+    std::fs::write(dir.join("old.jsonl"), text).unwrap();
+    let (out, err) = report_cli(&[dir.to_str().unwrap(), "--format", "json", "--top", "20"]);
+    assert!(err.is_empty(), "{err}");
+    same_as_golden("live", &out, &dir);
+}
+
+/// Other tools' JSON and binary garbage are named in one grouped warning each; the records
+/// around them are read.
+#[test]
+fn garbage_is_grouped_and_skipped() {
+    let dir = support::scratch("garbage");
+    let mut text = jsonl(0, 100, 7, Mix::Live);
+    for _ in 0..250 {
+        text.push_str("{\"level\":\"info\",\"msg\":\"another tool\"}\n");
+    }
+    text.push_str("\u{1}\u{7f}PK\u{3}\u{4}binary\n");
+    text.push_str(&jsonl(100, 100, 7, Mix::Live));
+    std::fs::write(dir.join("mixed.jsonl"), text).unwrap();
+    let (out, err) = report_cli(&[dir.to_str().unwrap(), "--format", "json"]);
+    let got: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(got["records"], 200);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    let first = dir.join("mixed.jsonl");
+    assert!(
+        err.contains(&format!(
+            "250 lines skipped: missing field `outcome`; first at {}:101",
+            first.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "1 line skipped: not a JSON object; first at {}:351",
+            first.display()
+        )),
+        "{err}"
+    );
+}
