@@ -84,6 +84,7 @@ impl Admin {
             st.sink().log_counters.write_errors.load(Ordering::Relaxed),
             st.shared.shadow_skipped.load(Ordering::Relaxed),
             st.sink().otlp.as_ref().map(|o| &*o.counters),
+            st.sink().clickhouse.as_ref().map(|c| &*c.counters),
         );
         m.render()
     }

@@ -6,7 +6,7 @@
 //! ([`Live::swap`]): routes, upstreams, aliases, experiment settings, limits, timeouts and the
 //! listener's TLS certificate change for new requests, while requests in flight finish on the
 //! generation they began on. Settings bound at start (the listen and admin addresses, TLS on or
-//! off, the log, `[otlp]`, the metric label caps) are named as needing a restart, and keep their
+//! off, the log, `[otlp]`, `[clickhouse]`, the metric label caps) are named as needing a restart, and keep their
 //! values.
 
 use std::path::PathBuf;
@@ -161,6 +161,9 @@ fn bound_at_start(old: &Config, new: &mut Config) -> Vec<&'static str> {
     }
     if keep("otlp", old.otlp != new.otlp) {
         new.otlp.clone_from(&old.otlp);
+    }
+    if keep("clickhouse", old.clickhouse != new.clickhouse) {
+        new.clickhouse.clone_from(&old.clickhouse);
     }
     let (ol, nl) = (old.limits, &mut new.limits);
     if keep(

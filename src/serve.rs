@@ -38,7 +38,7 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Otlp(#[from] crate::sink::otlp::OtlpError),
+    Export(#[from] crate::sink::export::ExportError),
     #[error("metrics setup: {0}")]
     Metrics(#[from] metrics_exporter_prometheus::BuildError),
 }
@@ -107,6 +107,12 @@ pub async fn run(
         let (otlp, task) = crate::sink::otlp::spawn(o)?;
         sink = sink.with_otlp(otlp);
         exporter = Some((task, o.timeout));
+    }
+    let mut inserter = None;
+    if let Some(c) = &config.clickhouse {
+        let (ch, task) = crate::sink::clickhouse::spawn(c)?;
+        sink = sink.with_clickhouse(ch);
+        inserter = Some((task, c.timeout));
     }
     let sink = Arc::new(sink);
     let shared = Arc::new(Shared::new(sink.clone()));
@@ -189,6 +195,14 @@ pub async fn run(
         if tokio::time::timeout(timeout * 4, task).await.is_err() {
             tracing::warn!(
                 "shutdown: the OTLP exporter did not finish; spans still queued are lost"
+            );
+        }
+    }
+    if let Some((task, timeout)) = inserter {
+        // The same for rows: one attempt per batch left, then the rest is let go.
+        if tokio::time::timeout(timeout * 4, task).await.is_err() {
+            tracing::warn!(
+                "shutdown: the ClickHouse inserter did not finish; rows still queued are lost"
             );
         }
     }

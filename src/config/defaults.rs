@@ -14,6 +14,14 @@ pub const OTLP_BATCH: u64 = 512;
 pub const OTLP_FLUSH_MS: u64 = 1000;
 pub const OTLP_TIMEOUT_MS: u64 = 10_000;
 pub const OTLP_SERVICE: &str = "tokentap";
+/// `[clickhouse]`: records waiting for insert, rows per INSERT, how long a record waits for its
+/// batch, one INSERT's deadline, and where rows go.
+pub const CLICKHOUSE_QUEUE: u64 = 100_000;
+pub const CLICKHOUSE_BATCH: u64 = 10_000;
+pub const CLICKHOUSE_FLUSH_MS: u64 = 1000;
+pub const CLICKHOUSE_TIMEOUT_MS: u64 = 10_000;
+pub const CLICKHOUSE_DATABASE: &str = "default";
+pub const CLICKHOUSE_TABLE: &str = "requests";
 /// `log.path`.
 pub const LOG_PATH: &str = "tokentap.jsonl";
 pub const LOG_MAX_BYTES: u64 = 256 * 1024 * 1024;

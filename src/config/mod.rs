@@ -5,6 +5,7 @@
 //! secrets stay out of files); `$$` is a literal `$`. Imports nothing above it: the layers that
 //! use a `Config` depend on it, never the reverse.
 
+mod clickhouse;
 pub mod defaults;
 mod env;
 mod experiment;
@@ -18,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use crate::meter::Buckets;
+pub use clickhouse::ClickHouseConfig;
 pub use env::expand_env;
 pub use experiment::{ExperimentConfig, Mode};
 pub use otlp::OtlpConfig;
@@ -59,6 +61,8 @@ pub struct Config {
     pub experiment: ExperimentConfig,
     /// `[otlp]`: span export, off when `None`.
     pub otlp: Option<OtlpConfig>,
+    /// `[clickhouse]`: records also inserted into ClickHouse, off when `None`.
+    pub clickhouse: Option<ClickHouseConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -207,6 +211,7 @@ impl RawConfig {
         let routes = routes::validate(self.routes, file)?;
         let experiment = experiment::validate(self.experiment, &routes, file)?;
         let otlp = otlp::validate(self.otlp, file)?;
+        let clickhouse = clickhouse::validate(self.clickhouse, file)?;
         Ok(Config {
             source: file.to_owned(),
             listen,
@@ -221,6 +226,7 @@ impl RawConfig {
             routes,
             experiment,
             otlp,
+            clickhouse,
         })
     }
 

@@ -27,6 +27,7 @@ pub struct RawConfig {
     #[serde(default)]
     pub experiment: RawExperiment,
     pub otlp: Option<RawOtlp>,
+    pub clickhouse: Option<RawClickHouse>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -41,6 +42,20 @@ pub struct RawOtlp {
     pub flush_ms: Option<u64>,
     pub timeout_ms: Option<u64>,
     pub forward_traceparent: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClickHouse {
+    pub url: Option<String>,
+    pub database: Option<String>,
+    pub table: Option<String>,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub queue: Option<u64>,
+    pub batch: Option<u64>,
+    pub flush_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -38,6 +38,8 @@ pub const GATEWAY_HOP: &str = "tokentap_gateway_hop_seconds";
 pub const GATEWAY_TAP: &str = "tokentap_gateway_tap_requests_total";
 pub const OTLP_EXPORTED: &str = "tokentap_otlp_spans_exported_total";
 pub const OTLP_FAILED: &str = "tokentap_otlp_export_failures_total";
+pub const CLICKHOUSE_EXPORTED: &str = "tokentap_clickhouse_rows_inserted_total";
+pub const CLICKHOUSE_FAILED: &str = "tokentap_clickhouse_insert_failures_total";
 pub const RELOADS: &str = "tokentap_config_reloads_total";
 pub const RELOAD_OK: &str = "tokentap_config_last_reload_successful";
 
@@ -267,7 +269,7 @@ impl Metrics {
         describe(
             RECORDS_DROPPED,
             None,
-            "Records dropped, by sink: log (its queue was full), otlp (spans: the export queue was full, or their batch failed every attempt).",
+            "Records dropped, by sink: log (its queue was full), otlp (spans: the export queue was full, or their batch failed every attempt), clickhouse (rows: the insert queue was full, or their batch failed every attempt).",
             'c',
         );
         describe(
@@ -316,6 +318,13 @@ impl Metrics {
             OTLP_FAILED,
             None,
             "OTLP export requests that failed for good (their spans are counted as dropped).",
+            'c',
+        );
+        describe(CLICKHOUSE_EXPORTED, None, "Rows ClickHouse accepted.", 'c');
+        describe(
+            CLICKHOUSE_FAILED,
+            None,
+            "ClickHouse INSERTs that failed for good (their rows are counted as dropped).",
             'c',
         );
         describe(
@@ -416,7 +425,8 @@ impl Metrics {
         dropped: u64,
         write_errors: u64,
         shadow_skipped: u64,
-        otlp: Option<&super::otlp::OtlpCounters>,
+        otlp: Option<&super::export::Counters>,
+        clickhouse: Option<&super::export::Counters>,
     ) {
         let r = &self.recorder;
         r.register_counter(&Self::key(SHADOW_SKIPPED, vec![]), &META)
@@ -424,14 +434,24 @@ impl Metrics {
         let sink = |s: &'static str| vec![Label::new("sink", s)];
         r.register_counter(&Self::key(RECORDS_DROPPED, sink("log")), &META)
             .absolute(dropped);
-        if let Some(o) = otlp {
-            let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
-            r.register_counter(&Self::key(RECORDS_DROPPED, sink("otlp")), &META)
-                .absolute(n(&o.dropped));
-            r.register_counter(&Self::key(OTLP_EXPORTED, vec![]), &META)
-                .absolute(n(&o.exported));
-            r.register_counter(&Self::key(OTLP_FAILED, vec![]), &META)
-                .absolute(n(&o.failed_exports));
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        for (name, c, exported, failed) in [
+            ("otlp", otlp, OTLP_EXPORTED, OTLP_FAILED),
+            (
+                "clickhouse",
+                clickhouse,
+                CLICKHOUSE_EXPORTED,
+                CLICKHOUSE_FAILED,
+            ),
+        ] {
+            if let Some(c) = c {
+                r.register_counter(&Self::key(RECORDS_DROPPED, sink(name)), &META)
+                    .absolute(n(&c.dropped));
+                r.register_counter(&Self::key(exported, vec![]), &META)
+                    .absolute(n(&c.exported));
+                r.register_counter(&Self::key(failed, vec![]), &META)
+                    .absolute(n(&c.failed_exports));
+            }
         }
         r.register_counter(&Self::key(LOG_WRITE_ERRORS, vec![]), &META)
             .absolute(write_errors);

@@ -1,11 +1,13 @@
 //! Where finished records go: the metrics, the JSONL writer's bounded queue, and (with
-//! `[otlp]`) the span exporter's bounded queue. (Each route's live `/stats` histograms are
+//! `[otlp]`, `[clickhouse]`) the span exporter's and the row inserter's bounded queues. (Each route's live `/stats` histograms are
 //! `stats::LiveStats`, owned by the route.)
 //!
 //! Runs on the data path at the end of each request, so it never blocks: a full queue drops the
 //! record and counts it; nothing here can fail a request. It never builds a record: it is handed
 //! finished ones.
 
+pub mod clickhouse;
+pub mod export;
 pub mod log;
 pub mod metrics;
 pub mod otlp;
@@ -28,6 +30,8 @@ pub struct Sink {
     pub records_total: AtomicU64,
     /// The span exporter, with `[otlp]`.
     pub otlp: Option<otlp::Otlp>,
+    /// The row inserter, with `[clickhouse]`.
+    pub clickhouse: Option<clickhouse::ClickHouse>,
 }
 
 impl Sink {
@@ -43,7 +47,14 @@ impl Sink {
             records_dropped: AtomicU64::new(0),
             records_total: AtomicU64::new(0),
             otlp: None,
+            clickhouse: None,
         }
+    }
+
+    /// With the ClickHouse inserter's queue.
+    pub fn with_clickhouse(mut self, ch: clickhouse::ClickHouse) -> Self {
+        self.clickhouse = Some(ch);
+        self
     }
 
     /// With the span exporter's queue.
@@ -62,12 +73,12 @@ impl Sink {
     ) {
         if let Some(o) = &self.otlp {
             if trace.sampled() {
-                o.send(otlp::SpanIn {
+                o.send(Box::new(otlp::SpanIn {
                     rec: rec.clone(),
                     trace,
                     upstream,
                     start,
-                });
+                }));
             }
         }
     }
@@ -77,6 +88,9 @@ impl Sink {
     pub fn write(&self, rec: RequestRecord, itl_us: &[u32]) {
         self.metrics.observe(&rec, itl_us);
         self.records_total.fetch_add(1, Ordering::Relaxed);
+        if let Some(ch) = &self.clickhouse {
+            ch.send(Box::new(rec.clone()));
+        }
         if let Some(tx) = &self.log_tx {
             if tx.try_send(log::LogMsg::Record(Box::new(rec))).is_err() {
                 self.records_dropped.fetch_add(1, Ordering::Relaxed);
@@ -91,6 +105,9 @@ impl Sink {
         }
         if let Some(o) = &self.otlp {
             o.close().await;
+        }
+        if let Some(c) = &self.clickhouse {
+            c.close().await;
         }
     }
 }

@@ -1,0 +1,275 @@
+//! The ClickHouse sink against an HTTP server in this file that answers as ClickHouse's HTTP
+//! interface does (and can be slow, refuse, or be down): batched `INSERT … FORMAT JSONEachRow`,
+//! flat rows, credentials, back-pressure that drops and counts instead of waiting, and a server
+//! that goes away and comes back. `scripts/clickhouse-test.sh` runs the same sink against a real
+//! clickhouse-server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use tokentap_test_support as support;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::*;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+
+/// Each INSERT: its request line, its Authorization header, and its rows.
+type Inserts = Arc<Mutex<Vec<(String, Option<String>, Vec<serde_json::Value>)>>>;
+
+/// A stand-in for ClickHouse's HTTP interface on a fixed loopback address.
+struct FakeClickHouse {
+    addr: std::net::SocketAddr,
+    got: Inserts,
+    /// Statuses to answer, in order; 200 once empty.
+    statuses: Arc<Mutex<VecDeque<u16>>>,
+    delay: Duration,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeClickHouse {
+    async fn on(addr: std::net::SocketAddr, delay: Duration) -> FakeClickHouse {
+        let l = TcpListener::bind(addr).await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let statuses = Arc::new(Mutex::new(VecDeque::new()));
+        let (g, st) = (got.clone(), statuses.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let (g, st) = (g.clone(), st.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    while let Some(r) = read_request(&mut s, &mut buf).await {
+                        tokio::time::sleep(delay).await;
+                        let status = st.lock().unwrap().pop_front().unwrap_or(200);
+                        if status == 200 {
+                            let rows = String::from_utf8(r.body.clone())
+                                .unwrap()
+                                .lines()
+                                .map(|l| serde_json::from_str(l).unwrap())
+                                .collect();
+                            g.lock().unwrap().push((
+                                r.request_line().to_owned(),
+                                r.header("authorization"),
+                                rows,
+                            ));
+                        }
+                        let body = if status == 200 {
+                            ""
+                        } else {
+                            "Code: 252, e.displayText() = DB::Exception: Too many parts"
+                        };
+                        let resp = format!(
+                            "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if s.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        FakeClickHouse {
+            addr,
+            got,
+            statuses,
+            delay,
+            task,
+        }
+    }
+
+    async fn spawn() -> FakeClickHouse {
+        FakeClickHouse::on("127.0.0.1:0".parse().unwrap(), Duration::ZERO).await
+    }
+
+    fn rows(&self) -> usize {
+        self.got.lock().unwrap().iter().map(|g| g.2.len()).sum()
+    }
+
+    async fn wait_rows(&self, n: usize) {
+        for _ in 0..500 {
+            if self.rows() >= n {
+                return;
+            }
+            tokio::time::sleep(MS(10)).await;
+        }
+        panic!("{} rows inserted, wanted {n}", self.rows());
+    }
+
+    /// Stop listening (and drop every connection).
+    fn down(self) {
+        self.task.abort();
+        let _ = self.delay;
+    }
+}
+
+fn clickhouse(url: &str, extra: &str) -> String {
+    format!("[clickhouse]\nurl = \"{url}\"\nflush_ms = 30\ntimeout_ms = 300\n{extra}")
+}
+
+/// A counter of `/metrics`, 0 when absent.
+async fn counter(px: &TestProxy, line_start: &str) -> f64 {
+    let m = px.admin_get("/metrics").await.1;
+    m.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+const DROPPED: &str = "tokentap_records_dropped_total{sink=\"clickhouse\"}";
+const INSERTED: &str = "tokentap_clickhouse_rows_inserted_total";
+
+#[tokio::test]
+async fn records_go_in_batched_inserts_of_flat_rows_beside_the_file_log() {
+    let up = Upstream::spawn(|_| Script::chat_stream(MS(1), MS(1), 3, true)).await;
+    let ch = FakeClickHouse::spawn().await;
+    std::env::set_var("TOKENTAP_TEST_CH_PASS", "pa55");
+    let mut px = proxy(
+        &up.url(),
+        &clickhouse(
+            &format!("http://{}", ch.addr),
+            "batch = 5\nuser = \"tt\"\npassword = \"${TOKENTAP_TEST_CH_PASS}\"\ntable = \"reqs\"",
+        ),
+    )
+    .await;
+    let c = client();
+    for _ in 0..12 {
+        assert_eq!(px.chat_with(&c).await.status, 200);
+    }
+    ch.wait_rows(12).await;
+    let recs = px.records(12).await;
+    assert_eq!(recs.len(), 12, "the file log is written as before");
+    let got = ch.got.lock().unwrap().clone();
+    assert!(got.iter().all(|g| g.2.len() <= 5), "batches of at most 5");
+    assert!(got.len() >= 3, "{} inserts", got.len());
+    for (line, auth, _) in &got {
+        assert_eq!(
+            line,
+            "POST /?database=default&input_format_skip_unknown_fields=1&query=INSERT%20INTO%20default.reqs%20FORMAT%20JSONEachRow HTTP/1.1"
+        );
+        // base64("tt:pa55")
+        assert_eq!(auth.as_deref(), Some("Basic dHQ6cGE1NQ=="));
+    }
+    let rows: Vec<&serde_json::Value> = got.iter().flat_map(|g| &g.2).collect();
+    for (row, rec) in rows.iter().zip(&recs) {
+        assert_eq!(
+            row["id"],
+            rec.id.as_str(),
+            "rows in the order of the records"
+        );
+        assert_eq!(row["outcome"], "ok");
+        assert_eq!(row["stream"], 1);
+        assert_eq!(row["output_tokens"], 3);
+        assert_eq!(row["e2e_ms"], rec.e2e_ms);
+        assert!(row.as_object().unwrap().values().all(|v| !v.is_object()));
+    }
+    assert_eq!(counter(&px, INSERTED).await, 12.0);
+    assert_eq!(counter(&px, DROPPED).await, 0.0);
+    px.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_clickhouse_that_refuses_once_gets_the_batch_again() {
+    let up = Upstream::spawn(|_| Script::chat_stream(MS(1), MS(1), 2, true)).await;
+    let ch = FakeClickHouse::spawn().await;
+    ch.statuses.lock().unwrap().push_back(500);
+    let mut px = proxy(&up.url(), &clickhouse(&format!("http://{}", ch.addr), "")).await;
+    assert_eq!(px.chat().await.status, 200);
+    ch.wait_rows(1).await;
+    assert_eq!(counter(&px, INSERTED).await, 1.0);
+    assert_eq!(counter(&px, DROPPED).await, 0.0);
+    assert_eq!(
+        counter(&px, "tokentap_clickhouse_insert_failures_total").await,
+        0.0
+    );
+    px.shutdown().await;
+}
+
+/// A slow ClickHouse never slows traffic: the queue fills, then records are dropped and
+/// counted; what was queued is inserted once it answers.
+#[tokio::test]
+async fn a_slow_clickhouse_fills_the_queue_then_records_are_dropped_and_counted() {
+    let up = Upstream::spawn(|_| Script::chat_stream(MS(1), MS(1), 2, true)).await;
+    let ch = FakeClickHouse::on("127.0.0.1:0".parse().unwrap(), MS(1500)).await;
+    let mut px = proxy(
+        &up.url(),
+        &format!(
+            "[clickhouse]\nurl = \"http://{}\"\nflush_ms = 30\ntimeout_ms = 5000\nqueue = 4\nbatch = 2",
+            ch.addr
+        ),
+    )
+    .await;
+    let c = client();
+    let t = std::time::Instant::now();
+    for _ in 0..30 {
+        assert_eq!(px.chat_with(&c).await.status, 200);
+    }
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "30 requests took {took:?}");
+    assert_eq!(px.records(30).await.len(), 30, "every record is in the log");
+    // Each record is inserted or dropped, never both, never lost.
+    let mut seen = (0.0, 0.0);
+    for _ in 0..200 {
+        seen = (counter(&px, INSERTED).await, counter(&px, DROPPED).await);
+        if seen.0 + seen.1 == 30.0 {
+            break;
+        }
+        tokio::time::sleep(MS(50)).await;
+    }
+    assert_eq!(
+        seen.0 + seen.1,
+        30.0,
+        "inserted {} dropped {}",
+        seen.0,
+        seen.1
+    );
+    assert!(seen.1 >= 20.0, "most were dropped: {seen:?}");
+    assert_eq!(ch.rows() as f64, seen.0);
+    px.shutdown().await;
+}
+
+/// ClickHouse down: traffic goes on, rows are dropped and counted; back up: rows flow again,
+/// on the same connection settings, without a restart.
+#[tokio::test]
+async fn clickhouse_down_and_back_up() {
+    let up = Upstream::spawn(|_| Script::chat_stream(MS(1), MS(1), 2, true)).await;
+    let ch = FakeClickHouse::spawn().await;
+    let addr = ch.addr;
+    ch.down();
+    let mut px = proxy(
+        &up.url(),
+        &clickhouse(&format!("http://{addr}"), "queue = 4\nbatch = 2"),
+    )
+    .await;
+    let c = client();
+    let t = std::time::Instant::now();
+    for _ in 0..20 {
+        assert_eq!(px.chat_with(&c).await.status, 200);
+    }
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let mut dropped = 0.0;
+    for _ in 0..200 {
+        dropped = counter(&px, DROPPED).await;
+        if dropped == 20.0 {
+            break;
+        }
+        tokio::time::sleep(MS(50)).await;
+    }
+    assert_eq!(
+        dropped, 20.0,
+        "every row while it was down is counted as dropped"
+    );
+    assert!(counter(&px, "tokentap_clickhouse_insert_failures_total").await >= 1.0);
+
+    let ch = FakeClickHouse::on(addr, Duration::ZERO).await;
+    for _ in 0..6 {
+        assert_eq!(px.chat_with(&c).await.status, 200);
+    }
+    ch.wait_rows(6).await;
+    assert_eq!(counter(&px, INSERTED).await, 6.0);
+    assert_eq!(counter(&px, DROPPED).await, 20.0);
+    assert_eq!(px.records(26).await.len(), 26);
+    px.shutdown().await;
+}
