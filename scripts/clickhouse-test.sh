@@ -7,6 +7,11 @@
 # logs with `tokentap demo` (about 80 s): bench's records (arms × levels × buckets) and the
 # proxy's (live in-flight levels, a gateway tap's inner side left out).
 #
+# Then tokentap's [clickhouse] sink against the same server: a proxy in front of `tokentap sim`
+# inserts every record while bench drives it; the rows must give the report its own log gives.
+# Then the server is stopped: traffic goes on, rows are dropped and counted; started again, rows
+# flow again without a restart of tokentap.
+#
 #   scripts/clickhouse-test.sh [LOG.jsonl ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +24,11 @@ fi
 command -v clickhouse-server >/dev/null || apt-get install -y clickhouse-server >/dev/null
 WORK=$(mktemp -d)
 CH_PID=
+SIM_PID=
+PX_PID=
+stop() { if [ -n "$1" ]; then kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; fi; }
 cleanup() {
-  if [ -n "$CH_PID" ]; then kill -TERM "$CH_PID" 2>/dev/null || true; wait "$CH_PID" 2>/dev/null || true; fi
+  stop "$PX_PID"; stop "$SIM_PID"; stop "$CH_PID"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -61,14 +69,94 @@ print(http)
 PY
 )
 cp /etc/clickhouse-server/users.xml "$WORK/ch/"
-(cd "$WORK/ch" && exec clickhouse-server --config-file="$WORK/ch/config.xml" >"$WORK/ch/log/stdout.log" 2>&1) &
-CH_PID=$!
-for _ in $(seq 100); do
-  curl -fsS "http://127.0.0.1:$HTTP_PORT/ping" >/dev/null 2>&1 && break
-  sleep 0.2
-done
+start_ch() {
+  (cd "$WORK/ch" && exec clickhouse-server --config-file="$WORK/ch/config.xml" >>"$WORK/ch/log/stdout.log" 2>&1) &
+  CH_PID=$!
+  for _ in $(seq 100); do
+    curl -fsS "http://127.0.0.1:$HTTP_PORT/ping" >/dev/null 2>&1 && return
+    sleep 0.2
+  done
+  echo "clickhouse-server did not start" >&2; exit 1
+}
+start_ch
 echo "clickhouse-server $(curl -fsS "http://127.0.0.1:$HTTP_PORT/?query=SELECT%20version()") on 127.0.0.1:$HTTP_PORT"
 for log in "$@"; do
   "$VENV/bin/python" scripts/clickhouse_check.py target/release/tokentap "$log"
   python3 scripts/clickhouse_check.py --server "http://127.0.0.1:$HTTP_PORT" target/release/tokentap "$log"
 done
+
+# ---- the sink ----
+CH="http://127.0.0.1:$HTTP_PORT"
+chq() { curl -fsS "$CH/?database=tokentap_sink" --data-binary "$1"; }
+curl -fsS "$CH/" --data-binary "DROP DATABASE IF EXISTS tokentap_sink" >/dev/null
+curl -fsS "$CH/" --data-binary "CREATE DATABASE tokentap_sink" >/dev/null
+python3 - <<'PY' | while IFS= read -r -d '' stmt; do chq "$stmt" >/dev/null; done
+import sys
+for stmt in open("deploy/clickhouse/schema.sql").read().split(";"):
+    body = "\n".join(l for l in stmt.splitlines() if not l.strip().startswith("--")).strip()
+    if body:
+        sys.stdout.write(body + "\0")
+PY
+read -r SIM_PORT PX_PORT ADM_PORT < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+mkdir -p "$WORK/sink"
+cat >"$WORK/sink/tokentap.toml" <<TOML
+[listen]
+addr = "127.0.0.1:$PX_PORT"
+[admin]
+addr = "127.0.0.1:$ADM_PORT"
+[log]
+path = "$WORK/sink/proxy.jsonl"
+[[routes]]
+name = "default"
+upstream = "http://127.0.0.1:$SIM_PORT"
+[clickhouse]
+url = "$CH"
+database = "tokentap_sink"
+batch = 50
+flush_ms = 200
+timeout_ms = 2000
+TOML
+target/release/tokentap sim --listen "127.0.0.1:$SIM_PORT" >"$WORK/sink/sim.log" 2>&1 &
+SIM_PID=$!
+target/release/tokentap serve --config "$WORK/sink/tokentap.toml" >"$WORK/sink/serve.log" 2>&1 &
+PX_PID=$!
+for _ in $(seq 100); do
+  curl -fsS "http://127.0.0.1:$ADM_PORT/readyz" >/dev/null 2>&1 \
+    && curl -fsS "http://127.0.0.1:$SIM_PORT/v1/models" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+target/release/tokentap bench --target "http://127.0.0.1:$PX_PORT" --out "$WORK/sink/bench" \
+  --concurrency 1,4 --requests 8 --warmup 1 --outputs 8,16,32 >"$WORK/sink/bench.log" 2>&1
+metric() { curl -fsS "http://127.0.0.1:$ADM_PORT/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+rows() { chq "SELECT count() FROM requests" | tr -d '"'; }
+wait_for() { for _ in $(seq 200); do eval "$1" && return 0; sleep 0.1; done; echo "timed out: $1" >&2; return 1; }
+logged() { wc -l <"$WORK/sink/proxy.jsonl"; }
+wait_for '[ "$(rows)" = "$(logged)" ]'
+echo "sink: $(rows) rows in ClickHouse, $(logged) records in the log"
+"$VENV/bin/python" scripts/clickhouse_check.py --server "$CH" --sink-db tokentap_sink \
+  target/release/tokentap "$WORK/sink/proxy.jsonl"
+
+# Down: every request still served at once; its rows dropped and counted.
+stop "$CH_PID"; CH_PID=
+before=$(logged)
+chat() {
+  curl -fsS -o /dev/null -w '%{http_code} %{time_total}\n' "http://127.0.0.1:$PX_PORT/v1/chat/completions" \
+    -H 'content-type: application/json' \
+    -d '{"model":"sim-qwen2.5-7b","messages":[{"role":"user","content":"hi"}],"max_tokens":4}'
+}
+slowest=$(for _ in $(seq 20); do chat; done \
+  | awk '$1 != 200 { bad = 1 } { if ($2 > m) m = $2 } END { if (bad) print "failed"; else print m }')
+[ "$slowest" != failed ] || { echo "a request failed while ClickHouse was down" >&2; exit 1; }
+DROPPED='tokentap_records_dropped_total{sink="clickhouse"}'
+wait_for '[ "$(metric "$DROPPED")" = 20 ]'
+echo "sink, ClickHouse down: 20 requests served (slowest ${slowest} s), $(metric "$DROPPED") rows dropped and counted, $(metric tokentap_clickhouse_insert_failures_total) INSERTs failed"
+# Back up: rows flow again, without restarting tokentap.
+start_ch
+for _ in $(seq 10); do chat >/dev/null; done
+wait_for '[ "$(rows)" = "$(( before + 10 ))" ]'
+echo "sink, ClickHouse back: $(rows) rows ($(metric tokentap_clickhouse_rows_inserted_total) inserted, $(metric "$DROPPED") dropped, $(logged) records in the log)"
+echo "PASS"
