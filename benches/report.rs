@@ -93,7 +93,21 @@ fn run(bin: &str, log: &Path, extra: &[&str]) -> Run {
 }
 
 fn main() {
-    // `cargo bench` passes --bench; nothing else is taken.
+    let bin = env!("CARGO_BIN_EXE_tokentap");
+    // `cargo test --all-targets` runs bench targets too: only `cargo bench` (which passes
+    // --bench) measures. Under `cargo test`, one small log through both paths, then stop.
+    if !std::env::args().any(|a| a == "--bench") {
+        let dir =
+            std::env::temp_dir().join(format!("tokentap-report-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("live-2000.jsonl");
+        generate(&log, 2000);
+        assert_eq!(run(bin, &log, &[]).method, "exact");
+        assert_eq!(run(bin, &log, &["--exact-values", "0"]).method, "hdr");
+        std::fs::remove_dir_all(&dir).unwrap();
+        println!("report: run with `cargo bench --bench report` (REPORT_BENCH_RECORDS=N,M)");
+        return;
+    }
     let counts: Vec<u64> = std::env::var("REPORT_BENCH_RECORDS")
         .unwrap_or_else(|_| "1000000,10000000".into())
         .split(',')
@@ -101,7 +115,6 @@ fn main() {
         .collect();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/report-bench");
     std::fs::create_dir_all(&dir).unwrap();
-    let bin = env!("CARGO_BIN_EXE_tokentap");
     println!("records     size    wall s  cpu s  records/s (cpu)  peak RSS MiB  percentiles");
     for n in counts {
         let log = dir.join(format!("live-{n}.jsonl"));
