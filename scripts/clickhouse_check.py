@@ -29,6 +29,8 @@ def flatten(r):
     row["experiment_pair_id"] = exp.get("pair_id")
     for k, v in (r.get("gateway_tap") or {}).items():
         row[f"tap_{k}"] = v
+    for k, v in (r.get("ttft_split") or {}).items():
+        row[f"ttft_split_{k}"] = v
     row["stream"] = 1 if r.get("stream") else 0
     return row
 

@@ -114,7 +114,7 @@ fn sketches_are_within_their_stated_bound() {
     let got: Value = serde_json::from_str(&out).unwrap();
     let m = &got["percentiles"];
     assert_eq!(m["method"], "hdr", "{m}");
-    assert_eq!(m["relative_error"], 0.001);
+    assert_eq!(m["relative_error"], 1.0 / 1024.0);
     assert_eq!(m["exact_values_budget"], 5000);
     let want = golden("everything");
     let mut checked = 0;
@@ -127,7 +127,7 @@ fn sketches_are_within_their_stated_bound() {
             assert_eq!(x.is_some(), y.is_some(), "{path}.{k}");
             if let (Some(x), Some(y)) = (x, y) {
                 assert!(
-                    (x - y).abs() <= x.abs() * 0.001 + 0.0005,
+                    (x - y).abs() <= x.abs() / 1024.0,
                     "{path}.{k}: exact {x}, sketch {y}"
                 );
                 checked += 1;

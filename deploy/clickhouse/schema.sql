@@ -1,5 +1,6 @@
 -- tokentap's request records in ClickHouse: one row per record (docs/records.md), the nested
--- objects flattened with `_` (experiment.arm → experiment_arm, gateway_tap.side → tap_side):
+-- objects flattened with `_` (experiment.arm → experiment_arm, gateway_tap.side → tap_side,
+-- ttft_split.proxy_ms → ttft_split_proxy_ms):
 -- JSONEachRow of ClickHouse 18.16 cannot map a JSON object into columns, and every version
 -- accepts flat rows. Only SQL that ClickHouse 18.16 and today's ClickHouse (chdb) both accept.
 --
@@ -59,6 +60,11 @@ CREATE TABLE IF NOT EXISTS requests
     tap_admission_ms Nullable(Float64),
     tap_relay_ms Nullable(Float64),
     tap_ttft_ms Nullable(Float64),
+    ttft_split_proxy_ms Nullable(Float64),
+    ttft_split_upstream_headers_ms Nullable(Float64),
+    ttft_split_engine_queue_ms Nullable(Float64),
+    ttft_split_engine_prefill_ms Nullable(Float64),
+    ttft_split_outside_engine_ms Nullable(Float64),
     trace_id Nullable(String),
     error Nullable(String)
 )

@@ -5,8 +5,8 @@
 //! never waited for. The file log is written as before, beside it.
 //!
 //! Rows are the records with their nested objects flattened as the table has them
-//! (`experiment.arm` → `experiment_arm`, `gateway_tap.side` → `tap_side`; other objects are
-//! left out) and `stream` as 0/1: ClickHouse 18.16's JSONEachRow reads no objects and no
+//! (`experiment.arm` → `experiment_arm`, `gateway_tap.side` → `tap_side`,
+//! `ttft_split.proxy_ms` → `ttft_split_proxy_ms`; other objects are left out) and `stream` as 0/1: ClickHouse 18.16's JSONEachRow reads no objects and no
 //! booleans. Fields the table lacks are skipped by the server
 //! (`input_format_skip_unknown_fields`), so a newer tokentap inserts into an older table.
 
@@ -35,6 +35,11 @@ pub fn row(rec: &RequestRecord) -> Map<String, Value> {
     if let Some(Value::Object(t)) = o.remove("gateway_tap") {
         for (k, v) in t {
             o.insert(format!("tap_{k}"), v);
+        }
+    }
+    if let Some(Value::Object(t)) = o.remove("ttft_split") {
+        for (k, v) in t {
+            o.insert(format!("ttft_split_{k}"), v);
         }
     }
     o.retain(|_, v| !v.is_object());
@@ -117,6 +122,7 @@ mod tests {
         assert_eq!(row["tap_admission_ms"], 1.5);
         assert_eq!(row["e2e_ms"], 5.5);
         assert!(row.values().all(|v| !v.is_object()), "{row:?}");
+        assert_eq!(row["ttft_split_proxy_ms"], 0.1);
         assert!(!row.contains_key("ttft_split") && !row.contains_key("experiment"));
     }
 }

@@ -302,37 +302,17 @@ impl Metrics {
             "The gateway's share of TTFT on tapped requests, by part: admission (inner t0 - outer t0), relay (outer first token - inner first token), total (outer TTFT - inner TTFT).",
             'h',
         );
-        describe(
-            GATEWAY_TAP,
-            None,
-            "Requests on a gateway tap's routes, by side and result: joined, or why they were not.",
-            'c',
-        );
-        describe(
-            OTLP_EXPORTED,
-            None,
-            "Spans the OTLP collector accepted.",
-            'c',
-        );
-        describe(
-            OTLP_FAILED,
-            None,
-            "OTLP export requests that failed for good (their spans are counted as dropped).",
-            'c',
-        );
-        describe(CLICKHOUSE_EXPORTED, None, "Rows ClickHouse accepted.", 'c');
-        describe(
-            CLICKHOUSE_FAILED,
-            None,
-            "ClickHouse INSERTs that failed for good (their rows are counted as dropped).",
-            'c',
-        );
-        describe(
-            RELOADS,
-            None,
-            "Config reloads (SIGHUP, POST /reload), by result: ok, restart_needed (applied; some settings wait for a restart), error (refused; the old config serves), unauthorized.",
-            'c',
-        );
+        // Counters without a unit.
+        for (name, help) in [
+            (GATEWAY_TAP, "Requests on a gateway tap's routes, by side and result: joined, or why they were not."),
+            (OTLP_EXPORTED, "Spans the OTLP collector accepted."),
+            (OTLP_FAILED, "OTLP export requests that failed for good (their spans are counted as dropped)."),
+            (CLICKHOUSE_EXPORTED, "Rows ClickHouse accepted."),
+            (CLICKHOUSE_FAILED, "ClickHouse INSERTs that failed for good (their rows are counted as dropped)."),
+            (RELOADS, "Config reloads (SIGHUP, POST /reload), by result: ok, restart_needed (applied; some settings wait for a restart), error (refused; the old config serves), unauthorized."),
+        ] {
+            describe(name, None, help, 'c');
+        }
         describe(
             RELOAD_OK,
             None,
