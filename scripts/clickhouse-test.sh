@@ -136,7 +136,10 @@ rows() { chq "SELECT count() FROM requests" | tr -d '"'; }
 wait_for() { for _ in $(seq 200); do eval "$1" && return 0; sleep 0.1; done; echo "timed out: $1" >&2; return 1; }
 logged() { wc -l <"$WORK/sink/proxy.jsonl"; }
 wait_for '[ "$(rows)" = "$(logged)" ]'
-echo "sink: $(rows) rows in ClickHouse, $(logged) records in the log"
+split=$(chq "SELECT countIf(isNotNull(ttft_split_proxy_ms)) FROM requests" | tr -d '"')
+want_split=$(grep -c '"ttft_split":{' "$WORK/sink/proxy.jsonl" || true)
+[ "$split" = "$want_split" ] || { echo "ttft_split in $split rows, $want_split records" >&2; exit 1; }
+echo "sink: $(rows) rows in ClickHouse, $(logged) records in the log, the TTFT split in $split of them"
 "$VENV/bin/python" scripts/clickhouse_check.py --server "$CH" --sink-db tokentap_sink \
   target/release/tokentap "$WORK/sink/proxy.jsonl"
 
