@@ -472,4 +472,103 @@ mod tests {
         );
         assert!(super::row(lines[7].as_bytes()).is_some());
     }
+
+    use proptest::prelude::*;
+
+    /// A JSON value as text, of the kinds records and other tools' lines hold.
+    fn value() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+            any::<u32>().prop_map(|n| n.to_string()),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| f.to_string()),
+            (0u64..1000, -5i32..5).prop_map(|(m, e)| format!("{m}e{e}")),
+            Just("-0.0".to_owned()),
+            Just("1.5e-7".to_owned()),
+            "[a-z_ ]{0,12}".prop_map(|s| format!("\"{s}\"")),
+            Just(r#""esc\"aped\\ \u00e9""#.to_owned()),
+            Just("\"ok\"".to_owned()),
+            Just("\"outer\"".to_owned()),
+            Just("\"chat\"".to_owned()),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                proptest::collection::vec(("[a-z_]{1,8}", inner), 0..4).prop_map(|v| {
+                    let fields: Vec<String> =
+                        v.into_iter().map(|(k, x)| format!("\"{k}\":{x}")).collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
+            ]
+        })
+    }
+
+    const KEYS: [&str; 26] = [
+        "ts",
+        "route",
+        "experiment",
+        "api",
+        "key_id",
+        "outcome",
+        "input_tokens",
+        "output_tokens",
+        "cached_tokens",
+        "reasoning_tokens",
+        "ttft_ms",
+        "ttfo_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "upstream_headers_ms",
+        "in_flight",
+        "bucket",
+        "gateway_overhead_ms",
+        "concurrency",
+        "ttft_split",
+        "gateway_tap",
+        "method",
+        "trace_id",
+        "id",
+        "stream",
+        "x",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        /// Whatever the line, the fast path reads it as serde does, or leaves it to serde.
+        #[test]
+        fn the_fast_path_never_reads_a_line_differently(
+            fields in proptest::collection::vec((0..KEYS.len(), value(), 0u8..3), 0..14),
+            required in any::<bool>(),
+        ) {
+            let mut parts: Vec<String> = fields
+                .iter()
+                .map(|(k, v, ws)| {
+                    let pad = " ".repeat(usize::from(*ws));
+                    format!("{pad}\"{}\"{pad}:{pad}{v}", KEYS[*k])
+                })
+                .collect();
+            if required {
+                parts.push("\"outcome\":\"ok\"".into());
+                parts.push("\"e2e_ms\":12.5".into());
+            }
+            let line = format!("{{{}}}", parts.join(","));
+            let fast = super::row(line.as_bytes());
+            let slow = serde_json::from_str::<super::Row<'_>>(&line);
+            // Without escapes there is nothing the fast path leaves to serde: it reads every line
+            // serde reads.
+            if slow.is_ok() && !line.contains('\\') {
+                prop_assert!(fast.is_some(), "deferred a plain line serde reads: {}", line);
+            }
+            if let Some(f) = fast {
+                match slow {
+                    Ok(s) => prop_assert_eq!(format!("{f:?}"), format!("{s:?}"), "{}", line),
+                    Err(e) => prop_assert!(false, "fast read {:?}, serde says {} of {}", f, e, line),
+                }
+            }
+        }
+    }
 }
