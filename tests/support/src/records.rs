@@ -2,6 +2,10 @@
 //! carries, full-precision timings, 40 keys, four buckets, a few percent of errors and
 //! cancellations. Deterministic: the same seed gives the same records. For the report's tests
 //! and its benchmark (`benches/report.rs`).
+//!
+//! `tests/fixtures/report/*.json` are reports of these records (seed 7) written by the report
+//! before it streamed: a change here that changes the records means writing them again, from a
+//! report known to be right.
 
 use tokentap::meter::{
     Experiment, GatewayTap, JoinBy, Outcome, RequestRecord, TapSide, TokensSource, TtftSplit,
