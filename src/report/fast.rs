@@ -204,13 +204,18 @@ impl<'a> P<'a> {
                 b"engine_queue_ms" => (4, &mut s.engine_queue_ms),
                 b"engine_prefill_ms" => (8, &mut s.engine_prefill_ms),
                 b"outside_engine_ms" => (16, &mut s.outside_engine_ms),
-                _ => return None,
+                // A part a newer tokentap adds: serde skips it too.
+                _ => (0, &mut None),
             };
             if seen & bit != 0 {
                 return None;
             }
             seen |= bit;
-            *slot = self.f64()?;
+            if bit == 0 {
+                self.skip_value()?;
+            } else {
+                *slot = self.f64()?;
+            }
             self.ws();
             match self.peek()? {
                 b',' => self.i += 1,
@@ -449,6 +454,7 @@ mod tests {
             r#"{"outcome":"ok","e2e_ms":1,"input_tokens":1.0}"#,
             r#"{"outcome":"ok","e2e_ms":1} trailing"#,
             r#"{"outcome":"ok","e2e_ms":1,"experiment":{"arm":"gateway","pair_id":"p1"},"gateway_tap":{"side":"outer","peer":"x","join":"header","unjoined":null}}"#,
+            r#"{"ttft_split":{"_":"ok","proxy_ms":1},"outcome":"ok","e2e_ms":12.5}"#,
         ];
         for l in lines {
             let fast = super::row(l.as_bytes());
@@ -471,6 +477,10 @@ mod tests {
             "a repeated field defers"
         );
         assert!(super::row(lines[7].as_bytes()).is_some());
+        assert!(
+            super::row(lines[8].as_bytes()).is_some(),
+            "a split part it does not know is skipped"
+        );
     }
 
     use proptest::prelude::*;
