@@ -7,85 +7,50 @@
 
 use tokentap_test_support as support;
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::*;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
 
-/// Each INSERT: its request line, its Authorization header, and its rows.
-type Inserts = Arc<Mutex<Vec<(String, Option<String>, Vec<serde_json::Value>)>>>;
-
-/// A stand-in for ClickHouse's HTTP interface on a fixed loopback address.
+/// ClickHouse's HTTP interface stood in for by a [`Collector`]: the INSERTs it took.
 struct FakeClickHouse {
-    addr: std::net::SocketAddr,
-    got: Inserts,
-    /// Statuses to answer, in order; 200 once empty.
-    statuses: Arc<Mutex<VecDeque<u16>>>,
-    delay: Duration,
-    task: tokio::task::JoinHandle<()>,
+    c: Collector,
 }
 
 impl FakeClickHouse {
     async fn on(addr: std::net::SocketAddr, delay: Duration) -> FakeClickHouse {
-        let l = TcpListener::bind(addr).await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let statuses = Arc::new(Mutex::new(VecDeque::new()));
-        let (g, st) = (got.clone(), statuses.clone());
-        let task = tokio::spawn(async move {
-            while let Ok((mut s, _)) = l.accept().await {
-                let (g, st) = (g.clone(), st.clone());
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    while let Some(r) = read_request(&mut s, &mut buf).await {
-                        tokio::time::sleep(delay).await;
-                        let status = st.lock().unwrap().pop_front().unwrap_or(200);
-                        if status == 200 {
-                            let rows = String::from_utf8(r.body.clone())
-                                .unwrap()
-                                .lines()
-                                .map(|l| serde_json::from_str(l).unwrap())
-                                .collect();
-                            g.lock().unwrap().push((
-                                r.request_line().to_owned(),
-                                r.header("authorization"),
-                                rows,
-                            ));
-                        }
-                        let body = if status == 200 {
-                            ""
-                        } else {
-                            "Code: 252, e.displayText() = DB::Exception: Too many parts"
-                        };
-                        let resp = format!(
-                            "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n\r\n{body}",
-                            body.len()
-                        );
-                        if s.write_all(resp.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
         FakeClickHouse {
-            addr,
-            got,
-            statuses,
-            delay,
-            task,
+            c: Collector::on(addr, delay).await,
         }
     }
 
     async fn spawn() -> FakeClickHouse {
-        FakeClickHouse::on("127.0.0.1:0".parse().unwrap(), Duration::ZERO).await
+        FakeClickHouse {
+            c: Collector::spawn().await,
+        }
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        self.c.addr
+    }
+
+    /// Each accepted INSERT: its request line, its Authorization header, and its rows.
+    fn inserts(&self) -> Vec<(String, Option<String>, Vec<serde_json::Value>)> {
+        let got = self.c.got.lock().unwrap();
+        got.iter()
+            .filter(|(_, status)| *status == 200)
+            .map(|(r, _)| {
+                let rows = String::from_utf8(r.body.clone())
+                    .unwrap()
+                    .lines()
+                    .map(|l| serde_json::from_str(l).unwrap())
+                    .collect();
+                (r.request_line().to_owned(), r.header("authorization"), rows)
+            })
+            .collect()
     }
 
     fn rows(&self) -> usize {
-        self.got.lock().unwrap().iter().map(|g| g.2.len()).sum()
+        self.inserts().iter().map(|g| g.2.len()).sum()
     }
 
     async fn wait_rows(&self, n: usize) {
@@ -98,10 +63,8 @@ impl FakeClickHouse {
         panic!("{} rows inserted, wanted {n}", self.rows());
     }
 
-    /// Stop listening (and drop every connection).
     fn down(self) {
-        self.task.abort();
-        let _ = self.delay;
+        self.c.down();
     }
 }
 
@@ -111,11 +74,7 @@ fn clickhouse(url: &str, extra: &str) -> String {
 
 /// A counter of `/metrics`, 0 when absent.
 async fn counter(px: &TestProxy, line_start: &str) -> f64 {
-    let m = px.admin_get("/metrics").await.1;
-    m.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
+    metric(&px.admin_get("/metrics").await.1, line_start).unwrap_or(0.0)
 }
 
 const DROPPED: &str = "tokentap_records_dropped_total{sink=\"clickhouse\"}";
@@ -129,7 +88,7 @@ async fn records_go_in_batched_inserts_of_flat_rows_beside_the_file_log() {
     let mut px = proxy(
         &up.url(),
         &clickhouse(
-            &format!("http://{}", ch.addr),
+            &format!("http://{}", ch.addr()),
             "batch = 5\nuser = \"tt\"\npassword = \"${TOKENTAP_TEST_CH_PASS}\"\ntable = \"reqs\"",
         ),
     )
@@ -141,7 +100,7 @@ async fn records_go_in_batched_inserts_of_flat_rows_beside_the_file_log() {
     ch.wait_rows(12).await;
     let recs = px.records(12).await;
     assert_eq!(recs.len(), 12, "the file log is written as before");
-    let got = ch.got.lock().unwrap().clone();
+    let got = ch.inserts();
     assert!(got.iter().all(|g| g.2.len() <= 5), "batches of at most 5");
     assert!(got.len() >= 3, "{} inserts", got.len());
     for (line, auth, _) in &got {
@@ -174,8 +133,8 @@ async fn records_go_in_batched_inserts_of_flat_rows_beside_the_file_log() {
 async fn a_clickhouse_that_refuses_once_gets_the_batch_again() {
     let up = Upstream::spawn(|_| Script::chat_stream(MS(1), MS(1), 2, true)).await;
     let ch = FakeClickHouse::spawn().await;
-    ch.statuses.lock().unwrap().push_back(500);
-    let mut px = proxy(&up.url(), &clickhouse(&format!("http://{}", ch.addr), "")).await;
+    ch.c.statuses.lock().unwrap().push_back(500);
+    let mut px = proxy(&up.url(), &clickhouse(&format!("http://{}", ch.addr()), "")).await;
     assert_eq!(px.chat().await.status, 200);
     ch.wait_rows(1).await;
     assert_eq!(counter(&px, INSERTED).await, 1.0);
@@ -197,7 +156,7 @@ async fn a_slow_clickhouse_fills_the_queue_then_records_are_dropped_and_counted(
         &up.url(),
         &format!(
             "[clickhouse]\nurl = \"http://{}\"\nflush_ms = 30\ntimeout_ms = 5000\nqueue = 4\nbatch = 2",
-            ch.addr
+            ch.addr()
         ),
     )
     .await;
@@ -236,7 +195,7 @@ async fn a_slow_clickhouse_fills_the_queue_then_records_are_dropped_and_counted(
 async fn clickhouse_down_and_back_up() {
     let up = Upstream::spawn(|_| Script::chat_stream(MS(1), MS(1), 2, true)).await;
     let ch = FakeClickHouse::spawn().await;
-    let addr = ch.addr;
+    let addr = ch.addr();
     ch.down();
     let mut px = proxy(
         &up.url(),

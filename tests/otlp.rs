@@ -6,13 +6,10 @@
 
 use tokentap_test_support as support;
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use support::*;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
 
 // ---- a protobuf reader: enough of the wire format to walk any message ----
 
@@ -145,47 +142,32 @@ fn attrs(m: &Msg, f: u32) -> BTreeMap<String, V> {
 // ---- the receiver ----
 
 struct Receiver {
-    addr: std::net::SocketAddr,
-    /// Each export request: its head and decoded body.
-    got: Arc<Mutex<Vec<(String, Msg)>>>,
-    /// Statuses to answer, in order; 200 once empty.
-    statuses: Arc<Mutex<VecDeque<u16>>>,
+    c: Collector,
 }
 
 impl Receiver {
     async fn spawn() -> Receiver {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let statuses = Arc::new(Mutex::new(VecDeque::new()));
-        let (g, st) = (got.clone(), statuses.clone());
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = l.accept().await {
-                let (g, st) = (g.clone(), st.clone());
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    while let Some(r) = read_request(&mut s, &mut buf).await {
-                        let status = st.lock().unwrap().pop_front().unwrap_or(200);
-                        g.lock().unwrap().push((r.head.clone(), decode(&r.body)));
-                        let resp = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n");
-                        if s.write_all(resp.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
         Receiver {
-            addr,
-            got,
-            statuses,
+            c: Collector::spawn().await,
         }
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        self.c.addr
+    }
+
+    /// Each export request: its head and decoded body, refused ones included.
+    fn requests(&self) -> Vec<(String, Msg)> {
+        let got = self.c.got.lock().unwrap();
+        got.iter()
+            .map(|(r, _)| (r.head.clone(), decode(&r.body)))
+            .collect()
     }
 
     /// Every span received so far, with its resource's attributes.
     fn spans(&self) -> Vec<(BTreeMap<String, V>, Msg)> {
         let mut out = Vec::new();
-        for (_, req) in self.got.lock().unwrap().iter() {
+        for (_, req) in self.requests() {
             for rs in req.all(1) {
                 let resource = attrs(&rs.one(1), 1);
                 for ss in rs.all(2) {
@@ -242,7 +224,7 @@ async fn a_span_per_request_continues_the_callers_trace_with_genai_attributes() 
     })
     .await;
     let rx = Receiver::spawn().await;
-    let mut px = proxy(&up.url(), &otlp(&format!("http://{}", rx.addr), "")).await;
+    let mut px = proxy(&up.url(), &otlp(&format!("http://{}", rx.addr()), "")).await;
     let got = send(
         &client(),
         "POST",
@@ -264,7 +246,7 @@ async fn a_span_per_request_continues_the_callers_trace_with_genai_attributes() 
     assert_eq!(spans.len(), 1);
     let (resource, s) = &spans[0];
     assert_eq!(resource["service.name"], V::S("tokentap".into()));
-    let (head, _) = rx.got.lock().unwrap()[0].clone();
+    let (head, _) = rx.requests()[0].clone();
     assert!(head.starts_with("POST /v1/traces HTTP/1.1"), "{head}");
     assert!(head
         .to_ascii_lowercase()
@@ -337,7 +319,10 @@ async fn forwarding_is_opt_in_roots_are_new_traces_and_unsampled_callers_are_not
     let rx = Receiver::spawn().await;
     let mut px = proxy(
         &up.url(),
-        &otlp(&format!("http://{}", rx.addr), "forward_traceparent = true"),
+        &otlp(
+            &format!("http://{}", rx.addr()),
+            "forward_traceparent = true",
+        ),
     )
     .await;
     let url = px.url("/v1/chat/completions");
@@ -423,11 +408,11 @@ async fn a_refused_export_is_retried_and_a_dead_collector_costs_traffic_nothing(
     let up = Upstream::spawn(|_| Script::chat_stream(MS(1), MS(1), 2, true)).await;
     // A collector that is busy once: the batch is sent again and accepted.
     let rx = Receiver::spawn().await;
-    rx.statuses.lock().unwrap().push_back(503);
-    let mut px = proxy(&up.url(), &otlp(&format!("http://{}", rx.addr), "")).await;
+    rx.c.statuses.lock().unwrap().push_back(503);
+    let mut px = proxy(&up.url(), &otlp(&format!("http://{}", rx.addr()), "")).await;
     assert_eq!(px.chat().await.status, 200);
     rx.wait_spans(2).await;
-    let got = rx.got.lock().unwrap().clone();
+    let got = rx.requests();
     assert_eq!(got.len(), 2, "one refused attempt, one accepted");
     assert_eq!(
         format!("{:?}", got[0].1),
@@ -467,11 +452,7 @@ async fn a_refused_export_is_retried_and_a_dead_collector_costs_traffic_nothing(
     let mut dropped = 0.0;
     for _ in 0..100 {
         let m = px.admin_get("/metrics").await.1;
-        dropped = m
-            .lines()
-            .find(|l| l.starts_with("tokentap_records_dropped_total{sink=\"otlp\"}"))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or(0.0);
+        dropped = metric(&m, "tokentap_records_dropped_total{sink=\"otlp\"}").unwrap_or(0.0);
         if dropped == 20.0 {
             assert!(m.contains("tokentap_otlp_spans_exported_total 0"), "{m}");
             assert!(

@@ -113,13 +113,6 @@ impl FromFile {
     }
 }
 
-/// The value of a metric line that starts with `prefix`, if any.
-fn metric(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 async fn wait_received(up: &Upstream, n: usize) {
     for _ in 0..500 {
         if up.requests().len() >= n {

@@ -159,19 +159,13 @@ pub fn validate(
             Some(Secret::new(v))
         }
     };
-    let positive = |v: Option<u64>, d: u64, f: &str| match v.unwrap_or(d) {
-        0 => Err(err(file, k(f), "must be greater than 0")),
-        n => Ok(n),
-    };
-    let queue = positive(raw.queue, defaults::CLICKHOUSE_QUEUE, "queue")? as usize;
-    let batch = positive(raw.batch, defaults::CLICKHOUSE_BATCH, "batch")? as usize;
-    if batch > queue {
-        return Err(err(
-            file,
-            k("batch"),
-            format!("{batch} is larger than clickhouse.queue ({queue})"),
-        ));
-    }
+    let (queue, batch) = super::queue_and_batch(
+        file,
+        "clickhouse",
+        (raw.queue, raw.batch),
+        (defaults::CLICKHOUSE_QUEUE, defaults::CLICKHOUSE_BATCH),
+    )?;
+    let ms = |v, d, f: &str| super::positive(file, &k(f), v, d).map(Duration::from_millis);
     Ok(Some(ClickHouseConfig {
         url: root,
         base,
@@ -180,16 +174,12 @@ pub fn validate(
         auth,
         queue,
         batch,
-        flush: Duration::from_millis(positive(
-            raw.flush_ms,
-            defaults::CLICKHOUSE_FLUSH_MS,
-            "flush_ms",
-        )?),
-        timeout: Duration::from_millis(positive(
+        flush: ms(raw.flush_ms, defaults::CLICKHOUSE_FLUSH_MS, "flush_ms")?,
+        timeout: ms(
             raw.timeout_ms,
             defaults::CLICKHOUSE_TIMEOUT_MS,
             "timeout_ms",
-        )?),
+        )?,
     }))
 }
 

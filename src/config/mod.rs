@@ -36,6 +36,34 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// An exporter section's `queue` and `batch` (each > 0, the batch no larger than the queue),
+/// or their defaults; errors name `<section>.queue` / `<section>.batch`.
+fn queue_and_batch(
+    file: &str,
+    section: &str,
+    (queue, batch): (Option<u64>, Option<u64>),
+    (default_queue, default_batch): (u64, u64),
+) -> Result<(usize, usize), ConfigError> {
+    let queue = positive(file, &format!("{section}.queue"), queue, default_queue)? as usize;
+    let batch = positive(file, &format!("{section}.batch"), batch, default_batch)? as usize;
+    if batch > queue {
+        return Err(err(
+            file,
+            format!("{section}.batch"),
+            format!("{batch} is larger than {section}.queue ({queue})"),
+        ));
+    }
+    Ok((queue, batch))
+}
+
+/// A setting that must be greater than 0, or its default.
+fn positive(file: &str, key: &str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> {
+    match v.unwrap_or(default) {
+        0 => Err(err(file, key, "must be greater than 0")),
+        n => Ok(n),
+    }
+}
+
 fn err(file: &str, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError {
         file: file.to_owned(),

@@ -81,19 +81,13 @@ pub fn validate(raw: Option<RawOtlp>, file: &str) -> Result<Option<OtlpConfig>, 
             .map_err(|_| err(file, &key, "value is not a valid header value"))?;
         headers.push((n, Secret::new(v)));
     }
-    let positive = |v: Option<u64>, d: u64, f: &str| match v.unwrap_or(d) {
-        0 => Err(err(file, k(f), "must be greater than 0")),
-        n => Ok(n),
-    };
-    let queue = positive(raw.queue, defaults::OTLP_QUEUE, "queue")? as usize;
-    let batch = positive(raw.batch, defaults::OTLP_BATCH, "batch")? as usize;
-    if batch > queue {
-        return Err(err(
-            file,
-            k("batch"),
-            format!("{batch} is larger than otlp.queue ({queue})"),
-        ));
-    }
+    let (queue, batch) = super::queue_and_batch(
+        file,
+        "otlp",
+        (raw.queue, raw.batch),
+        (defaults::OTLP_QUEUE, defaults::OTLP_BATCH),
+    )?;
+    let ms = |v, d, f: &str| super::positive(file, &k(f), v, d).map(Duration::from_millis);
     let service_name = raw
         .service_name
         .unwrap_or_else(|| defaults::OTLP_SERVICE.into());
@@ -107,12 +101,8 @@ pub fn validate(raw: Option<RawOtlp>, file: &str) -> Result<Option<OtlpConfig>, 
         service_name,
         queue,
         batch,
-        flush: Duration::from_millis(positive(raw.flush_ms, defaults::OTLP_FLUSH_MS, "flush_ms")?),
-        timeout: Duration::from_millis(positive(
-            raw.timeout_ms,
-            defaults::OTLP_TIMEOUT_MS,
-            "timeout_ms",
-        )?),
+        flush: ms(raw.flush_ms, defaults::OTLP_FLUSH_MS, "flush_ms")?,
+        timeout: ms(raw.timeout_ms, defaults::OTLP_TIMEOUT_MS, "timeout_ms")?,
         forward_traceparent: raw.forward_traceparent.unwrap_or(false),
     }))
 }

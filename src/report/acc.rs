@@ -84,11 +84,15 @@ impl Names {
         self.list.push(s.into());
         i
     }
-    fn get(&self, i: u32) -> Option<&Arc<str>> {
-        self.list.get(i as usize)
+    /// The name, shared (for the rows the hop and tap sections keep).
+    fn arc(&self, i: u32) -> Arc<str> {
+        self.list
+            .get(i as usize)
+            .cloned()
+            .unwrap_or_else(|| "".into())
     }
     fn name(&self, i: u32) -> Option<String> {
-        (i != NONE).then(|| self.get(i).map_or_else(String::new, |s| s.to_string()))
+        (i != NONE).then(|| self.arc(i).to_string())
     }
 }
 
@@ -262,11 +266,13 @@ impl Acc {
         self.records += 1;
         let ts = humantime::parse_rfc3339(r.ts.as_str()).ok();
         let bucket = self.names.id(r.bucket());
-        let bucket_name = self.names.get(bucket).cloned().unwrap_or_else(|| "".into());
-        if let Some(h) = HopRec::of(r, &self.arms.0, &self.arms.1, bucket_name.clone(), ts) {
-            self.hop.push(h);
+        if r.experiment.is_some() {
+            let name = self.names.arc(bucket);
+            if let Some(h) = HopRec::of(r, &self.arms.0, &self.arms.1, name, ts) {
+                self.hop.push(h);
+            }
         }
-        self.add_tap(r, bucket_name);
+        self.add_tap(r, bucket);
         if !r.client_facing() {
             return;
         }
@@ -362,16 +368,15 @@ impl Acc {
     /// A record that feeds the gateway-tap section alone (`report --tap`).
     pub fn add_tap_only(&mut self, r: &Row<'_>) {
         let bucket = self.names.id(r.bucket());
-        let name = self.names.get(bucket).cloned().unwrap_or_else(|| "".into());
-        self.add_tap(r, name);
+        self.add_tap(r, bucket);
     }
 
-    fn add_tap(&mut self, r: &Row<'_>, bucket: Arc<str>) {
+    fn add_tap(&mut self, r: &Row<'_>, bucket: u32) {
         if r.gateway_tap.is_none() {
             return;
         }
         let route = self.names.id(r.route.as_str());
-        let route = self.names.get(route).cloned().unwrap_or_else(|| "".into());
+        let (route, bucket) = (self.names.arc(route), self.names.arc(bucket));
         if let Some(t) = TapRec::of(r, route, bucket) {
             self.tap.push(t);
         }

@@ -199,22 +199,21 @@ impl<'a> P<'a> {
             let k = self.plain_bytes()?;
             self.eat(b':')?;
             let (bit, slot) = match k {
-                b"proxy_ms" => (1, &mut s.proxy_ms),
-                b"upstream_headers_ms" => (2, &mut s.upstream_headers_ms),
-                b"engine_queue_ms" => (4, &mut s.engine_queue_ms),
-                b"engine_prefill_ms" => (8, &mut s.engine_prefill_ms),
-                b"outside_engine_ms" => (16, &mut s.outside_engine_ms),
+                b"proxy_ms" => (1, Some(&mut s.proxy_ms)),
+                b"upstream_headers_ms" => (2, Some(&mut s.upstream_headers_ms)),
+                b"engine_queue_ms" => (4, Some(&mut s.engine_queue_ms)),
+                b"engine_prefill_ms" => (8, Some(&mut s.engine_prefill_ms)),
+                b"outside_engine_ms" => (16, Some(&mut s.outside_engine_ms)),
                 // A part a newer tokentap adds: serde skips it too.
-                _ => (0, &mut None),
+                _ => (0, None),
             };
             if seen & bit != 0 {
                 return None;
             }
             seen |= bit;
-            if bit == 0 {
-                self.skip_value()?;
-            } else {
-                *slot = self.f64()?;
+            match slot {
+                Some(slot) => *slot = self.f64()?,
+                None => self.skip_value()?,
             }
             self.ws();
             match self.peek()? {

@@ -647,3 +647,75 @@ pub async fn read_until(s: &mut TcpStream, needle: &str) -> Vec<u8> {
 pub fn chat_body(model: &str, stream: bool) -> Vec<u8> {
     format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}],"max_tokens":16,"stream":{stream}}}"#).into_bytes()
 }
+
+/// A stand-in for a service tokentap posts batches to (an OTLP collector, ClickHouse's HTTP
+/// interface), on a fixed loopback address so it can go away and come back: every request is
+/// kept with the status it got, the next queued status answers it (200 once none is queued),
+/// after `delay`.
+pub struct Collector {
+    pub addr: std::net::SocketAddr,
+    /// Each request, with the status it was answered.
+    pub got: Arc<Mutex<Vec<(Received, u16)>>>,
+    /// Statuses to answer, in order.
+    pub statuses: Arc<Mutex<std::collections::VecDeque<u16>>>,
+    /// The accept loop and each connection's task.
+    tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Collector {
+    pub async fn spawn() -> Collector {
+        Collector::on("127.0.0.1:0".parse().unwrap(), Duration::ZERO).await
+    }
+
+    pub async fn on(addr: std::net::SocketAddr, delay: Duration) -> Collector {
+        let l = TcpListener::bind(addr).await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let statuses = Arc::new(Mutex::new(std::collections::VecDeque::new()));
+        let tasks = Arc::new(Mutex::new(Vec::new()));
+        let (g, st, ts) = (got.clone(), statuses.clone(), tasks.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let (g, st) = (g.clone(), st.clone());
+                let conn = tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    while let Some(r) = read_request(&mut s, &mut buf).await {
+                        tokio::time::sleep(delay).await;
+                        let status = st.lock().unwrap().pop_front().unwrap_or(200);
+                        g.lock().unwrap().push((r, status));
+                        let body = if status == 200 { "" } else { "refused" };
+                        let resp = format!(
+                            "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if s.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                ts.lock().unwrap().push(conn);
+            }
+        });
+        tasks.lock().unwrap().push(accept);
+        Collector {
+            addr,
+            got,
+            statuses,
+            tasks,
+        }
+    }
+
+    /// Stop listening, and drop every connection.
+    pub fn down(self) {
+        for t in self.tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+}
+
+/// The value of the metric line of `text` that starts with `prefix`, if any.
+pub fn metric(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
