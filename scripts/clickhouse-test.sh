@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Opt-in: deploy/clickhouse/report.sql run in ClickHouse's own engine (chdb, from PyPI, in a venv
-# under target/) and in a real ClickHouse server (Debian's clickhouse-server 18.16, installed here
-# if missing, started on free loopback ports with its data in a temporary folder, stopped at the
-# end) over tokentap logs loaded with deploy/clickhouse/schema.sql, compared cell by cell with
-# `tokentap report --format json` on the same logs. Without arguments it makes its
-# logs with `tokentap demo` (about 80 s): bench's records (arms × levels × buckets) and the
-# proxy's (live in-flight levels, a gateway tap's inner side left out).
+# Opt-in: `tokentap report --clickhouse` (the queries of deploy/clickhouse/report.sql) run in
+# ClickHouse's own engine (chdb, from PyPI, in a venv under target/) and in a real ClickHouse
+# server (Debian's clickhouse-server 18.16, installed here if missing, started on free loopback
+# ports with its data in a temporary folder, stopped at the end) over tokentap logs loaded with
+# deploy/clickhouse/schema.sql, compared figure by figure with `tokentap report --format json`
+# on the same logs. Without arguments it makes its logs with `tokentap demo` (about 80 s):
+# bench's records (arms × levels × buckets) and the proxy's (live in-flight levels, a gateway
+# tap's inner side left out); and the report's generated test data.
 #
 # Then tokentap's [clickhouse] sink against the same server: a proxy in front of `tokentap sim`
 # inserts every record while bench drives it; the rows must give the report its own log gives.
@@ -46,7 +47,10 @@ for i, line in enumerate(open(sys.argv[1])):
         r["outcome"], r["status"] = "upstream_error", 503
     out.write(json.dumps(r) + "\n")
 PY
-  set -- "$WORK/tokentap-demo/bench/requests.jsonl" "$WORK/tokentap-demo/proxy.jsonl" "$WORK/keys.jsonl"
+  # The report's generated test data: live traffic, bench levels, experiment arms, both sides of
+  # a gateway tap, prefix-cache hits and TTFT splits (6,000 records, seed 7).
+  cargo run --release --locked -q -p tokentap-test-support --bin records -- 6000 everything >"$WORK/everything.jsonl"
+  set -- "$WORK/tokentap-demo/bench/requests.jsonl" "$WORK/tokentap-demo/proxy.jsonl" "$WORK/keys.jsonl" "$WORK/everything.jsonl"
 fi
 # A copy of Debian's config with data, logs and ports of its own.
 HTTP_PORT=$(python3 - "$WORK/ch" <<'PY'

@@ -1,35 +1,48 @@
--- `tokentap report --format json`'s main figures, computed where the records are: four queries,
--- `cells[]`, `keys[]`, `by_bucket`, then the `gateway_hop` pairs, separated by `;`.
---
--- cells[]: one row per
--- prompt-shape bucket × experiment arm × concurrency level, with the report's definitions:
--- - the level is bench's `concurrency`, else the live in-flight count bucketed 1, 2, 3-4, 5-8, …;
--- - inner sides of a gateway tap are left out (they are the gateway's own requests);
--- - percentiles are nearest-rank, the value at rank ceil(p·n) of the sorted values (no
---   interpolation), over the requests served (`outcome = 'ok'`);
--- - errors are every outcome but `ok` and `client_cancelled`;
--- - aggregate tok/s is the served output tokens ÷ (last end − first start) of the cell.
+-- tokentap report's queries for ClickHouse: what `tokentap report --clickhouse URL` runs,
+-- printed by `tokentap report --sql`, here for table default.requests, --top 20, --hop-arms gateway,direct,
+-- goodput TTFT <= 500 ms and tok/s >= 6.
+-- Percentiles are nearest-rank: the value at rank ceil(p·n) of the sorted values, with no
+-- interpolation, over the requests served (`outcome = 'ok'`). Errors are every outcome but
+-- `ok` and `client_cancelled`. Inner sides of a gateway tap feed only the tap section.
 -- Only SQL that ClickHouse 18.16 and today's ClickHouse both accept.
+
+-- totals: records read, and how many of them are live traffic (no bench `concurrency`)
 SELECT
-    bucket_,
-    arm,
-    level,
-    label,
-    requests,
-    errors,
-    errors / requests AS error_rate,
+    count() AS records,
+    countIf(ifNull(tap_side, '') != 'inner' AND isNull(concurrency)) AS live
+FROM default.requests;
+
+-- cells: cells[]: per bucket × arm × concurrency level (`live_`: a live in-flight range rather than a bench level): counts, goodput (the report's goodput SLO pair), wall time, percentiles, medians of tokens and of the TTFT split
+SELECT
+    bucket_, arm, level, live_, requests, errors, good, start_ns, end_ns, out_tokens,
+    length(ttft) AS ttft_n,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.99 * length(ttft))))]) AS ttft_p99,
     if(length(ttft) = 0, NULL, ttft[length(ttft)]) AS ttft_max,
+    length(tpot) AS tpot_n,
     if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.5 * length(tpot))))]) AS tpot_p50,
     if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.95 * length(tpot))))]) AS tpot_p95,
     if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.99 * length(tpot))))]) AS tpot_p99,
+    if(length(tpot) = 0, NULL, tpot[length(tpot)]) AS tpot_max,
+    length(e2e) AS e2e_n,
     if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.5 * length(e2e))))]) AS e2e_p50,
     if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.95 * length(e2e))))]) AS e2e_p95,
     if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.99 * length(e2e))))]) AS e2e_p99,
-    if(length(tps) = 0, NULL, tps[toUInt64(greatest(1, ceil(0.5 * length(tps))))]) AS tok_s_per_stream_p50,
-    if(wall_s > 0, out_tokens / wall_s, NULL) AS aggregate_tok_s
+    if(length(e2e) = 0, NULL, e2e[length(e2e)]) AS e2e_max,
+    length(tps) AS tok_s_n,
+    if(length(tps) = 0, NULL, tps[toUInt64(greatest(1, ceil(0.5 * length(tps))))]) AS tok_s_p50,
+    if(length(tps) = 0, NULL, tps[toUInt64(greatest(1, ceil(0.95 * length(tps))))]) AS tok_s_p95,
+    if(length(tps) = 0, NULL, tps[toUInt64(greatest(1, ceil(0.99 * length(tps))))]) AS tok_s_p99,
+    if(length(tps) = 0, NULL, tps[length(tps)]) AS tok_s_max,
+    if(length(input) = 0, NULL, input[toUInt64(greatest(1, ceil(0.5 * length(input))))]) AS input_tokens_p50,
+    if(length(output) = 0, NULL, output[toUInt64(greatest(1, ceil(0.5 * length(output))))]) AS output_tokens_p50,
+    split_n,
+    if(length(split_proxy_ms) = 0, NULL, split_proxy_ms[toUInt64(greatest(1, ceil(0.5 * length(split_proxy_ms))))]) AS split_proxy_ms_p50,
+    if(length(split_upstream_headers_ms) = 0, NULL, split_upstream_headers_ms[toUInt64(greatest(1, ceil(0.5 * length(split_upstream_headers_ms))))]) AS split_upstream_headers_ms_p50,
+    if(length(split_engine_queue_ms) = 0, NULL, split_engine_queue_ms[toUInt64(greatest(1, ceil(0.5 * length(split_engine_queue_ms))))]) AS split_engine_queue_ms_p50,
+    if(length(split_engine_prefill_ms) = 0, NULL, split_engine_prefill_ms[toUInt64(greatest(1, ceil(0.5 * length(split_engine_prefill_ms))))]) AS split_engine_prefill_ms_p50,
+    if(length(split_outside_engine_ms) = 0, NULL, split_outside_engine_ms[toUInt64(greatest(1, ceil(0.5 * length(split_outside_engine_ms))))]) AS split_outside_engine_ms_p50
 FROM
 (
     SELECT
@@ -38,39 +51,51 @@ FROM
         if(isNotNull(concurrency), assumeNotNull(concurrency),
            if(greatest(in_flight, 1) <= 2, greatest(in_flight, 1),
               toUInt64(pow(2, ceil(log2(greatest(in_flight, 1))))))) AS level,
-        if(isNotNull(concurrency), toString(assumeNotNull(concurrency)),
-           if(level <= 2, toString(level), concat(toString(intDiv(level, 2) + 1), '-', toString(level)))) AS label,
+        toUInt8(isNull(concurrency) AND level > 2) AS live_,
         count() AS requests,
         countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
+        countIf(outcome = 'ok'
+            AND (isNull(ttft_ms) OR assumeNotNull(ttft_ms) <= 500.0)
+            AND (isNull(tpot_ms) OR assumeNotNull(tpot_ms) <= 0 OR 1000 / assumeNotNull(tpot_ms) >= 6.0)) AS good,
+        min(ts_us) * 1000 AS start_ns,
+        max(ts_us * 1000 + toInt64(greatest(e2e_ms, 0) * 1000000)) AS end_ns,
+        sumIf(ifNull(output_tokens, 0), outcome = 'ok') AS out_tokens,
         arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
         arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
         arraySort(groupArrayIf(e2e_ms, outcome = 'ok')) AS e2e,
         arraySort(groupArrayIf(1000 / assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms) AND assumeNotNull(tpot_ms) > 0)) AS tps,
-        sumIf(ifNull(output_tokens, 0), outcome = 'ok') AS out_tokens,
-        (max(ts_us + e2e_ms * 1000) - min(ts_us)) / 1000000 AS wall_s
-    FROM requests
+        arraySort(groupArrayIf(toFloat64(assumeNotNull(input_tokens)), outcome = 'ok' AND isNotNull(input_tokens))) AS input,
+        arraySort(groupArrayIf(toFloat64(assumeNotNull(output_tokens)), outcome = 'ok' AND isNotNull(output_tokens))) AS output,
+        countIf(outcome = 'ok' AND (isNotNull(ttft_split_proxy_ms) OR isNotNull(ttft_split_upstream_headers_ms) OR isNotNull(ttft_split_engine_queue_ms) OR isNotNull(ttft_split_engine_prefill_ms) OR isNotNull(ttft_split_outside_engine_ms))) AS split_n,
+        arraySort(groupArrayIf(assumeNotNull(ttft_split_proxy_ms), outcome = 'ok' AND isNotNull(ttft_split_proxy_ms))) AS split_proxy_ms,
+        arraySort(groupArrayIf(assumeNotNull(ttft_split_upstream_headers_ms), outcome = 'ok' AND isNotNull(ttft_split_upstream_headers_ms))) AS split_upstream_headers_ms,
+        arraySort(groupArrayIf(assumeNotNull(ttft_split_engine_queue_ms), outcome = 'ok' AND isNotNull(ttft_split_engine_queue_ms))) AS split_engine_queue_ms,
+        arraySort(groupArrayIf(assumeNotNull(ttft_split_engine_prefill_ms), outcome = 'ok' AND isNotNull(ttft_split_engine_prefill_ms))) AS split_engine_prefill_ms,
+        arraySort(groupArrayIf(assumeNotNull(ttft_split_outside_engine_ms), outcome = 'ok' AND isNotNull(ttft_split_outside_engine_ms))) AS split_outside_engine_ms
+    FROM default.requests
     WHERE ifNull(tap_side, '') != 'inner'
-    GROUP BY bucket_, arm, level, label
+    GROUP BY bucket_, arm, level, live_
 )
-ORDER BY bucket_, arm, level, label
-FORMAT JSONEachRow;
+ORDER BY bucket_, arm, level, live_;
 
--- keys[]: per API key fingerprint (or alias), the top 20 by requests (then by key): requests,
--- error rate, tokens over every request, TTFT/TPOT/E2E percentiles over the served ones. Inner
--- tap sides are left out. (`tokentap report --top N` changes the 20.)
+-- keys: keys[]: per API key (by arm with --by-arm), the top ones by requests, then by key
 SELECT
-    key,
-    requests,
-    errors / requests AS error_rate,
-    input_tokens,
-    output_tokens,
+    key, requests, errors, input_tokens, output_tokens,
+    length(ttft) AS ttft_n,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.99 * length(ttft))))]) AS ttft_p99,
+    if(length(ttft) = 0, NULL, ttft[length(ttft)]) AS ttft_max,
+    length(tpot) AS tpot_n,
     if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.5 * length(tpot))))]) AS tpot_p50,
     if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.95 * length(tpot))))]) AS tpot_p95,
+    if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.99 * length(tpot))))]) AS tpot_p99,
+    if(length(tpot) = 0, NULL, tpot[length(tpot)]) AS tpot_max,
+    length(e2e) AS e2e_n,
     if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.5 * length(e2e))))]) AS e2e_p50,
-    if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.95 * length(e2e))))]) AS e2e_p95
+    if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.95 * length(e2e))))]) AS e2e_p95,
+    if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.99 * length(e2e))))]) AS e2e_p99,
+    if(length(e2e) = 0, NULL, e2e[length(e2e)]) AS e2e_max
 FROM
 (
     SELECT
@@ -82,24 +107,16 @@ FROM
         arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
         arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
         arraySort(groupArrayIf(e2e_ms, outcome = 'ok')) AS e2e
-    FROM requests
+    FROM default.requests
     WHERE ifNull(tap_side, '') != 'inner'
     GROUP BY key
 )
 ORDER BY requests DESC, key
-LIMIT 20
-FORMAT JSONEachRow;
+LIMIT 20;
 
--- by_bucket: per prompt-shape bucket, pooled over concurrency levels and arms (inner tap sides
--- left out): requests, error rate, tokens over every request, and TTFT/TTFO/TPOT/E2E n,
--- p50/p95/p99, max over the served ones.
+-- by_api: by_api: per API shape
 SELECT
-    bucket_,
-    requests,
-    errors / requests AS error_rate,
-    input_tokens,
-    output_tokens,
-    reasoning_tokens,
+    name, requests, errors, input_tokens, output_tokens, reasoning_tokens,
     length(ttft) AS ttft_n,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
@@ -123,7 +140,7 @@ SELECT
 FROM
 (
     SELECT
-        ifNull(bucket, 'unknown') AS bucket_,
+        if(api = '', 'other', api) AS name,
         count() AS requests,
         countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
         sum(ifNull(input_tokens, 0)) AS input_tokens,
@@ -133,22 +150,125 @@ FROM
         arraySort(groupArrayIf(assumeNotNull(ttfo_ms), outcome = 'ok' AND isNotNull(ttfo_ms))) AS ttfo,
         arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
         arraySort(groupArrayIf(e2e_ms, outcome = 'ok')) AS e2e
-    FROM requests
+    FROM default.requests
     WHERE ifNull(tap_side, '') != 'inner'
-    GROUP BY bucket_
+    GROUP BY name
 )
-ORDER BY bucket_
-FORMAT JSONEachRow;
+ORDER BY name;
 
--- gateway_hop: the paired differences gateway − direct (same `experiment_pair_id`, both served)
--- of TTFT, response-header time, TPOT and E2E: n, median, p95 and p99 overall (`scope`
--- 'overall'), per bucket ('bucket') and per concurrency level of the gateway copy
--- ('concurrency'). The arms are named 'gateway' and 'direct' (`report --hop-arms`). The report's
--- bootstrap intervals are resampling, not SQL: they are left to `tokentap report`.
+-- by_bucket: by_bucket: per prompt-shape bucket, pooled over levels and arms
 SELECT
-    scope,
-    name,
-    pairs,
+    name, requests, errors, input_tokens, output_tokens, reasoning_tokens,
+    length(ttft) AS ttft_n,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.99 * length(ttft))))]) AS ttft_p99,
+    if(length(ttft) = 0, NULL, ttft[length(ttft)]) AS ttft_max,
+    length(ttfo) AS ttfo_n,
+    if(length(ttfo) = 0, NULL, ttfo[toUInt64(greatest(1, ceil(0.5 * length(ttfo))))]) AS ttfo_p50,
+    if(length(ttfo) = 0, NULL, ttfo[toUInt64(greatest(1, ceil(0.95 * length(ttfo))))]) AS ttfo_p95,
+    if(length(ttfo) = 0, NULL, ttfo[toUInt64(greatest(1, ceil(0.99 * length(ttfo))))]) AS ttfo_p99,
+    if(length(ttfo) = 0, NULL, ttfo[length(ttfo)]) AS ttfo_max,
+    length(tpot) AS tpot_n,
+    if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.5 * length(tpot))))]) AS tpot_p50,
+    if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.95 * length(tpot))))]) AS tpot_p95,
+    if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.99 * length(tpot))))]) AS tpot_p99,
+    if(length(tpot) = 0, NULL, tpot[length(tpot)]) AS tpot_max,
+    length(e2e) AS e2e_n,
+    if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.5 * length(e2e))))]) AS e2e_p50,
+    if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.95 * length(e2e))))]) AS e2e_p95,
+    if(length(e2e) = 0, NULL, e2e[toUInt64(greatest(1, ceil(0.99 * length(e2e))))]) AS e2e_p99,
+    if(length(e2e) = 0, NULL, e2e[length(e2e)]) AS e2e_max
+FROM
+(
+    SELECT
+        ifNull(bucket, 'unknown') AS name,
+        count() AS requests,
+        countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
+        sum(ifNull(input_tokens, 0)) AS input_tokens,
+        sum(ifNull(output_tokens, 0)) AS output_tokens,
+        sum(ifNull(reasoning_tokens, 0)) AS reasoning_tokens,
+        arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
+        arraySort(groupArrayIf(assumeNotNull(ttfo_ms), outcome = 'ok' AND isNotNull(ttfo_ms))) AS ttfo,
+        arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
+        arraySort(groupArrayIf(e2e_ms, outcome = 'ok')) AS e2e
+    FROM default.requests
+    WHERE ifNull(tap_side, '') != 'inner'
+    GROUP BY name
+)
+ORDER BY name;
+
+-- in_flight: in_flight: the live in-flight counts
+SELECT
+    length(v) AS in_flight_n,
+    if(length(v) = 0, NULL, v[toUInt64(greatest(1, ceil(0.5 * length(v))))]) AS in_flight_p50,
+    if(length(v) = 0, NULL, v[toUInt64(greatest(1, ceil(0.95 * length(v))))]) AS in_flight_p95,
+    if(length(v) = 0, NULL, v[toUInt64(greatest(1, ceil(0.99 * length(v))))]) AS in_flight_p99,
+    if(length(v) = 0, NULL, v[length(v)]) AS in_flight_max
+FROM
+(
+    SELECT arraySort(groupArray(toFloat64(in_flight))) AS v
+    FROM default.requests
+    WHERE ifNull(tap_side, '') != 'inner' AND isNull(concurrency)
+);
+
+-- prefix_cache: prefix_cache: TTFT by prefix-cache hit (cached_tokens > 0) and miss, overall ('all') and per bucket
+SELECT
+    scope, name, known, cached, prompt,
+    length(hit_v) AS hit_n,
+    if(length(hit_v) = 0, NULL, hit_v[toUInt64(greatest(1, ceil(0.5 * length(hit_v))))]) AS hit_p50,
+    if(length(hit_v) = 0, NULL, hit_v[toUInt64(greatest(1, ceil(0.95 * length(hit_v))))]) AS hit_p95,
+    if(length(hit_v) = 0, NULL, hit_v[toUInt64(greatest(1, ceil(0.99 * length(hit_v))))]) AS hit_p99,
+    if(length(hit_v) = 0, NULL, hit_v[length(hit_v)]) AS hit_max,
+    length(miss_v) AS miss_n,
+    if(length(miss_v) = 0, NULL, miss_v[toUInt64(greatest(1, ceil(0.5 * length(miss_v))))]) AS miss_p50,
+    if(length(miss_v) = 0, NULL, miss_v[toUInt64(greatest(1, ceil(0.95 * length(miss_v))))]) AS miss_p95,
+    if(length(miss_v) = 0, NULL, miss_v[toUInt64(greatest(1, ceil(0.99 * length(miss_v))))]) AS miss_p99,
+    if(length(miss_v) = 0, NULL, miss_v[length(miss_v)]) AS miss_max
+FROM
+(
+    SELECT
+        tupleElement(s, 1) AS scope,
+        tupleElement(s, 2) AS name,
+        count() AS known,
+        sum(c) AS cached,
+        sum(prompt_) AS prompt,
+        arraySort(groupArrayIf(assumeNotNull(ttft), c > 0 AND isNotNull(ttft))) AS hit_v,
+        arraySort(groupArrayIf(assumeNotNull(ttft), c = 0 AND isNotNull(ttft))) AS miss_v
+    FROM
+    (
+        SELECT
+            arrayJoin([('all', ''), ('bucket', ifNull(bucket, 'unknown'))]) AS s,
+            assumeNotNull(cached_tokens) AS c,
+            ifNull(input_tokens, 0) AS prompt_,
+            ttft_ms AS ttft
+        FROM default.requests
+        WHERE ifNull(tap_side, '') != 'inner' AND outcome = 'ok' AND isNotNull(cached_tokens)
+    )
+    GROUP BY scope, name
+)
+ORDER BY scope, name;
+
+-- hop_rows: the served requests of the two experiment arms: the gateway-hop section pairs them and bootstraps its intervals
+SELECT
+    experiment_arm AS arm, experiment_pair_id AS pair_id, ifNull(bucket, 'unknown') AS bucket_, concurrency,
+    in_flight, ts, ttft_ms, upstream_headers_ms, tpot_ms, e2e_ms
+FROM default.requests
+WHERE experiment_arm IN ('gateway', 'direct') AND outcome = 'ok'
+ORDER BY ts_us, id;
+
+-- tap_rows: the gateway tap's records: the tap section joins them
+SELECT
+    route, ifNull(bucket, 'unknown') AS bucket_, concurrency, in_flight, gateway_overhead_ms, tap_side,
+    toUInt8(isNotNull(tap_peer)) AS has_peer, tap_join, tap_unjoined, tap_admission_ms,
+    tap_relay_ms, tap_ttft_ms
+FROM default.requests
+WHERE isNotNull(tap_side)
+ORDER BY ts_us, id;
+
+-- gateway_hop: gateway_hop: the paired differences gateway − direct (same pair_id, both served), overall, per bucket and per level of the gateway copy, without the report's bootstrap intervals
+SELECT
+    scope, name, pairs,
     length(ttft) AS ttft_n,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_median,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
@@ -193,7 +313,7 @@ FROM
                 upstream_headers_ms AS g_uh,
                 tpot_ms AS g_tpot,
                 e2e_ms AS g_e2e
-            FROM requests
+            FROM default.requests
             WHERE experiment_arm = 'gateway' AND outcome = 'ok' AND isNotNull(experiment_pair_id)
         ) AS g
         ALL INNER JOIN
@@ -204,12 +324,11 @@ FROM
                 upstream_headers_ms AS d_uh,
                 tpot_ms AS d_tpot,
                 e2e_ms AS d_e2e
-            FROM requests
+            FROM default.requests
             WHERE experiment_arm = 'direct' AND outcome = 'ok' AND isNotNull(experiment_pair_id)
         ) AS d
         USING pair
     )
     GROUP BY scope, name
 )
-ORDER BY scope, name
-FORMAT JSONEachRow
+ORDER BY scope, name;

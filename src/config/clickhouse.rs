@@ -84,6 +84,11 @@ fn identifier(s: &str, file: &str, key: &str) -> Result<String, ConfigError> {
     }
 }
 
+/// The value of `Authorization: Basic` for a user and password (a credential: never echo it).
+pub fn basic_auth(user: &str, password: &str) -> String {
+    format!("Basic {}", base64(format!("{user}:{password}").as_bytes()))
+}
+
 /// Standard base64 (for the Basic credentials).
 fn base64(b: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -152,9 +157,8 @@ pub fn validate(
             if u.contains(':') {
                 return Err(err(file, k("user"), "must not contain ':'"));
             }
-            let token = base64(format!("{u}:{}", password.unwrap_or_default()).as_bytes());
             // NB: the value is a credential: never echoed.
-            let v = HeaderValue::try_from(format!("Basic {token}"))
+            let v = HeaderValue::try_from(basic_auth(&u, &password.unwrap_or_default()))
                 .map_err(|_| err(file, k("user"), "is not valid in a header"))?;
             Some(Secret::new(v))
         }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use crate::meter::Buckets;
-pub use clickhouse::ClickHouseConfig;
+pub use clickhouse::{basic_auth, ClickHouseConfig};
 pub use env::expand_env;
 pub use experiment::{ExperimentConfig, Mode};
 pub use otlp::OtlpConfig;

@@ -198,6 +198,23 @@ pub(super) struct CellIn {
     pub acc: CellAcc,
 }
 
+/// The order of (bucket, arm, level, label), as the report has always listed cells.
+pub(super) fn sort_cells(cells: &mut [CellIn]) {
+    cells.sort_by(|x, y| {
+        (&x.bucket, &x.arm, x.level, &x.label).cmp(&(&y.bucket, &y.arm, y.level, &y.label))
+    });
+}
+
+/// Most requests first, then by key and arm.
+pub(super) fn sort_keys(keys: &mut [KeyRow]) {
+    keys.sort_by(|a, b| {
+        b.requests
+            .cmp(&a.requests)
+            .then_with(|| a.key_id.cmp(&b.key_id))
+            .then_with(|| a.arm.cmp(&b.arm))
+    });
+}
+
 /// Everything read, ready to become a report.
 pub(super) struct Read {
     pub records: usize,
@@ -427,10 +444,7 @@ impl Acc {
                 }
             })
             .collect();
-        // The order of (bucket, arm, level, label), as the report has always listed cells.
-        cells.sort_by(|x, y| {
-            (&x.bucket, &x.arm, x.level, &x.label).cmp(&(&y.bucket, &y.arm, y.level, &y.label))
-        });
+        sort_cells(&mut cells);
         let mut keys: Vec<KeyRow> = self
             .keys
             .into_iter()
@@ -446,12 +460,7 @@ impl Acc {
                 e2e_ms: acc.e2e.dist(),
             })
             .collect();
-        keys.sort_by(|a, b| {
-            b.requests
-                .cmp(&a.requests)
-                .then_with(|| a.key_id.cmp(&b.key_id))
-                .then_with(|| a.arm.cmp(&b.arm))
-        });
+        sort_keys(&mut keys);
         keys.truncate(top);
         let method = if self.sketch {
             Method::sketch(self.budget)

@@ -2,14 +2,27 @@
 
 use std::path::PathBuf;
 
-use super::{finish, missed, read::stream, render, Acc, Format, Slos, DEFAULT_EXACT_VALUES};
+use super::sql::Params;
+use super::{
+    finish, missed, read::stream, render, Acc, Format, Report, Slos, DEFAULT_EXACT_VALUES,
+};
 use crate::cli::Exit;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// JSONL files or folders holding them (every *.jsonl* file below a folder).
-    #[arg(required = true)]
+    #[arg(required_unless_present_any = ["clickhouse", "sql"])]
     pub paths: Vec<PathBuf>,
+    /// Report the records of a ClickHouse table instead of files, computed in ClickHouse:
+    /// http[s]://[USER[:PASSWORD]@]HOST:PORT (else CLICKHOUSE_USER, CLICKHOUSE_PASSWORD).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["paths", "tap"])]
+    pub clickhouse: Option<String>,
+    /// The table `--clickhouse` reads (`[clickhouse]`'s database and table).
+    #[arg(long, value_name = "[DB.]TABLE", default_value = "default.requests")]
+    pub clickhouse_table: String,
+    /// Print the queries `--clickhouse` runs (with these settings) and exit.
+    #[arg(long, conflicts_with_all = ["paths", "tap", "clickhouse"])]
+    pub sql: bool,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
     /// Write here instead of standard output.
@@ -63,17 +76,33 @@ pub fn cli(a: Args) -> Exit {
         [g, d] => (g.as_str(), d.as_str()),
         _ => return Exit::Usage("--hop-arms takes two arm names: GATEWAY,DIRECT".into()),
     };
-    let mut warn = |w: String| eprintln!("tokentap report: warning: {w}");
-    let mut acc = Acc::new(&slos, a.by_arm, (g, d), a.exact_values);
-    if let Err(e) = stream(&a.paths, &mut warn, &mut acc, false) {
-        return Exit::Failed(format!("report: {e}"));
+    let table = match super::clickhouse::qualified(&a.clickhouse_table) {
+        Ok(t) => t,
+        Err(e) => return Exit::Usage(e.to_string()),
+    };
+    let params = Params {
+        table,
+        top: a.top,
+        by_arm: a.by_arm,
+        gateway: g.to_owned(),
+        direct: d.to_owned(),
+        goodput_ttft_ms: slos.goodput_ttft_ms,
+        goodput_tok_s: slos.goodput_tok_s,
+    };
+    if a.sql {
+        print!("{}", super::sql::file(&params));
+        return Exit::Ok;
     }
-    if !a.tap.is_empty() {
-        if let Err(e) = stream(&a.tap, &mut warn, &mut acc, true) {
-            return Exit::Failed(format!("report: --tap: {e}"));
-        }
-    }
-    let rep = finish(acc, &slos, a.top, (g, d));
+    let rep = match &a.clickhouse {
+        Some(url) => match from_clickhouse(url, &params, &slos, a.exact_values) {
+            Ok(r) => r,
+            Err(e) => return e,
+        },
+        None => match from_files(&a, &slos, (g, d)) {
+            Ok(r) => r,
+            Err(e) => return e,
+        },
+    };
     let text = render(&rep, a.format);
     match &a.out {
         Some(p) => {
@@ -91,4 +120,24 @@ pub fn cli(a: Args) -> Exit {
         return Exit::No;
     }
     Exit::Ok
+}
+
+fn from_files(a: &Args, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit> {
+    let mut warn = |w: String| eprintln!("tokentap report: warning: {w}");
+    let mut acc = Acc::new(slos, a.by_arm, arms, a.exact_values);
+    stream(&a.paths, &mut warn, &mut acc, false)
+        .map_err(|e| Exit::Failed(format!("report: {e}")))?;
+    if !a.tap.is_empty() {
+        stream(&a.tap, &mut warn, &mut acc, true)
+            .map_err(|e| Exit::Failed(format!("report: --tap: {e}")))?;
+    }
+    Ok(finish(acc, slos, a.top, arms))
+}
+
+fn from_clickhouse(url: &str, p: &Params, slos: &Slos, budget: usize) -> Result<Report, Exit> {
+    let src =
+        super::clickhouse::Source::new(url, &p.table).map_err(|e| Exit::Usage(e.to_string()))?;
+    let read = super::clickhouse::read(&src, p, budget)
+        .map_err(|e| Exit::Failed(format!("report: {e}")))?;
+    Ok(super::report_of(read, slos, (&p.gateway, &p.direct)))
 }

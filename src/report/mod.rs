@@ -7,6 +7,7 @@
 mod acc;
 pub mod answers;
 pub mod cli;
+pub mod clickhouse;
 mod fast;
 pub mod hop;
 mod html;
@@ -15,6 +16,7 @@ mod render;
 pub mod row;
 pub mod shapes;
 mod slo;
+pub mod sql;
 mod svg;
 pub mod tap;
 pub mod values;
@@ -214,7 +216,11 @@ pub fn compute_all(
 
 /// The report of what an [`Acc`] has read.
 pub fn finish(acc: Acc, slos: &Slos, top: usize, arms: (&str, &str)) -> Report {
-    let read = acc.finish(top);
+    report_of(acc.finish(top), slos, arms)
+}
+
+/// The report of figures read (from records, or from ClickHouse's answers).
+fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
     // C=1 p95 TTFT per (bucket, arm), for the tail reading and the knee.
     let mut base: BTreeMap<(String, Option<String>), f64> = BTreeMap::new();
     let mut cells = Vec::new();

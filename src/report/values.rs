@@ -57,6 +57,8 @@ impl Method {
 pub enum Values {
     Exact(Vec<f64>),
     Sketch(Sketch),
+    /// Figures computed elsewhere (by ClickHouse, `report --clickhouse`): nothing is added.
+    Known(Dist),
 }
 
 #[derive(Debug, Clone)]
@@ -163,6 +165,7 @@ impl Values {
                 s.add(v);
                 0
             }
+            Values::Known(_) => 0,
         }
     }
 
@@ -194,6 +197,7 @@ impl Values {
                     max: (s.len() > 0).then_some(s.max),
                 }
             }
+            Values::Known(d) => d,
         }
     }
 
@@ -204,6 +208,7 @@ impl Values {
                 pct(&xs, 0.5)
             }
             Values::Sketch(s) => s.pcts([0.5])[0],
+            Values::Known(d) => d.p50,
         }
     }
 }

@@ -106,13 +106,7 @@ pub fn spawn<T: Send + 'static, E: Encode<T>>(
     target: Target,
     encoder: E,
 ) -> Result<(Queue<T>, JoinHandle<()>), ExportError> {
-    let tls = match target.endpoint.scheme_str() {
-        Some("https") => Some(
-            crate::tls::connector_with(None, target.endpoint.host().unwrap_or_default())
-                .map_err(|e| ExportError::Tls(target.name, e))?,
-        ),
-        _ => None,
-    };
+    let tls = tls_for(&target.endpoint).map_err(|e| ExportError::Tls(target.name, e))?;
     let (tx, rx) = mpsc::channel(target.queue);
     let counters = Arc::new(Counters::default());
     let exporter = Exporter {
@@ -141,10 +135,7 @@ enum Failure {
 
 struct Exporter<T, E> {
     cfg: Target,
-    tls: Option<(
-        tokio_rustls::TlsConnector,
-        rustls::pki_types::ServerName<'static>,
-    )>,
+    tls: Option<Tls>,
     conn: Option<SendRequest<Full<Bytes>>>,
     counters: Arc<Counters>,
     last_warn: Option<Instant>,
@@ -299,29 +290,53 @@ impl<T: Send + 'static, E: Encode<T>> Exporter<T, E> {
     }
 
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, Failure> {
-        let host = self.cfg.endpoint.host().unwrap_or_default();
-        let port = self
-            .cfg
-            .endpoint
-            .port_u16()
-            .unwrap_or(if self.tls.is_some() { 443 } else { 80 });
-        let tcp = TcpStream::connect((host.trim_matches(['[', ']']), port))
+        connect(&self.cfg.endpoint, self.tls.as_ref())
             .await
-            .map_err(|e| Failure::Retry(format!("connect {host}:{port}: {e}")))?;
-        let _ = tcp.set_nodelay(true);
-        let io: Box<dyn Io> = match &self.tls {
-            Some((connector, name)) => Box::new(
-                connector
-                    .connect(name.clone(), tcp)
-                    .await
-                    .map_err(|e| Failure::Retry(format!("TLS: {e}")))?,
-            ),
-            None => Box::new(tcp),
-        };
-        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-            .await
-            .map_err(|e| Failure::Retry(format!("handshake: {e}")))?;
-        tokio::spawn(conn);
-        Ok(send)
+            .map_err(Failure::Retry)
     }
+}
+
+/// A TLS connector and the name it verifies.
+pub type Tls = (
+    tokio_rustls::TlsConnector,
+    rustls::pki_types::ServerName<'static>,
+);
+
+/// The connector for an `https` endpoint (verified against the system roots); none for `http`.
+pub fn tls_for(endpoint: &Uri) -> Result<Option<Tls>, crate::tls::TlsError> {
+    match endpoint.scheme_str() {
+        Some("https") => {
+            crate::tls::connector_with(None, endpoint.host().unwrap_or_default()).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// One HTTP/1.1 connection to `endpoint` (over TLS with `tls`); its driver runs on its own task.
+pub async fn connect(
+    endpoint: &Uri,
+    tls: Option<&Tls>,
+) -> Result<SendRequest<Full<Bytes>>, String> {
+    let host = endpoint.host().unwrap_or_default();
+    let port = endpoint
+        .port_u16()
+        .unwrap_or(if tls.is_some() { 443 } else { 80 });
+    let tcp = TcpStream::connect((host.trim_matches(['[', ']']), port))
+        .await
+        .map_err(|e| format!("connect {host}:{port}: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let io: Box<dyn Io> = match tls {
+        Some((connector, name)) => Box::new(
+            connector
+                .connect(name.clone(), tcp)
+                .await
+                .map_err(|e| format!("TLS: {e}"))?,
+        ),
+        None => Box::new(tcp),
+    };
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(conn);
+    Ok(send)
 }

@@ -1,0 +1,559 @@
+//! `tokentap report --clickhouse URL`: the report of the records in a ClickHouse table, with
+//! the figures computed where the records are. The queries ([`super::sql`]) return one row per
+//! group (cell, key, API shape, bucket) with its counts and exact nearest-rank percentiles;
+//! only the two gateway sections fetch their rows, because their bootstrap intervals resample
+//! the pairs. What comes back fills the same structure the file reader fills, so the tables,
+//! JSON and HTML are rendered by the same code.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method as HttpMethod, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use serde_json::{Map, Value};
+
+use super::acc::{CellAcc, CellIn, Read};
+use super::hop::HopRec;
+use super::row::{level_of, TapRow};
+use super::shapes::{CacheBucket, CacheSplit, ShapeRow};
+use super::sql::{Params, Query};
+use super::tap::TapRec;
+use super::values::{Method, Values};
+use super::{Dist, KeyRow};
+use crate::keys::Secret;
+use crate::sink::export::{connect, tls_for, Tls};
+
+/// How long a connection to the server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClickHouseError {
+    #[error("--clickhouse {0}: {1}")]
+    Url(String, String),
+    #[error("--clickhouse-table {0}: {1}")]
+    Table(String, &'static str),
+    #[error("ClickHouse at {url}: {query} query: {message}")]
+    Query {
+        url: String,
+        query: &'static str,
+        message: String,
+    },
+    #[error("ClickHouse at {url}: table {table} holds no record")]
+    Empty { url: String, table: String },
+}
+
+/// Where the records are: the server's HTTP interface, its credentials, the table.
+pub struct Source {
+    endpoint: Uri,
+    /// The URL's own path, ending in `/`.
+    base: String,
+    auth: Option<Secret<HeaderValue>>,
+    /// `database.table`.
+    pub table: String,
+}
+
+impl Source {
+    /// `url`: `http[s]://[user[:password]@]host[:port][/path]`; without credentials in it,
+    /// `CLICKHOUSE_USER` and `CLICKHOUSE_PASSWORD` are used when set. `table`: `[db.]table`.
+    pub fn new(url: &str, table: &str) -> Result<Source, ClickHouseError> {
+        let bad = |m: &str| ClickHouseError::Url(redact(url), m.to_owned());
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("not a URL (http://host:8123)"))?;
+        if scheme != "http" && scheme != "https" {
+            return Err(bad("the scheme must be http or https"));
+        }
+        let (authority, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, "/"),
+        };
+        let (user, host) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let endpoint: Uri = format!("{scheme}://{host}")
+            .parse()
+            .map_err(|e| bad(&format!("{e}")))?;
+        if endpoint.host().is_none_or(str::is_empty) {
+            return Err(bad("no host"));
+        }
+        if path.contains('?') {
+            return Err(bad("no query string: the table is --clickhouse-table"));
+        }
+        let base = if path.ends_with('/') {
+            path.to_owned()
+        } else {
+            format!("{path}/")
+        };
+        let creds = match user {
+            Some(u) => {
+                let (name, pw) = u.split_once(':').unwrap_or((u, ""));
+                Some((unescape(name), unescape(pw)))
+            }
+            None => std::env::var("CLICKHOUSE_USER")
+                .ok()
+                .filter(|u| !u.is_empty())
+                .map(|u| (u, std::env::var("CLICKHOUSE_PASSWORD").unwrap_or_default())),
+        };
+        let auth = match creds {
+            Some((name, pw)) => {
+                let token = crate::config::basic_auth(&name, &pw);
+                Some(Secret::new(
+                    HeaderValue::from_str(&token).map_err(|_| bad("unusable credentials"))?,
+                ))
+            }
+            None => None,
+        };
+        let table = qualified(table)?;
+        Ok(Source {
+            endpoint,
+            base,
+            auth,
+            table,
+        })
+    }
+
+    /// The server, without credentials (for messages).
+    pub fn name(&self) -> String {
+        format!(
+            "{}{}",
+            self.endpoint.to_string().trim_end_matches('/'),
+            self.base
+        )
+    }
+}
+
+/// `[db.]table` with plain identifiers, as `db.table`.
+pub(super) fn qualified(t: &str) -> Result<String, ClickHouseError> {
+    let ident = |s: &str| {
+        let mut cs = s.chars();
+        cs.next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && cs.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let (db, name) = t.split_once('.').unwrap_or(("default", t));
+    if !ident(db) || !ident(name) {
+        return Err(ClickHouseError::Table(
+            t.to_owned(),
+            "names are letters, digits and _ (not starting with a digit): [DATABASE.]TABLE",
+        ));
+    }
+    Ok(format!("{db}.{name}"))
+}
+
+/// A URL with its password replaced.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let user = &url[s + 3..at];
+            let name = user.split(':').next().unwrap_or_default();
+            format!("{}{}:***{}", &url[..s + 3], name, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Percent-decoding of a URL's user or password.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+type Row = Map<String, Value>;
+
+/// Run the report's queries and gather their answers.
+pub(super) fn read(src: &Source, p: &Params, budget: usize) -> Result<Read, ClickHouseError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClickHouseError::Query {
+            url: src.name(),
+            query: "totals",
+            message: format!("runtime: {e}"),
+        })?;
+    rt.block_on(read_all(src, p, budget))
+}
+
+async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, ClickHouseError> {
+    let tls =
+        tls_for(&src.endpoint).map_err(|e| ClickHouseError::Url(src.name(), e.to_string()))?;
+    let mut answers: BTreeMap<&'static str, Vec<Row>> = BTreeMap::new();
+    for q in super::sql::queries(p).into_iter().filter(|q| q.report) {
+        let rows = run(src, tls.as_ref(), &q).await?;
+        answers.insert(q.name, rows);
+    }
+    let mut take = |name: &'static str| answers.remove(name).unwrap_or_default();
+    let totals = take("totals");
+    let (records, live) = totals
+        .first()
+        .map_or((0, 0), |t| (count(t, "records"), count(t, "live")));
+    if records == 0 {
+        return Err(ClickHouseError::Empty {
+            url: src.name(),
+            table: src.table.clone(),
+        });
+    }
+    // ClickHouse sorts NULL last; the report lists a cell without an arm first.
+    let mut cells: Vec<CellIn> = take("cells").iter().map(cell).collect();
+    super::acc::sort_cells(&mut cells);
+    let mut keys: Vec<KeyRow> = take("keys").iter().map(key).collect();
+    super::acc::sort_keys(&mut keys);
+    let in_flight = take("in_flight").first().map_or_else(
+        || known(&Row::new(), "in_flight"),
+        |r| known(r, "in_flight"),
+    );
+    let shape_rows = |rows: Vec<Row>| rows.iter().map(|r| (text(r, "name"), shape(r))).collect();
+    let by_api = shape_rows(take("by_api"));
+    let by_bucket = shape_rows(take("by_bucket"));
+    let prefix_cache = cache(&take("prefix_cache"));
+    let hop = take("hop_rows")
+        .iter()
+        .map(|r| hop_rec(r, &p.gateway))
+        .collect();
+    let tap = take("tap_rows").iter().filter_map(tap_rec).collect();
+    Ok(Read {
+        records,
+        live,
+        method: Method::exact(budget),
+        cells,
+        keys,
+        in_flight,
+        by_api,
+        by_bucket,
+        prefix_cache,
+        hop,
+        tap,
+    })
+}
+
+/// One query, its rows as JSON objects.
+async fn run(src: &Source, tls: Option<&Tls>, q: &Query) -> Result<Vec<Row>, ClickHouseError> {
+    let fail = |message: String| ClickHouseError::Query {
+        url: src.name(),
+        query: q.name,
+        message,
+    };
+    let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, connect(&src.endpoint, tls))
+        .await
+        .map_err(|_| {
+            fail(format!(
+                "no connection within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(fail)?;
+    conn.ready()
+        .await
+        .map_err(|e| fail(format!("connection: {e}")))?;
+    // 64-bit integers as JSON numbers (18.16 quotes them by default).
+    let path = format!("{}?output_format_json_quote_64bit_integers=0", src.base);
+    let body = Bytes::from(format!("{}\nFORMAT JSONEachRow", q.sql));
+    let authority = src
+        .endpoint
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .unwrap_or_default();
+    let mut req = Request::builder()
+        .method(HttpMethod::POST)
+        .uri(path)
+        .header(header::HOST, authority)
+        .header(header::CONTENT_LENGTH, body.len())
+        .body(Full::new(body))
+        .map_err(|e| fail(format!("request: {e}")))?;
+    if let Some(a) = &src.auth {
+        req.headers_mut()
+            .insert(header::AUTHORIZATION, HeaderValue::clone(a.expose()));
+    }
+    let resp = conn
+        .send_request(req)
+        .await
+        .map_err(|e| fail(format!("request: {e}")))?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| fail(format!("reading the answer: {e}")))?
+        .to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    if !status.is_success() {
+        let msg: String = text.trim().chars().take(600).collect();
+        return Err(fail(format!("HTTP {status}: {msg}")));
+    }
+    let mut rows = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        match serde_json::from_str::<Row>(line) {
+            Ok(r) => rows.push(r),
+            // An error after the first rows comes as text in the body (the status was sent).
+            Err(_) => {
+                let msg: String = line.trim().chars().take(600).collect();
+                return Err(fail(format!("answer line {}: {msg}", i + 1)));
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// A count: a JSON number, or a quoted one (64-bit integers, when the setting is not known).
+fn count(r: &Row, k: &str) -> usize {
+    match r.get(k) {
+        Some(Value::Number(n)) => n.as_u64().unwrap_or(0) as usize,
+        Some(Value::String(s)) => s.parse().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn int(r: &Row, k: &str) -> Option<i64> {
+    match r.get(k) {
+        Some(Value::Number(n)) => n.as_i64(),
+        Some(Value::String(s)) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn float(r: &Row, k: &str) -> Option<f64> {
+    match r.get(k) {
+        Some(Value::Number(n)) => n.as_f64(),
+        Some(Value::String(s)) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn text(r: &Row, k: &str) -> String {
+    opt_text(r, k).unwrap_or_default()
+}
+
+fn opt_text(r: &Row, k: &str) -> Option<String> {
+    r.get(k).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// `{name}_n`, `_p50`, `_p95`, `_p99`, `_max`.
+fn known(r: &Row, name: &str) -> Dist {
+    let f = |s: &str| float(r, &format!("{name}_{s}"));
+    Dist {
+        n: count(r, &format!("{name}_n")),
+        p50: f("p50"),
+        p95: f("p95"),
+        p99: f("p99"),
+        max: f("max"),
+    }
+}
+
+/// A figure of which only the median is known.
+fn median(r: &Row, k: &str) -> Values {
+    let p50 = float(r, k);
+    Values::Known(Dist {
+        n: usize::from(p50.is_some()),
+        p50,
+        p95: None,
+        p99: None,
+        max: None,
+    })
+}
+
+fn time(ns: Option<i64>) -> Option<SystemTime> {
+    let ns = u64::try_from(ns?).ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_nanos(ns))
+}
+
+fn cell(r: &Row) -> CellIn {
+    let level = int(r, "level").unwrap_or(1).max(0) as u64;
+    let live = int(r, "live_") == Some(1);
+    let (level, label) = if live {
+        level_of(None, level)
+    } else {
+        level_of(Some(level), 0)
+    };
+    let k = |name: &str| Values::Known(known(r, name));
+    let split = [
+        "proxy_ms",
+        "upstream_headers_ms",
+        "engine_queue_ms",
+        "engine_prefill_ms",
+        "outside_engine_ms",
+    ]
+    .map(|s| median(r, &format!("split_{s}_p50")));
+    CellIn {
+        bucket: text(r, "bucket_"),
+        arm: opt_text(r, "arm"),
+        level,
+        label,
+        acc: CellAcc {
+            requests: count(r, "requests"),
+            errors: count(r, "errors"),
+            good: count(r, "good"),
+            start: time(int(r, "start_ns")),
+            end: time(int(r, "end_ns")),
+            out_tokens: count(r, "out_tokens") as u64,
+            ttft: k("ttft"),
+            tpot: k("tpot"),
+            e2e: k("e2e"),
+            tps: k("tok_s"),
+            input: median(r, "input_tokens_p50"),
+            output: median(r, "output_tokens_p50"),
+            split_n: count(r, "split_n"),
+            split,
+        },
+    }
+}
+
+fn key(r: &Row) -> KeyRow {
+    let requests = count(r, "requests");
+    KeyRow {
+        key_id: text(r, "key"),
+        arm: opt_text(r, "arm"),
+        requests,
+        error_rate: count(r, "errors") as f64 / requests.max(1) as f64,
+        input_tokens: count(r, "input_tokens") as u64,
+        output_tokens: count(r, "output_tokens") as u64,
+        ttft_ms: known(r, "ttft"),
+        tpot_ms: known(r, "tpot"),
+        e2e_ms: known(r, "e2e"),
+    }
+}
+
+fn shape(r: &Row) -> ShapeRow {
+    let requests = count(r, "requests");
+    ShapeRow {
+        requests,
+        error_rate: count(r, "errors") as f64 / requests.max(1) as f64,
+        ttft_ms: known(r, "ttft"),
+        ttfo_ms: known(r, "ttfo"),
+        tpot_ms: known(r, "tpot"),
+        e2e_ms: known(r, "e2e"),
+        input_tokens: count(r, "input_tokens") as u64,
+        output_tokens: count(r, "output_tokens") as u64,
+        reasoning_tokens: count(r, "reasoning_tokens") as u64,
+    }
+}
+
+fn cache(rows: &[Row]) -> Option<CacheSplit> {
+    let all = rows.iter().find(|r| text(r, "scope") == "all")?;
+    let (cached, prompt) = (count(all, "cached"), count(all, "prompt"));
+    Some(CacheSplit {
+        hit: known(all, "hit"),
+        miss: known(all, "miss"),
+        cached_token_share: (prompt > 0).then(|| cached as f64 / prompt as f64),
+        by_bucket: rows
+            .iter()
+            .filter(|r| text(r, "scope") == "bucket")
+            .map(|r| {
+                (
+                    text(r, "name"),
+                    CacheBucket {
+                        hit: known(r, "hit"),
+                        miss: known(r, "miss"),
+                    },
+                )
+            })
+            .collect(),
+    })
+}
+
+fn hop_rec(r: &Row, gateway: &str) -> HopRec {
+    HopRec {
+        pair_id: opt_text(r, "pair_id").map(Into::into),
+        gateway: text(r, "arm") == gateway,
+        bucket: Arc::from(text(r, "bucket_")),
+        concurrency: int(r, "concurrency").map(|c| c.max(0) as u64),
+        in_flight: count(r, "in_flight") as u64,
+        ts: humantime::parse_rfc3339(&text(r, "ts")).ok(),
+        ttft_ms: float(r, "ttft_ms"),
+        upstream_headers_ms: float(r, "upstream_headers_ms"),
+        tpot_ms: float(r, "tpot_ms"),
+        e2e_ms: float(r, "e2e_ms").unwrap_or(0.0),
+    }
+}
+
+/// A tap record; one whose side (or join, or reason) this tokentap does not know is left out,
+/// as the file reader skips such a line.
+fn tap_rec(r: &Row) -> Option<TapRec> {
+    let parse = |k: &str| r.get(k).cloned().filter(|v| !v.is_null());
+    let side = serde_json::from_value(parse("tap_side")?).ok()?;
+    let join = match parse("tap_join") {
+        Some(v) => Some(serde_json::from_value(v).ok()?),
+        None => None,
+    };
+    let unjoined = match parse("tap_unjoined") {
+        Some(v) => Some(serde_json::from_value(v).ok()?),
+        None => None,
+    };
+    Some(TapRec {
+        tap: TapRow {
+            side,
+            peer: int(r, "has_peer") == Some(1),
+            join,
+            unjoined,
+            admission_ms: float(r, "tap_admission_ms"),
+            relay_ms: float(r, "tap_relay_ms"),
+            ttft_ms: float(r, "tap_ttft_ms"),
+        },
+        route: Arc::from(text(r, "route")),
+        bucket: Arc::from(text(r, "bucket_")),
+        concurrency: int(r, "concurrency").map(|c| c.max(0) as u64),
+        in_flight: count(r, "in_flight") as u64,
+        gateway_overhead_ms: float(r, "gateway_overhead_ms"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_credentials_and_tables() {
+        let s = Source::new("http://ops:s%40cret@127.0.0.1:8123", "tokentap.requests");
+        let s = s.map_err(|e| e.to_string());
+        assert!(s.is_ok(), "{s:?}", s = s.as_ref().err());
+        if let Ok(s) = s {
+            assert_eq!(s.name(), "http://127.0.0.1:8123/");
+            assert_eq!(s.table, "tokentap.requests");
+            let a = s
+                .auth
+                .as_ref()
+                .map(|a| a.expose().to_str().unwrap_or("").to_owned());
+            assert_eq!(a.as_deref(), Some("Basic b3BzOnNAY3JldA=="));
+        }
+        let e = Source::new("ftp://u:hunter2@h", "requests")
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("--clickhouse ftp://u:***@h: the scheme must be http or https")
+        );
+        let e = Source::new("http://h:8123", "x.y.z")
+            .err()
+            .map(|e| e.to_string());
+        assert!(e.is_some_and(|e| e.starts_with("--clickhouse-table x.y.z: names are")));
+        let s = Source::new("https://h/ch", "requests").map(|s| (s.name(), s.table));
+        assert_eq!(
+            s.ok(),
+            Some(("https://h/ch/".to_owned(), "default.requests".to_owned()))
+        );
+    }
+}
