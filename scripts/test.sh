@@ -5,7 +5,7 @@
 # (Chromium), scripts/prometheus-test.sh and scripts/grafana-test.sh (Prometheus),
 # scripts/kubernetes-test.sh (kubernetes-validate), scripts/cluster-test.sh (all three, plus
 # stdout records, OTLP, reload and kill -9), scripts/container-test.sh (buildah) and
-# scripts/clickhouse-test.sh (chdb).
+# scripts/clickhouse-test.sh (chdb and clickhouse-server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method as HttpMethod, Request, Uri};
-use http_body_util::{BodyExt, Full};
+use http::{header, HeaderName, HeaderValue, Uri};
+use http_body_util::BodyExt;
 use serde_json::{Map, Value};
 
 use super::acc::{CellAcc, CellIn, Read};
@@ -23,7 +23,7 @@ use super::tap::TapRec;
 use super::values::{Method, Values};
 use super::{Dist, KeyRow};
 use crate::keys::Secret;
-use crate::sink::export::{connect, tls_for, Tls};
+use crate::sink::export::{connect, post, tls_for, Tls};
 
 /// How long a connection to the server may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -49,7 +49,8 @@ pub struct Source {
     endpoint: Uri,
     /// The URL's own path, ending in `/`.
     base: String,
-    auth: Option<Secret<HeaderValue>>,
+    /// `Authorization`, when there are credentials.
+    auth: Vec<(HeaderName, Secret<HeaderValue>)>,
     /// `database.table`.
     pub table: String,
 }
@@ -100,11 +101,14 @@ impl Source {
         let auth = match creds {
             Some((name, pw)) => {
                 let token = crate::config::basic_auth(&name, &pw);
-                Some(Secret::new(
-                    HeaderValue::from_str(&token).map_err(|_| bad("unusable credentials"))?,
-                ))
+                vec![(
+                    header::AUTHORIZATION,
+                    Secret::new(
+                        HeaderValue::from_str(&token).map_err(|_| bad("unusable credentials"))?,
+                    ),
+                )]
             }
-            None => None,
+            None => Vec::new(),
         };
         let table = qualified(table)?;
         Ok(Source {
@@ -269,22 +273,8 @@ async fn run(src: &Source, tls: Option<&Tls>, q: &Query) -> Result<Vec<Row>, Cli
     // 64-bit integers as JSON numbers (18.16 quotes them by default).
     let path = format!("{}?output_format_json_quote_64bit_integers=0", src.base);
     let body = Bytes::from(format!("{}\nFORMAT JSONEachRow", q.sql));
-    let authority = src
-        .endpoint
-        .authority()
-        .map(|a| a.as_str().to_owned())
-        .unwrap_or_default();
-    let mut req = Request::builder()
-        .method(HttpMethod::POST)
-        .uri(path)
-        .header(header::HOST, authority)
-        .header(header::CONTENT_LENGTH, body.len())
-        .body(Full::new(body))
+    let req = post(&src.endpoint, &path, None, body, &src.auth)
         .map_err(|e| fail(format!("request: {e}")))?;
-    if let Some(a) = &src.auth {
-        req.headers_mut()
-            .insert(header::AUTHORIZATION, HeaderValue::clone(a.expose()));
-    }
     let resp = conn
         .send_request(req)
         .await
@@ -535,8 +525,8 @@ mod tests {
             assert_eq!(s.table, "tokentap.requests");
             let a = s
                 .auth
-                .as_ref()
-                .map(|a| a.expose().to_str().unwrap_or("").to_owned());
+                .first()
+                .map(|(_, a)| a.expose().to_str().unwrap_or("").to_owned());
             assert_eq!(a.as_deref(), Some("Basic b3BzOnNAY3JldA=="));
         }
         let e = Source::new("ftp://u:hunter2@h", "requests")

@@ -252,24 +252,14 @@ impl<T: Send + 'static, E: Encode<T>> Exporter<T, E> {
         conn.ready()
             .await
             .map_err(|e| Failure::Retry(format!("connection: {e}")))?;
-        let authority = self
-            .cfg
-            .endpoint
-            .authority()
-            .map(|a| a.as_str().to_owned())
-            .unwrap_or_default();
-        let mut req = Request::builder()
-            .method(Method::POST)
-            .uri(&self.cfg.path)
-            .header(header::HOST, authority)
-            .header(header::CONTENT_TYPE, self.cfg.content_type)
-            .header(header::CONTENT_LENGTH, body.len())
-            .body(Full::new(body))
-            .map_err(|e| Failure::Refused(format!("request: {e}")))?;
-        for (name, value) in &self.cfg.headers {
-            req.headers_mut()
-                .insert(name.clone(), HeaderValue::clone(value.expose()));
-        }
+        let req = post(
+            &self.cfg.endpoint,
+            &self.cfg.path,
+            Some(self.cfg.content_type),
+            body,
+            &self.cfg.headers,
+        )
+        .map_err(|e| Failure::Refused(format!("request: {e}")))?;
         let resp = conn
             .send_request(req)
             .await
@@ -294,6 +284,35 @@ impl<T: Send + 'static, E: Encode<T>> Exporter<T, E> {
             .await
             .map_err(Failure::Retry)
     }
+}
+
+/// A POST of `body` to `path` on `endpoint`, with `headers` (credentials: values never echoed).
+pub fn post(
+    endpoint: &Uri,
+    path: &str,
+    content_type: Option<&'static str>,
+    body: Bytes,
+    headers: &[(HeaderName, Secret<HeaderValue>)],
+) -> Result<Request<Full<Bytes>>, http::Error> {
+    let authority = endpoint
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .unwrap_or_default();
+    let mut req = Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header(header::HOST, authority);
+    if let Some(t) = content_type {
+        req = req.header(header::CONTENT_TYPE, t);
+    }
+    let mut req = req
+        .header(header::CONTENT_LENGTH, body.len())
+        .body(Full::new(body))?;
+    for (name, value) in headers {
+        req.headers_mut()
+            .insert(name.clone(), HeaderValue::clone(value.expose()));
+    }
+    Ok(req)
 }
 
 /// A TLS connector and the name it verifies.
