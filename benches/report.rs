@@ -1,8 +1,10 @@
 //! `cargo bench --bench report`: `tokentap report` on generated proxy logs of 1 and 10 million
 //! records (`REPORT_BENCH_RECORDS=1000000,10000000`), timed as a user runs it: the release
 //! binary, one process per run, wall and CPU time and peak resident memory read from /proc.
-//! Logs are generated once into target/report-bench/ (about 1.1 KB a record) and kept.
-//! Results and the targets are in docs/report.md.
+//! Two logs of each size: timings as tokentap writes them (`written`, about 1.33 KB a record)
+//! and every timing at full double precision (`full`, about 1.43 KB: more digits than a proxy
+//! writes). Logs are generated once into target/report-bench/ and kept. Results and the
+//! targets are in docs/report.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
@@ -10,16 +12,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tokentap_test_support::records::{record, Mix};
+use tokentap::meter::RequestRecord;
+use tokentap_test_support::records::{record, record_as_written, Mix};
 
-fn generate(path: &Path, n: u64) {
+fn generate(path: &Path, n: u64, make: fn(u64, u64, Mix) -> RequestRecord) {
     if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
         return;
     }
     let tmp = path.with_extension("part");
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp).unwrap());
     for i in 0..n {
-        serde_json::to_writer(&mut out, &record(i, 7, Mix::Live)).unwrap();
+        serde_json::to_writer(&mut out, &make(i, 7, Mix::Live)).unwrap();
         out.write_all(b"\n").unwrap();
     }
     out.flush().unwrap();
@@ -101,7 +104,7 @@ fn main() {
             std::env::temp_dir().join(format!("tokentap-report-bench-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("live-2000.jsonl");
-        generate(&log, 2000);
+        generate(&log, 2000, record_as_written);
         assert_eq!(run(bin, &log, &[]).method, "exact");
         assert_eq!(run(bin, &log, &["--exact-values", "0"]).method, "hdr");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -115,26 +118,33 @@ fn main() {
         .collect();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/report-bench");
     std::fs::create_dir_all(&dir).unwrap();
-    println!("records     size    wall s  cpu s  records/s (cpu)  peak RSS MiB  percentiles");
+    println!(
+        "records   timings  size      wall s  cpu s  records/s (cpu)  peak RSS MiB  percentiles"
+    );
     for n in counts {
-        let log = dir.join(format!("live-{n}.jsonl"));
-        generate(&log, n);
-        let size = std::fs::metadata(&log).unwrap().len() as f64 / 1e9;
-        for extra in [&[][..], &["--exact-values", "0"][..]] {
-            let r = run(bin, &log, extra);
-            println!(
-                "{n:>10}  {size:>5.2} GB  {:>6.2}  {:>5.2}  {:>15.0}  {:>12.1}  {}{}",
-                r.wall,
-                r.cpu,
-                n as f64 / r.cpu.max(1e-9),
-                r.peak_mib,
-                r.method,
-                if extra.is_empty() {
-                    ""
-                } else {
-                    " (--exact-values 0)"
-                }
-            );
+        for (name, make) in [
+            ("written", record_as_written as fn(_, _, _) -> _),
+            ("full", record),
+        ] {
+            let log = dir.join(format!("{name}-{n}.jsonl"));
+            generate(&log, n, make);
+            let size = std::fs::metadata(&log).unwrap().len() as f64 / 1e9;
+            for extra in [&[][..], &["--exact-values", "0"][..]] {
+                let r = run(bin, &log, extra);
+                println!(
+                    "{n:>10}  {name:<7}  {size:>5.2} GB  {:>6.2}  {:>5.2}  {:>15.0}  {:>12.1}  {}{}",
+                    r.wall,
+                    r.cpu,
+                    n as f64 / r.cpu.max(1e-9),
+                    r.peak_mib,
+                    r.method,
+                    if extra.is_empty() {
+                        ""
+                    } else {
+                        " (--exact-values 0)"
+                    }
+                );
+            }
         }
     }
 }

@@ -8,18 +8,30 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use super::clock::Clock;
 use super::hop::HopRec;
-use super::row::{level_of, Row};
+use super::row::{level, level_of, Row};
 use super::shapes::{CacheAcc, ShapeAcc};
 use super::tap::TapRec;
 use super::values::{Method, Values};
 use super::{Dist, KeyRow, SplitCell};
+use crate::openai::Api;
 
 /// Values held exactly before the report switches to sketches: about 8 bytes each, so the
 /// default is ~100 MB (about 600,000 live records).
 pub const DEFAULT_EXACT_VALUES: usize = 12_000_000;
 
 const NONE: u32 = u32::MAX;
+
+/// Every API shape, at its index (`Api as usize`).
+const API_ORDER: [Api; 6] = [
+    Api::Chat,
+    Api::Completions,
+    Api::Responses,
+    Api::Messages,
+    Api::Embeddings,
+    Api::Other,
+];
 
 /// FxHash (rustc's): a multiply and a rotate per word. The report's maps are keyed by short
 /// strings and small tuples from local files; SipHash's flood resistance buys nothing here and
@@ -67,10 +79,33 @@ impl std::hash::Hasher for Fx {
 
 type Map<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fx>>;
 
+/// Fx over a string's length and its first and last eight bytes only: names are looked up
+/// once or twice a record, and a key id is 71 bytes whose ends differ (hex of a hash).
+#[derive(Default, Clone, Copy)]
+struct Ends(Fx);
+
+impl std::hash::Hasher for Ends {
+    fn write(&mut self, bytes: &[u8]) {
+        if bytes.len() <= 16 {
+            return self.0.write(bytes);
+        }
+        let n = bytes.len();
+        self.0.add(n as u64);
+        self.0.write(&bytes[..8]);
+        self.0.write(&bytes[n - 8..]);
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.0.add(u64::from(v));
+    }
+    fn finish(&self) -> u64 {
+        self.0.finish()
+    }
+}
+
 /// Strings seen in records, each kept once.
 #[derive(Debug, Default)]
 struct Names {
-    ids: Map<Box<str>, u32>,
+    ids: HashMap<Box<str>, u32, std::hash::BuildHasherDefault<Ends>>,
     list: Vec<Arc<str>>,
 }
 
@@ -104,7 +139,11 @@ pub(super) struct CellAcc {
     pub start: Option<SystemTime>,
     pub end: Option<SystemTime>,
     pub out_tokens: u64,
+    /// Input, output and reasoning tokens of every record (`by_bucket` pools them).
+    pub tokens: [u64; 3],
     pub ttft: Values,
+    /// Time to first output: for `by_bucket`, which pools the cells of a bucket.
+    pub ttfo: Values,
     pub tpot: Values,
     pub e2e: Values,
     pub tps: Values,
@@ -124,7 +163,9 @@ impl CellAcc {
             start: None,
             end: None,
             out_tokens: 0,
+            tokens: [0; 3],
             ttft: v(),
+            ttfo: v(),
             tpot: v(),
             e2e: v(),
             tps: v(),
@@ -138,6 +179,7 @@ impl CellAcc {
     fn values(&mut self) -> impl Iterator<Item = &mut Values> {
         [
             &mut self.ttft,
+            &mut self.ttfo,
             &mut self.tpot,
             &mut self.e2e,
             &mut self.tps,
@@ -243,11 +285,12 @@ pub struct Acc {
     records: usize,
     live: usize,
     names: Names,
+    clock: Clock,
     cells: Map<(u32, u32, u64, bool), CellAcc>,
     keys: Map<(u32, u32), KeyAcc>,
     in_flight: Values,
-    by_api: BTreeMap<&'static str, ShapeAcc>,
-    by_bucket: Map<u32, ShapeAcc>,
+    /// By [`Api`] as an index.
+    by_api: [Option<ShapeAcc>; 6],
     cache: CacheAcc,
     hop: Vec<HopRec>,
     tap: Vec<TapRec>,
@@ -267,11 +310,11 @@ impl Acc {
             records: 0,
             live: 0,
             names: Names::default(),
+            clock: Clock::default(),
             cells: Map::default(),
             keys: Map::default(),
             in_flight: Values::new(exact_values == 0),
-            by_api: BTreeMap::new(),
-            by_bucket: Map::default(),
+            by_api: Default::default(),
             cache: CacheAcc::default(),
             hop: Vec::new(),
             tap: Vec::new(),
@@ -281,7 +324,7 @@ impl Acc {
     /// A record of the traffic being reported.
     pub fn add(&mut self, r: &Row<'_>) {
         self.records += 1;
-        let ts = humantime::parse_rfc3339(r.ts.as_str()).ok();
+        let ts = self.clock.time(r.ts.as_str());
         let bucket = self.names.id(r.bucket());
         if r.experiment.is_some() {
             let name = self.names.arc(bucket);
@@ -297,7 +340,7 @@ impl Acc {
         let mut held = 0;
         let arm = r.arm().map_or(NONE, |a| self.names.id(a));
         let live = r.concurrency.is_none();
-        let (lvl, _) = level_of(r.concurrency, r.in_flight);
+        let lvl = level(r.concurrency, r.in_flight);
         // Levels 1 and 2 have the same label live and from a load generator: one cell, as
         // their labels say.
         let c = self
@@ -306,6 +349,13 @@ impl Acc {
             .or_insert_with(|| CellAcc::new(sketch));
         c.requests += 1;
         c.errors += usize::from(r.is_error());
+        for (sum, t) in
+            c.tokens
+                .iter_mut()
+                .zip([r.input_tokens, r.output_tokens, r.reasoning_tokens])
+        {
+            *sum += t.unwrap_or(0);
+        }
         if let Some(t) = ts {
             c.start = Some(c.start.map_or(t, |s| s.min(t)));
             let end = t + Duration::from_secs_f64(r.e2e_ms.max(0.0) / 1000.0);
@@ -313,6 +363,7 @@ impl Acc {
         }
         if r.ok() {
             held += c.ttft.opt(r.ttft_ms)
+                + c.ttfo.opt(r.ttfo_ms)
                 + c.tpot.opt(r.tpot_ms)
                 + c.tps.opt(r.tok_s())
                 + c.e2e.push(r.e2e_ms)
@@ -365,17 +416,10 @@ impl Acc {
             self.live += 1;
             held += self.in_flight.push(r.in_flight as f64);
         }
-        held += self
-            .by_api
-            .entry(r.api.as_str())
-            .or_insert_with(|| ShapeAcc::new(sketch))
+        held += self.by_api[r.api as usize]
+            .get_or_insert_with(|| ShapeAcc::new(sketch))
             .add(r);
-        held += self
-            .by_bucket
-            .entry(bucket)
-            .or_insert_with(|| ShapeAcc::new(sketch))
-            .add(r);
-        held += self.cache.add(r, sketch);
+        held += self.cache.add(r, bucket, sketch);
         self.held += held;
         if !self.sketch && self.held > self.budget {
             self.switch_to_sketches();
@@ -412,7 +456,7 @@ impl Acc {
             }
         }
         self.in_flight.to_sketch();
-        for s in self.by_api.values_mut().chain(self.by_bucket.values_mut()) {
+        for s in self.by_api.iter_mut().flatten() {
             s.values().into_iter().for_each(Values::to_sketch);
         }
         self.cache.values().for_each(Values::to_sketch);
@@ -426,6 +470,19 @@ impl Acc {
     pub(super) fn finish(self, top: usize) -> Read {
         let names = self.names;
         let label = |s: u32| names.name(s);
+        // Per bucket, every level and arm pooled: the cells of the bucket, merged.
+        let mut by_bucket: BTreeMap<String, ShapeAcc> = BTreeMap::new();
+        for ((b, ..), c) in &self.cells {
+            by_bucket
+                .entry(names.name(*b).unwrap_or_default())
+                .or_insert_with(|| ShapeAcc::new(self.sketch))
+                .absorb(
+                    c.requests,
+                    c.errors,
+                    c.tokens,
+                    [&c.ttft, &c.ttfo, &c.tpot, &c.e2e],
+                );
+        }
         let mut cells: Vec<CellIn> = self
             .cells
             .into_iter()
@@ -477,14 +534,14 @@ impl Acc {
             by_api: self
                 .by_api
                 .into_iter()
-                .map(|(k, v)| (k.to_owned(), v.finish()))
+                .zip(API_ORDER)
+                .filter_map(|(v, api)| Some((api.as_str().to_owned(), v?.finish())))
                 .collect(),
-            by_bucket: self
-                .by_bucket
+            by_bucket: by_bucket
                 .into_iter()
-                .map(|(b, v)| (names.name(b).unwrap_or_default(), v.finish()))
+                .map(|(b, v)| (b, v.finish()))
                 .collect(),
-            prefix_cache: self.cache.finish(),
+            prefix_cache: self.cache.finish(|b| names.name(b).unwrap_or_default()),
             hop: self.hop,
             tap: self.tap,
         }

@@ -400,7 +400,10 @@ fn cell(r: &Row) -> CellIn {
             start: time(int(r, "start_ns")),
             end: time(int(r, "end_ns")),
             out_tokens: count(r, "out_tokens") as u64,
+            // by_bucket has its own query here.
+            tokens: [0; 3],
             ttft: k("ttft"),
+            ttfo: Values::new(false),
             tpot: k("tpot"),
             e2e: k("e2e"),
             tps: k("tok_s"),

@@ -49,8 +49,9 @@ pub fn stream(
     acc: &mut super::Acc,
     tap_only: bool,
 ) -> Result<usize, ReportError> {
+    let mut fast = super::fast::Fast::default();
     scan(paths, warn, &mut |line| {
-        let row = match super::fast::row(line) {
+        let row = match fast.row(line) {
             Some(r) => r,
             None => serde_json::from_slice::<super::row::Row<'_>>(line)?,
         };
@@ -185,7 +186,7 @@ fn open(f: &Path) -> Result<Box<dyn std::io::BufRead>, ReportError> {
         path: f.display().to_string(),
         source,
     })?;
-    const BUF: usize = 1 << 20;
+    const BUF: usize = 1 << 17;
     Ok(if is_gz(f) {
         Box::new(std::io::BufReader::with_capacity(
             BUF,

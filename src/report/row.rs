@@ -191,15 +191,19 @@ impl<'a> Row<'a> {
 }
 
 pub fn level_of(concurrency: Option<u64>, in_flight: u64) -> (u64, String) {
-    if let Some(c) = concurrency {
-        return (c, c.to_string());
+    let level = level(concurrency, in_flight);
+    if concurrency.is_some() || level <= 2 {
+        return (level, level.to_string());
     }
-    let n = in_flight.max(1);
-    if n <= 2 {
-        return (n, n.to_string());
+    (level, format!("{}-{}", level / 2 + 1, level))
+}
+
+/// The level alone (its label is [`level_of`]'s): no allocation, once per record.
+pub fn level(concurrency: Option<u64>, in_flight: u64) -> u64 {
+    match concurrency {
+        Some(c) => c,
+        None => in_flight.max(1).next_power_of_two(),
     }
-    let hi = n.next_power_of_two();
-    (hi, format!("{}-{}", hi / 2 + 1, hi))
 }
 
 fn tap_row(g: &GatewayTap) -> TapRow {

@@ -87,6 +87,19 @@ impl ShapeAcc {
             + self.e2e.push(r.e2e_ms)
     }
 
+    /// Add a group of records read elsewhere (a cell): counts, token sums (input, output,
+    /// reasoning) and the TTFT, TTFO, TPOT and E2E values.
+    pub fn absorb(&mut self, requests: usize, errors: usize, tokens: [u64; 3], v: [&Values; 4]) {
+        self.requests += requests;
+        self.errors += errors;
+        self.input_tokens += tokens[0];
+        self.output_tokens += tokens[1];
+        self.reasoning_tokens += tokens[2];
+        for (mine, theirs) in self.values().into_iter().zip(v) {
+            mine.merge(theirs);
+        }
+    }
+
     pub fn values(&mut self) -> [&mut Values; 4] {
         [
             &mut self.ttft,
@@ -131,14 +144,15 @@ impl HitMiss {
 pub struct CacheAcc {
     known: usize,
     all: Option<HitMiss>,
-    by_bucket: BTreeMap<String, HitMiss>,
+    /// By bucket name id (the report's own numbering).
+    by_bucket: BTreeMap<u32, HitMiss>,
     cached: u64,
     prompt: u64,
 }
 
 impl CacheAcc {
     /// Add a client-facing record (served ones whose usage says `cached_tokens` count).
-    pub fn add(&mut self, r: &Row<'_>, sketch: bool) -> usize {
+    pub fn add(&mut self, r: &Row<'_>, bucket: u32, sketch: bool) -> usize {
         let Some(c) = r.cached_tokens.filter(|_| r.ok()) else {
             return 0;
         };
@@ -146,13 +160,10 @@ impl CacheAcc {
         self.cached += c;
         self.prompt += r.input_tokens.unwrap_or(0);
         let all = self.all.get_or_insert_with(|| HitMiss::new(sketch));
-        let b = match self.by_bucket.get_mut(r.bucket()) {
-            Some(b) => b,
-            None => self
-                .by_bucket
-                .entry(r.bucket().to_owned())
-                .or_insert_with(|| HitMiss::new(sketch)),
-        };
+        let b = self
+            .by_bucket
+            .entry(bucket)
+            .or_insert_with(|| HitMiss::new(sketch));
         if c > 0 {
             all.hit.opt(r.ttft_ms) + b.hit.opt(r.ttft_ms)
         } else {
@@ -167,7 +178,8 @@ impl CacheAcc {
             .flat_map(|h| [&mut h.hit, &mut h.miss])
     }
 
-    pub fn finish(self) -> Option<CacheSplit> {
+    /// `name` gives a bucket id's name.
+    pub fn finish(self, name: impl Fn(u32) -> String) -> Option<CacheSplit> {
         let all = self.all.filter(|_| self.known > 0)?;
         Some(CacheSplit {
             hit: all.hit.dist(),
@@ -178,7 +190,7 @@ impl CacheAcc {
                 .into_iter()
                 .map(|(b, h)| {
                     (
-                        b,
+                        name(b),
                         CacheBucket {
                             hit: h.hit.dist(),
                             miss: h.miss.dist(),

@@ -10,12 +10,14 @@
 //! depend on how the records were split. (The `hdrhistogram` crate's integer histograms cost
 //! about 50 ns a value here, a third of a record's time: these cost a few.)
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use super::Dist;
 use crate::stats::{pct, rank};
 
-/// Mantissa bits kept: 2^9 sub-buckets per power of two (4 KiB of counts per power of two
+/// Mantissa bits kept: 2^9 sub-buckets per power of two (2 KiB of counts per power of two
 /// a figure spans).
 const SUB_BITS: u32 = 9;
 /// Below this a value counts as 0 (so a zero does not stretch the histogram down to 10^-308).
@@ -63,13 +65,21 @@ pub enum Values {
 
 #[derive(Debug, Clone)]
 pub struct Sketch {
-    /// Counts of buckets `lo ..= lo + counts.len() - 1`.
-    counts: Vec<u64>,
+    /// Counts of buckets `lo ..= lo + counts.len() - 1`, modulo 2^32: 32 bits keep a report's
+    /// few hundred sketches small enough for the cache.
+    counts: Vec<u32>,
+    /// The 2^32s a bucket's count wrapped past (by bucket), for a bucket of billions.
+    carries: BTreeMap<u32, u64>,
     lo: u32,
     zeros: u64,
     n: usize,
     max: f64,
+    /// Buckets not yet counted (see [`Sketch::add`]).
+    pending: Vec<u32>,
 }
+
+/// Buckets a sketch takes before it counts them.
+const PENDING: usize = 1024;
 
 /// The bucket of a non-negative finite value: monotonic in the value.
 fn bucket(v: f64) -> u32 {
@@ -80,13 +90,20 @@ impl Sketch {
     fn new() -> Sketch {
         Sketch {
             counts: Vec::new(),
+            carries: BTreeMap::new(),
             lo: 0,
             zeros: 0,
             n: 0,
             max: f64::NEG_INFINITY,
+            pending: Vec::new(),
         }
     }
 
+    /// NB: a report feeds a few hundred sketches at once, each value of a record to another:
+    /// counting each value at once would touch a cold cache line of another sketch every
+    /// time. Buckets are kept and counted a thousand at a time, when the lines they share
+    /// are touched once.
+    #[inline]
     fn add(&mut self, v: f64) {
         self.max = self.max.max(v);
         self.n += 1;
@@ -95,7 +112,53 @@ impl Sketch {
             self.zeros += 1;
             return;
         }
-        let b = bucket(v);
+        if self.pending.len() == PENDING {
+            self.flush();
+        }
+        // Grown as it fills, so a sketch of a few values (a rare key's) stays small.
+        self.pending.push(bucket(v));
+    }
+
+    fn flush(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        for b in &pending {
+            self.count(*b);
+        }
+        self.pending = pending;
+        self.pending.clear();
+    }
+
+    /// Add another sketch's counts: the same as having added its values here.
+    fn merge(&mut self, other: &Sketch) {
+        self.max = self.max.max(other.max);
+        self.n += other.n;
+        self.zeros += other.zeros;
+        for (i, c) in other.counts.iter().enumerate() {
+            let b = other.lo + i as u32;
+            let carry = other.carries.get(&b).copied().unwrap_or(0);
+            self.count_n(b, u64::from(*c) + carry);
+        }
+        for b in &other.pending {
+            self.count(*b);
+        }
+    }
+
+    /// Count `n` values in bucket `b`.
+    fn count_n(&mut self, b: u32, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.count(b);
+        let i = (b - self.lo) as usize;
+        let total = u64::from(self.counts[i]) + (n - 1);
+        self.counts[i] = total as u32;
+        let over = total >> 32 << 32;
+        if over > 0 {
+            *self.carries.entry(b).or_default() += over;
+        }
+    }
+
+    fn count(&mut self, b: u32) {
         if self.counts.is_empty() {
             self.lo = b;
             self.counts.push(0);
@@ -108,7 +171,10 @@ impl Sketch {
         if i >= self.counts.len() {
             self.counts.resize(i + 1, 0);
         }
-        self.counts[i] += 1;
+        self.counts[i] = self.counts[i].wrapping_add(1);
+        if self.counts[i] == 0 {
+            *self.carries.entry(b).or_default() += 1 << 32;
+        }
     }
 
     fn len(&self) -> usize {
@@ -129,9 +195,12 @@ impl Sketch {
             k += 1;
         }
         for (i, c) in self.counts.iter().enumerate() {
-            seen += c;
+            let b = u64::from(self.lo) + i as u64;
+            seen += u64::from(*c);
+            if !self.carries.is_empty() {
+                seen += self.carries.get(&(b as u32)).copied().unwrap_or(0);
+            }
             while k < K && seen > rank(self.n, qs[k]) as u64 {
-                let b = u64::from(self.lo) + i as u64;
                 let (lo, hi) = (f64::from_bits(b << SHIFT), f64::from_bits((b + 1) << SHIFT));
                 out[k] = Some(((lo + hi) / 2.0).min(self.max));
                 k += 1;
@@ -169,6 +238,20 @@ impl Values {
         }
     }
 
+    /// Add every value of `other` (both exact, or both sketches, as one report's values are).
+    pub fn merge(&mut self, other: &Values) {
+        match (&mut *self, other) {
+            (Values::Exact(a), Values::Exact(b)) => a.extend_from_slice(b),
+            (Values::Sketch(a), Values::Sketch(b)) => a.merge(b),
+            (Values::Sketch(a), Values::Exact(b)) => b.iter().for_each(|v| a.add(*v)),
+            (Values::Exact(_), Values::Sketch(_)) => {
+                self.to_sketch();
+                self.merge(other);
+            }
+            (_, Values::Known(_)) | (Values::Known(_), _) => {}
+        }
+    }
+
     pub fn opt(&mut self, v: Option<f64>) -> usize {
         v.map_or(0, |v| self.push(v))
     }
@@ -187,7 +270,8 @@ impl Values {
     pub fn dist(self) -> Dist {
         match self {
             Values::Exact(xs) => super::dist(xs.into_iter()),
-            Values::Sketch(s) => {
+            Values::Sketch(mut s) => {
+                s.flush();
                 let [p50, p95, p99] = s.pcts([0.5, 0.95, 0.99]);
                 Dist {
                     n: s.len(),
@@ -207,7 +291,10 @@ impl Values {
                 xs.sort_by(f64::total_cmp);
                 pct(&xs, 0.5)
             }
-            Values::Sketch(s) => s.pcts([0.5])[0],
+            Values::Sketch(mut s) => {
+                s.flush();
+                s.pcts([0.5])[0]
+            }
             Values::Known(d) => d.p50,
         }
     }
@@ -268,5 +355,37 @@ mod tests {
         zeros.push(7.0);
         let d = zeros.dist();
         assert_eq!((d.n, d.p50, d.max), (12, Some(0.0), Some(7.0)));
+    }
+}
+
+#[cfg(test)]
+mod wrap {
+    use super::*;
+
+    #[test]
+    fn a_bucket_counts_past_four_billion() {
+        let mut s = Sketch::new();
+        s.add(5.0);
+        s.flush();
+        // As if 2^32 + 1 values of 5 had come: the count wraps and the carry holds 2^32.
+        s.counts[0] = u32::MAX;
+        s.n = u32::MAX as usize;
+        s.add(5.0);
+        s.add(5.0);
+        s.flush();
+        assert_eq!(
+            (s.counts[0], s.carries.get(&bucket(5.0))),
+            (1, Some(&(1 << 32)))
+        );
+        // Two larger values: at this count, every percentile is still 5's bucket.
+        s.add(9.0);
+        s.add(9.0);
+        let d = Values::Sketch(s).dist();
+        assert_eq!(d.n, (1usize << 32) + 3);
+        for p in [d.p50, d.p99] {
+            let p = p.unwrap_or(0.0);
+            assert!((p - 5.0).abs() <= 5.0 * SKETCH_RELATIVE_ERROR, "{p}");
+        }
+        assert_eq!(d.max, Some(9.0));
     }
 }

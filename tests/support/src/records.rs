@@ -228,6 +228,41 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
     rec
 }
 
+/// Record `i` with its timings at the precision tokentap writes them: durations are whole
+/// nanoseconds written as `as_secs_f64() * 1000` (most print short, some with 17 digits),
+/// inter-token gaps whole microseconds, TPOT computed from E2E and TTFT as the proxy does.
+/// [`record`] keeps every timing at full double precision (17 digits), more than a proxy
+/// writes: the report's golden files are of those.
+pub fn record_as_written(i: u64, seed: u64, mix: Mix) -> RequestRecord {
+    let mut r = record(i, seed, mix);
+    let ns =
+        |v: f64| std::time::Duration::from_nanos((v * 1e6).round() as u64).as_secs_f64() * 1000.0;
+    let us = |v: f64| (v * 1000.0).round() / 1000.0;
+    for v in [
+        &mut r.ttft_ms,
+        &mut r.ttfo_ms,
+        &mut r.body_read_ms,
+        &mut r.upstream_headers_ms,
+        &mut r.first_byte_ms,
+        &mut r.first_event_ms,
+        &mut r.last_token_ms,
+        &mut r.upstream_sent_ms,
+        &mut r.gateway_overhead_ms,
+    ] {
+        *v = v.map(ns);
+    }
+    r.e2e_ms = ns(r.e2e_ms);
+    for v in [&mut r.itl_p50_ms, &mut r.itl_p99_ms, &mut r.itl_max_ms] {
+        *v = v.map(us);
+    }
+    if let Some(s) = &mut r.ttft_split {
+        s.proxy_ms = s.proxy_ms.map(ns);
+        s.upstream_headers_ms = r.upstream_headers_ms;
+    }
+    r.tpot_ms = tokentap::meter::tpot_ms(r.e2e_ms, r.ttft_ms, r.output_tokens);
+    r
+}
+
 /// `n` records as JSONL, one line each.
 pub fn jsonl(from: u64, n: u64, seed: u64, mix: Mix) -> String {
     let mut out = String::new();

@@ -1,10 +1,11 @@
 //! Generated request records as JSONL on stdout (the report's test data, seed 7):
-//! `records N [live|everything]`.
+//! `records N [live|everything] [full|written]`: timings at full double precision (the
+//! default, as the golden files have them) or as tokentap writes them.
 #![allow(clippy::unwrap_used)]
 
 use std::io::Write;
 
-use tokentap_test_support::records::{jsonl, Mix};
+use tokentap_test_support::records::{record, record_as_written, Mix};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -13,7 +14,14 @@ fn main() {
         Some("live") => Mix::Live,
         _ => Mix::Everything,
     };
-    std::io::stdout()
-        .write_all(jsonl(0, n, 7, mix).as_bytes())
-        .unwrap();
+    let make = match args.get(2).map(String::as_str) {
+        Some("written") => record_as_written,
+        _ => record,
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for i in 0..n {
+        serde_json::to_writer(&mut out, &make(i, 7, mix)).unwrap();
+        out.write_all(b"\n").unwrap();
+    }
+    out.flush().unwrap();
 }
