@@ -295,6 +295,25 @@ pub struct RequestRecord {
     /// requests bench sent: its `x-tokentap-concurrency` header).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u64>,
+    /// The load generator's offered arrival rate, requests a second (`tokentap bench
+    /// --request-rate`: an open-loop cell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_rate: Option<f64>,
+    /// When the load generator was due to send it: ms from the start of its cell (open loop,
+    /// replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_ms: Option<f64>,
+    /// How long it waited, once due, for a free slot under the load generator's
+    /// `--max-concurrency`: client queue time, never part of TTFT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_queue_ms: Option<f64>,
+    /// How much later than due (queue time aside) the load generator sent it: the client
+    /// falling behind its schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_lag_ms: Option<f64>,
+    /// The turn of a conversation this request is (`bench --multi-turn`), from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
     /// Request head → request written upstream (tokentap's own share of TTFT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_sent_ms: Option<f64>,
@@ -465,6 +484,11 @@ impl RequestRecord {
             engine_decode_ms: meter.timings.generation_ms,
             gateway_overhead_ms: facts.gateway_overhead_ms,
             concurrency: facts.concurrency,
+            request_rate: None,
+            scheduled_ms: None,
+            client_queue_ms: None,
+            client_lag_ms: None,
+            turn: None,
             upstream_sent_ms,
             ttft_split,
             gateway_tap: None,

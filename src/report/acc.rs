@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use super::clock::Clock;
 use super::hop::HopRec;
 use super::row::{level, level_of, Row};
-use super::shapes::{CacheAcc, ShapeAcc};
+use super::shapes::{CacheAcc, ShapeAcc, TurnAcc};
 use super::tap::TapRec;
 use super::values::{Method, Values};
 use super::{Dist, KeyRow, SplitCell};
@@ -151,6 +151,11 @@ pub(super) struct CellAcc {
     pub output: Values,
     pub split_n: usize,
     pub split: [Values; 5],
+    /// Open-loop cells: the first and last request sent (their `ts`), the client queue and
+    /// lag times.
+    pub sent: Option<(SystemTime, SystemTime)>,
+    pub queue: Values,
+    pub lag: Values,
 }
 
 impl CellAcc {
@@ -173,6 +178,9 @@ impl CellAcc {
             output: v(),
             split_n: 0,
             split: [v(), v(), v(), v(), v()],
+            sent: None,
+            queue: v(),
+            lag: v(),
         }
     }
 
@@ -185,6 +193,8 @@ impl CellAcc {
             &mut self.tps,
             &mut self.input,
             &mut self.output,
+            &mut self.queue,
+            &mut self.lag,
         ]
         .into_iter()
         .chain(self.split.iter_mut())
@@ -237,13 +247,41 @@ pub(super) struct CellIn {
     pub arm: Option<String>,
     pub level: u64,
     pub label: String,
+    /// An open-loop cell's offered rate (requests a second); its `level` is that in
+    /// thousandths.
+    pub rate: Option<f64>,
     pub acc: CellAcc,
 }
 
-/// The order of (bucket, arm, level, label), as the report has always listed cells.
+/// What a cell's level is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    /// A load generator's concurrency, or a live in-flight count of 1 or 2.
+    Concurrency,
+    /// A live in-flight range (3-4, 5-8, …).
+    Live,
+    /// A load generator's offered arrival rate, in thousandths of a request a second.
+    Rate,
+}
+
+/// An open-loop cell's label: `2/s`, `0.5/s`, `12.25/s`.
+pub(super) fn rate_label(rate: f64) -> String {
+    let s = format!("{rate:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}/s")
+}
+
+/// The order of (bucket, arm, level, label), as the report has always listed cells; a
+/// bucket's open-loop (rate) cells after its concurrency cells.
 pub(super) fn sort_cells(cells: &mut [CellIn]) {
     cells.sort_by(|x, y| {
-        (&x.bucket, &x.arm, x.level, &x.label).cmp(&(&y.bucket, &y.arm, y.level, &y.label))
+        (&x.bucket, &x.arm, x.rate.is_some(), x.level, &x.label).cmp(&(
+            &y.bucket,
+            &y.arm,
+            y.rate.is_some(),
+            y.level,
+            &y.label,
+        ))
     });
 }
 
@@ -268,6 +306,7 @@ pub(super) struct Read {
     pub by_api: BTreeMap<String, super::shapes::ShapeRow>,
     pub by_bucket: BTreeMap<String, super::shapes::ShapeRow>,
     pub prefix_cache: Option<super::shapes::CacheSplit>,
+    pub by_turn: BTreeMap<String, super::shapes::TurnRow>,
     pub hop: Vec<HopRec>,
     pub tap: Vec<TapRec>,
 }
@@ -286,7 +325,9 @@ pub struct Acc {
     live: usize,
     names: Names,
     clock: Clock,
-    cells: Map<(u32, u32, u64, bool), CellAcc>,
+    /// By (bucket, arm, level, kind): see [`Kind`].
+    cells: Map<(u32, u32, u64, Kind), CellAcc>,
+    by_turn: BTreeMap<u64, TurnAcc>,
     keys: Map<(u32, u32), KeyAcc>,
     in_flight: Values,
     /// By [`Api`] as an index.
@@ -312,6 +353,7 @@ impl Acc {
             names: Names::default(),
             clock: Clock::default(),
             cells: Map::default(),
+            by_turn: BTreeMap::new(),
             keys: Map::default(),
             in_flight: Values::new(exact_values == 0),
             by_api: Default::default(),
@@ -339,13 +381,24 @@ impl Acc {
         let sketch = self.sketch;
         let mut held = 0;
         let arm = r.arm().map_or(NONE, |a| self.names.id(a));
-        let live = r.concurrency.is_none();
-        let lvl = level(r.concurrency, r.in_flight);
-        // Levels 1 and 2 have the same label live and from a load generator: one cell, as
-        // their labels say.
+        let live = r.concurrency.is_none() && r.request_rate.is_none();
+        let (lvl, kind) = match r.request_rate.filter(|r| r.is_finite() && *r > 0.0) {
+            Some(rate) => ((rate * 1000.0).round() as u64, Kind::Rate),
+            None => {
+                let lvl = level(r.concurrency, r.in_flight);
+                // Levels 1 and 2 have the same label live and from a load generator: one
+                // cell, as their labels say.
+                let kind = if live && lvl > 2 {
+                    Kind::Live
+                } else {
+                    Kind::Concurrency
+                };
+                (lvl, kind)
+            }
+        };
         let c = self
             .cells
-            .entry((bucket, arm, lvl, live && lvl > 2))
+            .entry((bucket, arm, lvl, kind))
             .or_insert_with(|| CellAcc::new(sketch));
         c.requests += 1;
         c.errors += usize::from(r.is_error());
@@ -355,6 +408,12 @@ impl Acc {
                 .zip([r.input_tokens, r.output_tokens, r.reasoning_tokens])
         {
             *sum += t.unwrap_or(0);
+        }
+        if kind == Kind::Rate {
+            if let Some(t) = ts {
+                c.sent = Some(c.sent.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
+            }
+            held += c.queue.opt(r.client_queue_ms) + c.lag.opt(r.client_lag_ms);
         }
         if let Some(t) = ts {
             c.start = Some(c.start.map_or(t, |s| s.min(t)));
@@ -419,6 +478,13 @@ impl Acc {
         held += self.by_api[r.api as usize]
             .get_or_insert_with(|| ShapeAcc::new(sketch))
             .add(r);
+        if let Some(turn) = r.turn {
+            held += self
+                .by_turn
+                .entry(turn)
+                .or_insert_with(|| TurnAcc::new(sketch))
+                .add(r);
+        }
         held += self.cache.add(r, bucket, sketch);
         self.held += held;
         if !self.sketch && self.held > self.budget {
@@ -460,6 +526,9 @@ impl Acc {
             s.values().into_iter().for_each(Values::to_sketch);
         }
         self.cache.values().for_each(Values::to_sketch);
+        for t in self.by_turn.values_mut() {
+            t.ttft.to_sketch();
+        }
     }
 
     /// How many records were read.
@@ -486,17 +555,18 @@ impl Acc {
         let mut cells: Vec<CellIn> = self
             .cells
             .into_iter()
-            .map(|((b, a, lvl, live), acc)| {
-                let (level, label) = if live {
-                    level_of(None, lvl)
-                } else {
-                    level_of(Some(lvl), 0)
+            .map(|((b, a, lvl, kind), acc)| {
+                let (level, label) = match kind {
+                    Kind::Live => level_of(None, lvl),
+                    Kind::Concurrency => level_of(Some(lvl), 0),
+                    Kind::Rate => (lvl, rate_label(lvl as f64 / 1000.0)),
                 };
                 CellIn {
                     bucket: names.name(b).unwrap_or_default(),
                     arm: names.name(a),
                     level,
                     label,
+                    rate: (kind == Kind::Rate).then_some(lvl as f64 / 1000.0),
                     acc,
                 }
             })
@@ -542,6 +612,11 @@ impl Acc {
                 .map(|(b, v)| (b, v.finish()))
                 .collect(),
             prefix_cache: self.cache.finish(|b| names.name(b).unwrap_or_default()),
+            by_turn: self
+                .by_turn
+                .into_iter()
+                .map(|(t, v)| (t.to_string(), v.finish()))
+                .collect(),
             hop: self.hop,
             tap: self.tap,
         }

@@ -41,10 +41,23 @@ fn engine_cells(r: &Report) -> Vec<&Cell> {
         .collect()
 }
 
+/// Where a cell sits: `C=4`, or an open-loop cell's rate, `at 4/s`.
+fn at(c: &Cell) -> String {
+    match c.request_rate {
+        Some(_) => format!("at {}", c.concurrency),
+        None => format!("C={}", c.concurrency),
+    }
+}
+
+/// A concurrency-1 cell (not an open-loop one).
+fn single_user(c: &Cell) -> bool {
+    c.level == 1 && c.request_rate.is_none()
+}
+
 fn one_user(r: &Report) -> String {
     let cs: Vec<&Cell> = engine_cells(r)
         .into_iter()
-        .filter(|c| c.level == 1)
+        .filter(|c| single_user(c))
         .collect();
     if cs.is_empty() {
         return "No cell at concurrency 1 in these records: run bench with --concurrency 1 (or read live traffic at an idle hour).".into();
@@ -72,10 +85,26 @@ fn ceiling(r: &Report) -> String {
         .gateway_hop
         .as_ref()
         .map(|h| format!("[{}]", h.gateway_arm));
+    let shown = |p: &&super::Provision| gw.as_ref().is_none_or(|g| !p.bucket.ends_with(g.as_str()));
+    let rates: Vec<String> = r
+        .provisioning
+        .iter()
+        .filter(shown)
+        .filter(|p| p.axis.is_some())
+        .map(|p| {
+            let c = p.ceiling.get("interactive").cloned().flatten();
+            format!(
+                "{} {}",
+                p.bucket,
+                c.unwrap_or_else(|| "none (not even the lowest rate)".into())
+            )
+        })
+        .collect();
     let parts: Vec<String> = r
         .provisioning
         .iter()
-        .filter(|p| gw.as_ref().is_none_or(|g| !p.bucket.ends_with(g.as_str())))
+        .filter(shown)
+        .filter(|p| p.axis.is_none())
         .map(|p| {
             let c = p
                 .ceiling
@@ -90,14 +119,26 @@ fn ceiling(r: &Report) -> String {
             format!("{} {c}{tpd}", p.bucket)
         })
         .collect();
+    let rates = (!rates.is_empty()).then(|| {
+        format!(
+            "Highest arrival rate (open loop) whose TTFT p95 stays ≤ {:.0} ms at it and every rate below: {}.",
+            r.slos.ttft_interactive_ms,
+            rates.join("; ")
+        )
+    });
     if parts.is_empty() {
-        return "No prompt shape in these records.".into();
+        return rates.unwrap_or_else(|| "No prompt shape in these records.".into());
     }
-    format!(
+    let mut s = format!(
         "Highest concurrency whose TTFT p95 stays ≤ {:.0} ms at it and every level below: {}.",
         r.slos.ttft_interactive_ms,
         parts.join("; ")
-    )
+    );
+    if let Some(rates) = rates {
+        s.push(' ');
+        s.push_str(&rates);
+    }
+    s
 }
 
 fn hurts(r: &Report) -> String {
@@ -108,7 +149,7 @@ fn hurts(r: &Report) -> String {
         .filter_map(|c| {
             let base = cs
                 .iter()
-                .find(|b| b.level == 1 && b.bucket == c.bucket && b.arm == c.arm)?
+                .find(|b| single_user(b) && b.bucket == c.bucket && b.arm == c.arm)?
                 .ttft_ms
                 .p95?;
             Some((c, c.ttft_ms.p95? / base.max(1e-9)))
@@ -117,13 +158,16 @@ fn hurts(r: &Report) -> String {
     let missed: Vec<String> = cs
         .iter()
         .filter(|c| c.slo.get("interactive") == Some(&false))
-        .map(|c| format!("{} C={}", name(c), c.concurrency))
+        .map(|c| format!("{} {}", name(c), at(c)))
         .collect();
     let mut s = match worst {
         Some((c, x)) if x > 1.0 => format!(
-            "{} at C={}: TTFT p95 {:.0} ms, {x:.1}× its single-user figure.",
+            "{} {}: TTFT p95 {:.0} ms, {x:.1}× its single-user figure.",
             name(c),
-            c.concurrency,
+            match c.request_rate {
+                Some(_) => at(c),
+                None => format!("at C={}", c.concurrency),
+            },
             c.ttft_ms.p95.unwrap_or(f64::NAN)
         ),
         _ => "Nowhere measurable: no cell is slower than its shape at C=1.".into(),
@@ -149,9 +193,12 @@ fn failure_mode(r: &Report) -> String {
         .max_by(|a, b| a.error_rate.total_cmp(&b.error_rate));
     match worst {
         Some(w) if w.errors > 0 => format!(
-            "Errors: {errors} of {n} requests failed; the worst cell is {} at C={} with {:.1} % errors.",
+            "Errors: {errors} of {n} requests failed; the worst cell is {} {} with {:.1} % errors.",
             name(w),
-            w.concurrency,
+            match w.request_rate {
+                Some(_) => at(w),
+                None => format!("at C={}", w.concurrency),
+            },
             100.0 * w.error_rate
         ),
         _ if r.provisioning.iter().any(|p| p.failure_mode == "slower") => format!(
@@ -211,6 +258,38 @@ fn gateway(r: &Report) -> String {
     }
 }
 
+/// The write-up's next step 2: what a shared prefix gives back.
+fn prefix_cache(r: &Report) -> String {
+    let Some(c) = r.prefix_cache.as_ref().filter(|c| c.hit.n + c.miss.n > 0) else {
+        return "Not measured in these records: no usage says how many prompt tokens were cached (vLLM reports them with --enable-prompt-tokens-details; bench --shared-prefix N sends a shared system prompt).".into();
+    };
+    let per: Vec<String> = c
+        .by_bucket
+        .iter()
+        .filter_map(|(b, s)| Some(format!("{b} {:.0} ms", s.ttft_saved_ms?)))
+        .collect();
+    let per = if per.is_empty() {
+        String::new()
+    } else {
+        format!(" By prompt shape: {}.", per.join(", "))
+    };
+    let share = c
+        .cached_token_share
+        .map(|s| format!(", {:.0} % of prompt tokens cached", 100.0 * s))
+        .unwrap_or_default();
+    match (c.hit.p50, c.miss.p50, c.ttft_saved_ms) {
+        (Some(h), Some(m), Some(saved)) => format!(
+            "TTFT p50 {h:.0} ms on a cache hit against {m:.0} ms on a miss ({} hits, {} misses{share}): {saved:.0} ms ({:.0} %) given back.{per}",
+            c.hit.n,
+            c.miss.n,
+            if m > 0.0 { 100.0 * saved / m } else { 0.0 }
+        ),
+        (None, Some(m), _) => format!("No request hit the prefix cache ({} misses, TTFT p50 {m:.0} ms): nothing was shared, or caching is off.", c.miss.n),
+        (Some(h), None, _) => format!("Every request hit the prefix cache ({} hits, TTFT p50 {h:.0} ms{share}): no miss to compare with.", c.hit.n),
+        _ => "No served request says its cached tokens.".into(),
+    }
+}
+
 pub fn answers(r: &Report) -> Vec<Answer> {
     vec![
         Answer {
@@ -232,6 +311,10 @@ pub fn answers(r: &Report) -> Vec<Answer> {
         Answer {
             question: "What does the gateway cost, at which concurrency?",
             answer: gateway(r),
+        },
+        Answer {
+            question: "What does the prefix cache give back?",
+            answer: prefix_cache(r),
         },
     ]
 }

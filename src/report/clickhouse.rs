@@ -14,10 +14,10 @@ use http::{header, HeaderName, HeaderValue, Uri};
 use http_body_util::BodyExt;
 use serde_json::{Map, Value};
 
-use super::acc::{CellAcc, CellIn, Read};
+use super::acc::{rate_label, CellAcc, CellIn, Read};
 use super::hop::HopRec;
 use super::row::{level_of, TapRow};
-use super::shapes::{CacheBucket, CacheSplit, ShapeRow};
+use super::shapes::{saved, CacheBucket, CacheSplit, ShapeRow, TurnRow};
 use super::sql::{Params, Query};
 use super::tap::TapRec;
 use super::values::{Method, Values};
@@ -231,6 +231,7 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
     let by_api = shape_rows(take("by_api"));
     let by_bucket = shape_rows(take("by_bucket"));
     let prefix_cache = cache(&take("prefix_cache"));
+    let by_turn = take("by_turn").iter().map(turn).collect();
     let hop = take("hop_rows")
         .iter()
         .map(|r| hop_rec(r, &p.gateway))
@@ -246,6 +247,7 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
         by_api,
         by_bucket,
         prefix_cache,
+        by_turn,
         hop,
         tap,
     })
@@ -374,11 +376,13 @@ fn time(ns: Option<i64>) -> Option<SystemTime> {
 fn cell(r: &Row) -> CellIn {
     let level = int(r, "level").unwrap_or(1).max(0) as u64;
     let live = int(r, "live_") == Some(1);
-    let (level, label) = if live {
-        level_of(None, level)
-    } else {
-        level_of(Some(level), 0)
+    let rate = (int(r, "rate_") == Some(1)).then_some(level as f64 / 1000.0);
+    let (level, label) = match rate {
+        Some(rate) => (level, rate_label(rate)),
+        None if live => level_of(None, level),
+        None => level_of(Some(level), 0),
     };
+    let sent = rate.and_then(|_| Some((time(int(r, "start_ns"))?, time(int(r, "last_sent_ns"))?)));
     let k = |name: &str| Values::Known(known(r, name));
     let split = [
         "proxy_ms",
@@ -393,6 +397,7 @@ fn cell(r: &Row) -> CellIn {
         arm: opt_text(r, "arm"),
         level,
         label,
+        rate,
         acc: CellAcc {
             requests: count(r, "requests"),
             errors: count(r, "errors"),
@@ -411,8 +416,28 @@ fn cell(r: &Row) -> CellIn {
             output: median(r, "output_tokens_p50"),
             split_n: count(r, "split_n"),
             split,
+            sent,
+            queue: k("client_queue"),
+            lag: k("client_lag"),
         },
     }
+}
+
+fn turn(r: &Row) -> (String, TurnRow) {
+    let requests = count(r, "requests");
+    let (known_, hits) = (count(r, "known"), count(r, "hits"));
+    let (cached, prompt) = (count(r, "cached"), count(r, "prompt"));
+    (
+        count(r, "turn").to_string(),
+        TurnRow {
+            requests,
+            error_rate: count(r, "errors") as f64 / requests.max(1) as f64,
+            ttft_ms: known(r, "ttft"),
+            input_tokens_median: float(r, "input_tokens_p50"),
+            cache_hit_rate: (known_ > 0).then(|| hits as f64 / known_ as f64),
+            cached_token_share: (prompt > 0).then(|| cached as f64 / prompt as f64),
+        },
+    )
 }
 
 fn key(r: &Row) -> KeyRow {
@@ -448,21 +473,24 @@ fn shape(r: &Row) -> ShapeRow {
 fn cache(rows: &[Row]) -> Option<CacheSplit> {
     let all = rows.iter().find(|r| text(r, "scope") == "all")?;
     let (cached, prompt) = (count(all, "cached"), count(all, "prompt"));
+    let (hit, miss) = (known(all, "hit"), known(all, "miss"));
     Some(CacheSplit {
-        hit: known(all, "hit"),
-        miss: known(all, "miss"),
+        ttft_saved_ms: saved(&hit, &miss),
+        hit,
+        miss,
         cached_token_share: (prompt > 0).then(|| cached as f64 / prompt as f64),
         by_bucket: rows
             .iter()
             .filter(|r| text(r, "scope") == "bucket")
             .map(|r| {
-                (
-                    text(r, "name"),
+                (text(r, "name"), {
+                    let (hit, miss) = (known(r, "hit"), known(r, "miss"));
                     CacheBucket {
-                        hit: known(r, "hit"),
-                        miss: known(r, "miss"),
-                    },
-                )
+                        ttft_saved_ms: saved(&hit, &miss),
+                        hit,
+                        miss,
+                    }
+                })
             })
             .collect(),
     })

@@ -45,9 +45,13 @@ enum F {
     Concurrency,
     TtftSplit,
     GatewayTap,
+    RequestRate,
+    ClientQueueMs,
+    ClientLagMs,
+    Turn,
 }
 
-const FIELDS: [(&[u8], F); 21] = [
+const FIELDS: [(&[u8], F); 25] = [
     (b"ts", F::Ts),
     (b"route", F::Route),
     (b"experiment", F::Experiment),
@@ -69,6 +73,10 @@ const FIELDS: [(&[u8], F); 21] = [
     (b"concurrency", F::Concurrency),
     (b"ttft_split", F::TtftSplit),
     (b"gateway_tap", F::GatewayTap),
+    (b"request_rate", F::RequestRate),
+    (b"client_queue_ms", F::ClientQueueMs),
+    (b"client_lag_ms", F::ClientLagMs),
+    (b"turn", F::Turn),
 ];
 
 /// A key's first eight bytes (zero-padded), little-endian.
@@ -111,13 +119,13 @@ const fn tail(k: &[u8]) -> u64 {
 const fn slot(head: u64, len: usize) -> usize {
     (head
         .wrapping_add(len as u64)
-        .wrapping_mul(0x4093_6093_7735_2801)
-        >> 59) as usize
+        .wrapping_mul(0x3501_e088_d6a3_4d3f)
+        >> 58) as usize
 }
 
 /// Slot → (head, tail, length, index into [`FIELDS`] + 1); index 0: no field.
-const TABLE: [(u64, u64, usize, u8); 32] = {
-    let mut t = [(0, 0, 0, 0u8); 32];
+const TABLE: [(u64, u64, usize, u8); 64] = {
+    let mut t = [(0, 0, 0, 0u8); 64];
     let mut i = 0;
     while i < FIELDS.len() {
         let k = FIELDS[i].0;
@@ -491,6 +499,10 @@ fn read<'a>(b: &'a [u8], i: usize, f: F, r: &mut Row<'a>) -> Option<usize> {
         F::Concurrency => set!(concurrency, opt_u64(b, i)),
         F::TtftSplit => set!(ttft_split, split(b, i)),
         F::GatewayTap => set!(gateway_tap, nested::<TapRow>(b, i)),
+        F::RequestRate => set!(request_rate, opt_f64(b, i)),
+        F::ClientQueueMs => set!(client_queue_ms, opt_f64(b, i)),
+        F::ClientLagMs => set!(client_lag_ms, opt_f64(b, i)),
+        F::Turn => set!(turn, opt_u64(b, i)),
     })
 }
 
@@ -616,6 +628,10 @@ impl Fast {
             bucket: None,
             gateway_overhead_ms: None,
             concurrency: None,
+            request_rate: None,
+            client_queue_ms: None,
+            client_lag_ms: None,
+            turn: None,
             ttft_split: None,
             gateway_tap: None,
         };
@@ -800,7 +816,7 @@ mod tests {
         })
     }
 
-    const KEYS: [&str; 29] = [
+    const KEYS: [&str; 31] = [
         "outc\\u006fme",
         "ké",
         "k\u{1}",
@@ -825,6 +841,8 @@ mod tests {
         "concurrency",
         "ttft_split",
         "gateway_tap",
+        "request_rate",
+        "turn",
         "method",
         "trace_id",
         "id",

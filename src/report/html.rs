@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::render::{
     api_rows, bucket_rows, cache_rows, cell_name, cell_rows, hop_rows, hop_title, key_rows,
-    level_key, prov_rows, readings, slo_rows, split_rows, tap_rows,
+    level_key, open_loop_rows, prov_rows, readings, slo_rows, split_rows, tap_rows, turn_rows,
 };
 use super::svg::{self, Threshold};
 use super::{Cell, Dist, Report};
@@ -30,19 +30,28 @@ fn html_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
 }
 
 pub fn html(r: &Report) -> String {
-    // x axis: the concurrency levels seen, in order; one series per bucket (and arm).
-    let mut levels: Vec<(u64, String)> = r
-        .cells
-        .iter()
-        .map(|c| (c.level, c.concurrency.clone()))
-        .collect();
-    levels.sort();
-    levels.dedup();
+    // x axis: the concurrency levels seen (or, for open-loop cells, the rates), in order; one
+    // series per bucket (and arm).
+    let axis = |open_loop: bool| {
+        let mut levels: Vec<(u64, String)> = r
+            .cells
+            .iter()
+            .filter(|c| c.request_rate.is_some() == open_loop)
+            .map(|c| (c.level, c.concurrency.clone()))
+            .collect();
+        levels.sort();
+        levels.dedup();
+        levels
+    };
+    let (levels, rates) = (axis(false), axis(true));
     let xs: Vec<String> = levels.iter().map(|l| l.1.clone()).collect();
     let mut names: Vec<String> = r.cells.iter().map(cell_name).collect();
     names.sort();
     names.dedup();
-    let series = |f: &dyn Fn(&Cell) -> Option<f64>| -> Vec<(String, Vec<Option<f64>>)> {
+    let series_on = |levels: &[(u64, String)],
+                     open_loop: bool,
+                     f: &dyn Fn(&Cell) -> Option<f64>|
+     -> Vec<(String, Vec<Option<f64>>)> {
         names
             .iter()
             .map(|nm| {
@@ -51,18 +60,27 @@ pub fn html(r: &Report) -> String {
                     .map(|(_, l)| {
                         r.cells
                             .iter()
-                            .find(|c| &cell_name(c) == nm && &c.concurrency == l)
+                            .find(|c| {
+                                &cell_name(c) == nm
+                                    && &c.concurrency == l
+                                    && c.request_rate.is_some() == open_loop
+                            })
                             .and_then(f)
                     })
                     .collect();
                 (nm.clone(), ys)
             })
+            .filter(|(_, ys): &(String, Vec<Option<f64>>)| ys.iter().any(Option::is_some))
             .collect()
     };
+    let series = |f: &dyn Fn(&Cell) -> Option<f64>| series_on(&levels, false, f);
     let cells_x: Vec<String> = r
         .cells
         .iter()
-        .map(|c| format!("{} C{}", cell_name(c), c.concurrency))
+        .map(|c| match c.request_rate {
+            Some(_) => format!("{} @{}", cell_name(c), c.concurrency),
+            None => format!("{} C{}", cell_name(c), c.concurrency),
+        })
         .collect();
     let pcts = |f: &dyn Fn(&Dist) -> Option<f64>| {
         r.cells.iter().map(|c| f(&c.ttft_ms)).collect::<Vec<_>>()
@@ -118,6 +136,23 @@ pub fn html(r: &Report) -> String {
             &[],
         ),
     ];
+    if levels.is_empty() {
+        // Open-loop cells only: no concurrency axis to draw on.
+        charts.retain(|c| !c.contains("vs concurrency"));
+    }
+    if !rates.is_empty() {
+        let xs: Vec<String> = rates.iter().map(|l| l.1.clone()).collect();
+        charts.insert(
+            usize::from(!levels.is_empty()),
+            svg::lines(
+                "TTFT p95 vs arrival rate (open loop)",
+                "ms",
+                &xs,
+                &series_on(&rates, true, &|c| c.ttft_ms.p95),
+                &ttft_slos,
+            ),
+        );
+    }
     if let Some(c) = hop_chart(r) {
         charts.insert(0, c);
     }
@@ -151,6 +186,10 @@ pub fn html(r: &Report) -> String {
     s.push_str("<h2>Per bucket × concurrency</h2>");
     let (h, rows) = cell_rows(r);
     s += &html_table(&h, &rows);
+    if let Some((h, rows)) = open_loop_rows(r) {
+        s.push_str("<h2>Open-loop cells: offered and achieved arrival rate</h2>");
+        s += &html_table(&h, &rows);
+    }
     s.push_str("<h2>SLO verdicts (p95)</h2>");
     let (h, rows) = slo_rows(r);
     s += &html_table(&h, &rows);
@@ -181,6 +220,10 @@ pub fn html(r: &Report) -> String {
     s += &html_table(&h, &rows);
     if let Some((h, rows)) = cache_rows(r) {
         s.push_str("<h2>TTFT by prefix-cache hit vs miss</h2>");
+        s += &html_table(&h, &rows);
+    }
+    if let Some((h, rows)) = turn_rows(r) {
+        s.push_str("<h2>Per conversation turn</h2>");
         s += &html_table(&h, &rows);
     }
     s.push_str("<h2>Per key</h2>");

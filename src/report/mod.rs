@@ -112,6 +112,18 @@ pub struct Cell {
     pub goodput: f64,
     /// Where TTFT went, as medians over the cell's served requests; null when no record says.
     pub ttft_split: Option<SplitCell>,
+    /// An open-loop cell (`bench --request-rate`): the offered arrival rate, requests a second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_rate: Option<f64>,
+    /// An open-loop cell: the rate the requests were sent at, (n − 1) ÷ first to last send.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub achieved_rate: Option<f64>,
+    /// An open-loop cell: time requests waited for the client's `--max-concurrency`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_queue_ms: Option<Dist>,
+    /// An open-loop cell: how late the client sent requests beyond their schedule and queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_lag_ms: Option<Dist>,
 }
 
 /// Medians of the records' `ttft_split` (each over the records that have that part).
@@ -139,6 +151,10 @@ pub struct Provision {
     pub failure_mode: &'static str,
     /// Aggregate output tokens per day at the interactive ceiling.
     pub tokens_per_day_at_interactive_ceiling: Option<f64>,
+    /// `request_rate` when the levels are open-loop arrival rates (the ceilings and knee are
+    /// then rates, `4/s`); absent for concurrency levels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub axis: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -178,6 +194,9 @@ pub struct Report {
     pub by_bucket: BTreeMap<String, shapes::ShapeRow>,
     /// TTFT by prefix-cache hit vs miss, when usage carries `cached_tokens`.
     pub prefix_cache: Option<shapes::CacheSplit>,
+    /// Per conversation turn (`bench --multi-turn`): where prefix caching pays.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_turn: BTreeMap<String, shapes::TurnRow>,
 }
 
 /// Compute the whole report. `top` keys; `by_arm` splits the key table by experiment arm.
@@ -223,8 +242,9 @@ pub fn finish(acc: Acc, slos: &Slos, top: usize, arms: (&str, &str)) -> Report {
 
 /// The report of figures read (from records, or from ClickHouse's answers).
 fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
-    // C=1 p95 TTFT per (bucket, arm), for the tail reading and the knee.
-    let mut base: BTreeMap<(String, Option<String>), f64> = BTreeMap::new();
+    // C=1 p95 TTFT per (bucket, arm), for the tail reading and the knee; for open-loop cells,
+    // the lowest rate's.
+    let mut base: BTreeMap<Group, f64> = BTreeMap::new();
     let mut cells = Vec::new();
     for cell in read.cells {
         let acc::CellIn {
@@ -232,6 +252,7 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             arm: arm_name,
             level: lvl,
             label,
+            rate,
             acc: mut c,
         } = cell;
         let ttft = std::mem::replace(&mut c.ttft, Values::new(false)).dist();
@@ -240,11 +261,24 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             (Some(s), Some(e)) => e.duration_since(s).map(|d| d.as_secs_f64()).unwrap_or(0.0),
             _ => 0.0,
         };
-        if lvl == 1 {
+        let group = (bucket.clone(), arm_name.clone(), rate.is_some());
+        // Cells come in level order: the lowest rate is the first of its group.
+        if lvl == 1 && rate.is_none() || rate.is_some() && !base.contains_key(&group) {
             if let Some(p) = ttft.p95 {
-                base.insert((bucket.clone(), arm_name.clone()), p);
+                base.insert(group, p);
             }
         }
+        let achieved = c.sent.and_then(|(first, last)| {
+            let span = last.duration_since(first).ok()?.as_secs_f64();
+            (c.requests > 1 && span > 0.0).then(|| (c.requests - 1) as f64 / span)
+        });
+        let (queue, lag) = match rate {
+            Some(_) => (
+                Some(std::mem::replace(&mut c.queue, Values::new(false)).dist()),
+                Some(std::mem::replace(&mut c.lag, Values::new(false)).dist()),
+            ),
+            None => (None, None),
+        };
         let mut slo = BTreeMap::new();
         for (name, kind, thr) in slos.list() {
             let met = match kind {
@@ -275,15 +309,29 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             slo,
             goodput: c.good as f64 / c.requests.max(1) as f64,
             ttft_split,
+            request_rate: rate,
+            achieved_rate: achieved,
+            client_queue_ms: queue,
+            client_lag_ms: lag,
         });
     }
+    // The lowest level of each group (C=1; an open-loop group's lowest rate).
+    let mut lowest: BTreeMap<Group, u64> = BTreeMap::new();
+    for c in &cells {
+        let e = lowest.entry(group_of(c)).or_insert(c.level);
+        *e = (*e).min(c.level);
+    }
     for c in &mut cells {
-        let b = base.get(&(c.bucket.clone(), c.arm.clone())).copied();
+        let b = base.get(&group_of(c)).copied();
+        let above = match c.request_rate {
+            Some(_) => lowest.get(&group_of(c)).is_some_and(|l| c.level > *l),
+            None => c.level > 1,
+        };
         c.tail = match (c.ttft_ms.p50, c.ttft_ms.p99) {
             (Some(p50), Some(p99)) if p50 > 0.0 => {
                 if p99 > 1.5 * p50 {
                     "widening"
-                } else if b.is_some_and(|b| c.level > 1 && p50 > slos.knee_factor * b) {
+                } else if b.is_some_and(|b| above && p50 > slos.knee_factor * b) {
                     "converged-high"
                 } else {
                     "tight"
@@ -315,28 +363,28 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
         by_api: read.by_api,
         by_bucket: read.by_bucket,
         prefix_cache: read.prefix_cache,
+        by_turn: read.by_turn,
     };
     report.answers = answers::answers(&report);
     report
 }
 
-/// Ceilings, knee and failure mode per (bucket, arm), from its cells in level order.
-fn provision(
-    cells: &[Cell],
-    base: &BTreeMap<(String, Option<String>), f64>,
-    slos: &Slos,
-) -> Vec<Provision> {
+/// Cells whose levels are one axis: (bucket, arm, open-loop).
+type Group = (String, Option<String>, bool);
+
+fn group_of(c: &Cell) -> Group {
+    (c.bucket.clone(), c.arm.clone(), c.request_rate.is_some())
+}
+
+/// Ceilings, knee and failure mode per (bucket, arm) and axis (concurrency, or open-loop
+/// rate), from its cells in level order.
+fn provision(cells: &[Cell], base: &BTreeMap<Group, f64>, slos: &Slos) -> Vec<Provision> {
     let mut provisioning = Vec::new();
-    let mut keyset: Vec<(String, Option<String>)> = cells
-        .iter()
-        .map(|c| (c.bucket.clone(), c.arm.clone()))
-        .collect();
+    let mut keyset: Vec<Group> = cells.iter().map(group_of).collect();
     keyset.dedup();
-    for (bucket, arm_name) in keyset {
-        let cs: Vec<&Cell> = cells
-            .iter()
-            .filter(|c| c.bucket == bucket && c.arm == arm_name)
-            .collect();
+    for group in keyset {
+        let cs: Vec<&Cell> = cells.iter().filter(|c| group_of(c) == group).collect();
+        let (bucket, arm_name, open_loop) = group;
         let mut ceiling = BTreeMap::new();
         for (name, _, _) in slos.list() {
             // Highest level such that it and every level below it meet the SLO.
@@ -350,7 +398,9 @@ fn provision(
             }
             ceiling.insert(name, best);
         }
-        let b = base.get(&(bucket.clone(), arm_name.clone())).copied();
+        let b = base
+            .get(&(bucket.clone(), arm_name.clone(), open_loop))
+            .copied();
         let knee = b.and_then(|b| {
             cs.iter()
                 .find(|c| c.ttft_ms.p95.is_some_and(|p| p > slos.knee_factor * b))
@@ -378,6 +428,7 @@ fn provision(
             knee,
             failure_mode,
             tokens_per_day_at_interactive_ceiling: tpd,
+            axis: open_loop.then_some("request_rate"),
         });
     }
     provisioning

@@ -334,6 +334,85 @@ pub(super) fn cache_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Strin
     Some((head, rows))
 }
 
+/// Open-loop cells: offered against achieved rate, the client's queue and lag.
+pub(super) fn open_loop_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    let cs: Vec<&Cell> = r
+        .cells
+        .iter()
+        .filter(|c| c.request_rate.is_some())
+        .collect();
+    if cs.is_empty() {
+        return None;
+    }
+    let head = vec![
+        "bucket",
+        "offered req/s",
+        "achieved req/s",
+        "n",
+        "client queue p50/p99 ms",
+        "client lag p50/p99/max ms",
+    ];
+    let rows = cs
+        .iter()
+        .map(|c| {
+            let q = c.client_queue_ms.as_ref();
+            let l = c.client_lag_ms.as_ref();
+            vec![
+                cell_name(c),
+                n(c.request_rate, 2),
+                n(c.achieved_rate, 2),
+                c.requests.to_string(),
+                format!(
+                    "{}/{}",
+                    n(q.and_then(|d| d.p50), 1),
+                    n(q.and_then(|d| d.p99), 1)
+                ),
+                format!(
+                    "{}/{}/{}",
+                    n(l.and_then(|d| d.p50), 1),
+                    n(l.and_then(|d| d.p99), 1),
+                    n(l.and_then(|d| d.max), 1)
+                ),
+            ]
+        })
+        .collect();
+    Some((head, rows))
+}
+
+/// Per conversation turn (`bench --multi-turn`).
+pub(super) fn turn_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    if r.by_turn.is_empty() {
+        return None;
+    }
+    let head = vec![
+        "turn",
+        "n",
+        "err%",
+        "TTFT p50/95/99 ms",
+        "prompt tok p50",
+        "cache hits",
+        "cached tokens",
+    ];
+    let mut turns: Vec<(&String, &super::shapes::TurnRow)> = r.by_turn.iter().collect();
+    turns.sort_by_key(|(t, _)| t.parse::<u64>().unwrap_or(u64::MAX));
+    let pc = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{:.0}%", 100.0 * v));
+    let rows = turns
+        .iter()
+        .map(|(t, s)| {
+            vec![
+                (*t).clone(),
+                s.requests.to_string(),
+                format!("{:.1}", 100.0 * s.error_rate),
+                dist3(&s.ttft_ms),
+                n(s.input_tokens_median, 0),
+                pc(s.cache_hit_rate),
+                pc(s.cached_token_share),
+            ]
+        })
+        .collect();
+    Some((head, rows))
+}
+
 /// Where TTFT went, per cell (medians), when any record says.
 pub(super) fn split_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
     if r.cells.iter().all(|c| c.ttft_split.is_none()) {
@@ -430,12 +509,16 @@ pub(super) fn readings(r: &Report) -> Vec<String> {
     let mut out = Vec::new();
     for p in &r.provisioning {
         let inter = p.ceiling.get("interactive").cloned().flatten();
+        let (up, c) = match p.axis {
+            Some(_) => ("an arrival rate of ", ""),
+            None => ("C=", "C="),
+        };
         out.push(format!(
-            "{}: interactive (TTFT p95 < {:.0} ms) holds up to C={}; knee {}; at the highest level measured the failure mode is {}.",
+            "{}: interactive (TTFT p95 < {:.0} ms) holds up to {up}{}; knee {}; at the highest level measured the failure mode is {}.",
             p.bucket,
             r.slos.ttft_interactive_ms,
             inter.unwrap_or_else(|| "none".into()),
-            p.knee.clone().map(|k| format!("at C={k}")).unwrap_or_else(|| "not reached".into()),
+            p.knee.clone().map(|k| format!("at {c}{k}")).unwrap_or_else(|| "not reached".into()),
             p.failure_mode
         ));
     }
@@ -468,6 +551,10 @@ pub fn render(r: &Report, f: Format) -> String {
             s.push('\n');
             let (h, rows) = cell_rows(r);
             s += &text_table(&h, &rows);
+            if let Some((h, rows)) = open_loop_rows(r) {
+                s += "\nOpen-loop cells: offered and achieved arrival rate\n";
+                s += &text_table(&h, &rows);
+            }
             s += "\nSLO verdicts at p95\n";
             let (h, rows) = slo_rows(r);
             s += &text_table(&h, &rows);
@@ -498,6 +585,10 @@ pub fn render(r: &Report, f: Format) -> String {
                 s += "\nTTFT by prefix-cache hit vs miss\n";
                 s += &text_table(&h, &rows);
             }
+            if let Some((h, rows)) = turn_rows(r) {
+                s += "\nPer conversation turn\n";
+                s += &text_table(&h, &rows);
+            }
             s += "\nPer key (top by requests)\n";
             let (h, rows) = key_rows(r);
             s += &text_table(&h, &rows);
@@ -517,6 +608,10 @@ pub fn render(r: &Report, f: Format) -> String {
             s += "\n## Per bucket × concurrency\n\n";
             let (h, rows) = cell_rows(r);
             s += &md_table(&h, &rows);
+            if let Some((h, rows)) = open_loop_rows(r) {
+                s += "\n## Open-loop cells: offered and achieved arrival rate\n\n";
+                s += &md_table(&h, &rows);
+            }
             s += "\n## SLO verdicts (p95)\n\n";
             let (h, rows) = slo_rows(r);
             s += &md_table(&h, &rows);
@@ -546,6 +641,10 @@ pub fn render(r: &Report, f: Format) -> String {
             s += &md_table(&h, &rows);
             if let Some((h, rows)) = cache_rows(r) {
                 s += "\n## TTFT by prefix-cache hit vs miss\n\n";
+                s += &md_table(&h, &rows);
+            }
+            if let Some((h, rows)) = turn_rows(r) {
+                s += "\n## Per conversation turn\n\n";
                 s += &md_table(&h, &rows);
             }
             s += "\n## Per key\n\n";

@@ -117,6 +117,14 @@ pub struct Row<'a> {
     #[serde(default)]
     pub concurrency: Option<u64>,
     #[serde(default)]
+    pub request_rate: Option<f64>,
+    #[serde(default)]
+    pub client_queue_ms: Option<f64>,
+    #[serde(default)]
+    pub client_lag_ms: Option<f64>,
+    #[serde(default)]
+    pub turn: Option<u64>,
+    #[serde(default)]
     pub ttft_split: Option<TtftSplit>,
     #[serde(default)]
     pub gateway_tap: Option<TapRow>,
@@ -149,6 +157,10 @@ impl<'a> Row<'a> {
             bucket: r.bucket.as_deref().map(t),
             gateway_overhead_ms: r.gateway_overhead_ms,
             concurrency: r.concurrency,
+            request_rate: r.request_rate,
+            client_queue_ms: r.client_queue_ms,
+            client_lag_ms: r.client_lag_ms,
+            turn: r.turn.map(u64::from),
             ttft_split: r.ttft_split,
             gateway_tap: r.gateway_tap.as_ref().map(tap_row),
         }

@@ -31,6 +31,9 @@ pub struct ShapeRow {
 pub struct CacheSplit {
     pub hit: Dist,
     pub miss: Dist,
+    /// What the cache gave back: median TTFT of misses − median TTFT of hits (ms); null
+    /// without both.
+    pub ttft_saved_ms: Option<f64>,
     /// Cached ÷ all prompt tokens, over the requests that say.
     pub cached_token_share: Option<f64>,
     pub by_bucket: BTreeMap<String, CacheBucket>,
@@ -40,6 +43,81 @@ pub struct CacheSplit {
 pub struct CacheBucket {
     pub hit: Dist,
     pub miss: Dist,
+    pub ttft_saved_ms: Option<f64>,
+}
+
+/// Median of misses − median of hits.
+pub fn saved(hit: &Dist, miss: &Dist) -> Option<f64> {
+    Some(miss.p50? - hit.p50?)
+}
+
+/// One conversation turn's requests (`bench --multi-turn`): where prefix caching pays.
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnRow {
+    pub requests: usize,
+    pub error_rate: f64,
+    pub ttft_ms: Dist,
+    /// Median prompt tokens: the history grows turn by turn.
+    pub input_tokens_median: Option<f64>,
+    /// Share of served requests whose prompt hit the prefix cache, over those whose usage says.
+    pub cache_hit_rate: Option<f64>,
+    /// Cached ÷ prompt tokens, over the requests whose usage says.
+    pub cached_token_share: Option<f64>,
+}
+
+/// One turn being read.
+#[derive(Debug)]
+pub struct TurnAcc {
+    requests: usize,
+    errors: usize,
+    pub ttft: Values,
+    input: Values,
+    known: usize,
+    hits: usize,
+    cached: u64,
+    prompt: u64,
+}
+
+impl TurnAcc {
+    pub fn new(sketch: bool) -> TurnAcc {
+        TurnAcc {
+            requests: 0,
+            errors: 0,
+            ttft: Values::new(sketch),
+            input: Values::new(sketch),
+            known: 0,
+            hits: 0,
+            cached: 0,
+            prompt: 0,
+        }
+    }
+
+    /// Add a client-facing record of this turn; returns the exact values it added.
+    pub fn add(&mut self, r: &Row<'_>) -> usize {
+        self.requests += 1;
+        self.errors += usize::from(r.is_error());
+        if !r.ok() {
+            return 0;
+        }
+        if let Some(c) = r.cached_tokens {
+            self.known += 1;
+            self.hits += usize::from(c > 0);
+            self.cached += c;
+            self.prompt += r.input_tokens.unwrap_or(0);
+        }
+        self.ttft.opt(r.ttft_ms) + self.input.opt(r.input_tokens.map(|v| v as f64))
+    }
+
+    pub fn finish(self) -> TurnRow {
+        TurnRow {
+            requests: self.requests,
+            error_rate: self.errors as f64 / self.requests.max(1) as f64,
+            ttft_ms: self.ttft.dist(),
+            input_tokens_median: self.input.median(),
+            cache_hit_rate: (self.known > 0).then(|| self.hits as f64 / self.known as f64),
+            cached_token_share: (self.prompt > 0).then(|| self.cached as f64 / self.prompt as f64),
+        }
+    }
 }
 
 /// One row being read: what `ShapeRow` needs, record by record.
@@ -181,21 +259,24 @@ impl CacheAcc {
     /// `name` gives a bucket id's name.
     pub fn finish(self, name: impl Fn(u32) -> String) -> Option<CacheSplit> {
         let all = self.all.filter(|_| self.known > 0)?;
+        let (hit, miss) = (all.hit.dist(), all.miss.dist());
         Some(CacheSplit {
-            hit: all.hit.dist(),
-            miss: all.miss.dist(),
+            ttft_saved_ms: saved(&hit, &miss),
+            hit,
+            miss,
             cached_token_share: (self.prompt > 0).then(|| self.cached as f64 / self.prompt as f64),
             by_bucket: self
                 .by_bucket
                 .into_iter()
                 .map(|(b, h)| {
-                    (
-                        name(b),
+                    (name(b), {
+                        let (hit, miss) = (h.hit.dist(), h.miss.dist());
                         CacheBucket {
-                            hit: h.hit.dist(),
-                            miss: h.miss.dist(),
-                        },
-                    )
+                            ttft_saved_ms: saved(&hit, &miss),
+                            hit,
+                            miss,
+                        }
+                    })
                 })
                 .collect(),
         })

@@ -5,7 +5,8 @@
 //!   interpolation (`arraySort(groupArray(…))[ceil(p·n)]`), over the requests served;
 //! - errors are every outcome but `ok` and `client_cancelled`;
 //! - the concurrency level is bench's `concurrency`, else the live in-flight count bucketed
-//!   1, 2, 3-4, 5-8, …;
+//!   1, 2, 3-4, 5-8, …; an open-loop record's (`request_rate`) level is that rate, in
+//!   thousandths of a request a second, in a cell of its own (`rate_` = 1);
 //! - inner sides of a gateway tap are the gateway's own requests: they feed the tap section
 //!   only.
 //!
@@ -38,9 +39,15 @@ const CLIENT: &str = "ifNull(tap_side, '') != 'inner'";
 const OK: &str = "outcome = 'ok'";
 const ERROR: &str = "outcome NOT IN ('ok', 'client_cancelled')";
 const BUCKET: &str = "ifNull(bucket, 'unknown')";
-const LEVEL: &str = "if(isNotNull(concurrency), assumeNotNull(concurrency),
+const LEVEL: &str = "if(isNotNull(request_rate) AND assumeNotNull(request_rate) > 0,
+           toUInt64(round(assumeNotNull(request_rate) * 1000)),
+           if(isNotNull(concurrency), assumeNotNull(concurrency),
            if(greatest(in_flight, 1) <= 2, greatest(in_flight, 1),
-              toUInt64(pow(2, ceil(log2(greatest(in_flight, 1)))))))";
+              toUInt64(pow(2, ceil(log2(greatest(in_flight, 1))))))))";
+/// An open-loop record (the load generator's offered rate): its level is that rate.
+const RATE: &str = "toUInt8(isNotNull(request_rate) AND assumeNotNull(request_rate) > 0)";
+/// Live traffic: neither a load generator's concurrency nor its rate.
+const LIVE: &str = "isNull(concurrency) AND isNull(request_rate)";
 
 /// A string literal.
 fn lit(s: &str) -> String {
@@ -59,6 +66,11 @@ fn sorted(col: &str, alias: &str) -> String {
 
 fn at(x: &str, q: &str) -> String {
     format!("if(length({x}) = 0, NULL, {x}[toUInt64(greatest(1, ceil({q} * length({x}))))])")
+}
+
+/// The sorted values of a nullable column over every record that has one (served or not).
+fn sorted_all(col: &str, alias: &str) -> String {
+    format!("arraySort(groupArrayIf(assumeNotNull({col}), isNotNull({col}))) AS {alias}")
 }
 
 /// n, p50, p95, p99 and max of a sorted array, as `{name}_n` … `{name}_max`.
@@ -87,7 +99,7 @@ fn totals(t: &str) -> String {
     format!(
         "SELECT
     count() AS records,
-    countIf({CLIENT} AND isNull(concurrency)) AS live
+    countIf({CLIENT} AND {LIVE}) AS live
 FROM {t}"
     )
 }
@@ -107,13 +119,16 @@ fn cells(p: &Params) -> String {
         .collect();
     format!(
         "SELECT
-    bucket_, arm, level, live_, requests, errors, good, start_ns, end_ns, out_tokens,
+    bucket_, arm, level, live_, rate_, requests, errors, good, start_ns, end_ns, last_sent_ns,
+    out_tokens,
     {ttft},
     {tpot},
     {e2e},
     {tps},
     {input},
     {output},
+    {queue},
+    {lag},
     split_n,
     {split_cols}
 FROM
@@ -122,7 +137,8 @@ FROM
         {BUCKET} AS bucket_,
         experiment_arm AS arm,
         {LEVEL} AS level,
-        toUInt8(isNull(concurrency) AND level > 2) AS live_,
+        toUInt8({LIVE} AND level > 2) AS live_,
+        {RATE} AS rate_,
         count() AS requests,
         countIf({ERROR}) AS errors,
         countIf({OK}
@@ -130,6 +146,7 @@ FROM
             AND (isNull(tpot_ms) OR assumeNotNull(tpot_ms) <= 0 OR 1000 / assumeNotNull(tpot_ms) >= {gs})) AS good,
         min(ts_us) * 1000 AS start_ns,
         max(ts_us * 1000 + toInt64(greatest(e2e_ms, 0) * 1000000)) AS end_ns,
+        max(ts_us) * 1000 AS last_sent_ns,
         sumIf(ifNull(output_tokens, 0), {OK}) AS out_tokens,
         {s_ttft},
         {s_tpot},
@@ -137,19 +154,25 @@ FROM
         arraySort(groupArrayIf(1000 / assumeNotNull(tpot_ms), {OK} AND isNotNull(tpot_ms) AND assumeNotNull(tpot_ms) > 0)) AS tps,
         arraySort(groupArrayIf(toFloat64(assumeNotNull(input_tokens)), {OK} AND isNotNull(input_tokens))) AS input,
         arraySort(groupArrayIf(toFloat64(assumeNotNull(output_tokens)), {OK} AND isNotNull(output_tokens))) AS output,
+        {s_queue},
+        {s_lag},
         countIf({OK} AND ({any_split})) AS split_n,
         {split_arrays}
     FROM {t}
     WHERE {CLIENT}
-    GROUP BY bucket_, arm, level, live_
+    GROUP BY bucket_, arm, level, live_, rate_
 )
-ORDER BY bucket_, arm, level, live_",
+ORDER BY bucket_, arm, rate_, level, live_",
         ttft = dist("ttft", "ttft"),
         tpot = dist("tpot", "tpot"),
         e2e = dist("e2e", "e2e"),
         tps = dist("tps", "tok_s"),
         input = median("input", "input_tokens_p50"),
         output = median("output", "output_tokens_p50"),
+        queue = dist("queue", "client_queue"),
+        lag = dist("lag", "client_lag"),
+        s_queue = sorted_all("client_queue_ms", "queue"),
+        s_lag = sorted_all("client_lag_ms", "lag"),
         split_cols = split_cols.join(",\n    "),
         gt = num(p.goodput_ttft_ms),
         gs = num(p.goodput_tok_s),
@@ -250,9 +273,39 @@ FROM
 (
     SELECT arraySort(groupArray(toFloat64(in_flight))) AS v
     FROM {t}
-    WHERE {CLIENT} AND isNull(concurrency)
+    WHERE {CLIENT} AND {LIVE}
 )",
         d = dist("v", "in_flight")
+    )
+}
+
+/// Per conversation turn (`bench --multi-turn` records).
+fn by_turn(t: &str) -> String {
+    format!(
+        "SELECT
+    turn, requests, errors, known, hits, cached, prompt,
+    {ttft},
+    {input}
+FROM
+(
+    SELECT
+        assumeNotNull(turn) AS turn,
+        count() AS requests,
+        countIf({ERROR}) AS errors,
+        countIf({OK} AND isNotNull(cached_tokens)) AS known,
+        countIf({OK} AND ifNull(cached_tokens, 0) > 0) AS hits,
+        sumIf(ifNull(cached_tokens, 0), {OK}) AS cached,
+        sumIf(ifNull(input_tokens, 0), {OK} AND isNotNull(cached_tokens)) AS prompt,
+        {s_ttft},
+        arraySort(groupArrayIf(toFloat64(assumeNotNull(input_tokens)), {OK} AND isNotNull(input_tokens))) AS input
+    FROM {t}
+    WHERE {CLIENT} AND isNotNull(turn)
+    GROUP BY turn
+)
+ORDER BY turn",
+        ttft = dist("ttft", "ttft"),
+        input = median("input", "input_tokens_p50"),
+        s_ttft = sorted("ttft_ms", "ttft"),
     )
 }
 
@@ -405,13 +458,14 @@ pub fn queries(p: &Params) -> Vec<Query> {
         sql,
     };
     vec![
-        q("totals", "records read, and how many of them are live traffic (no bench `concurrency`)", true, totals(t)),
-        q("cells", "cells[]: per bucket × arm × concurrency level (`live_`: a live in-flight range rather than a bench level): counts, goodput (the report's goodput SLO pair), wall time, percentiles, medians of tokens and of the TTFT split", true, cells(p)),
+        q("totals", "records read, and how many of them are live traffic (no bench `concurrency` or `request_rate`)", true, totals(t)),
+        q("cells", "cells[]: per bucket × arm × concurrency level (`live_`: a live in-flight range rather than a bench level; `rate_`: an open-loop cell, its level the offered rate in thousandths of a request a second): counts, goodput (the report's goodput SLO pair), wall time, percentiles, medians of tokens and of the TTFT split, client queue and lag times", true, cells(p)),
         q("keys", "keys[]: per API key (by arm with --by-arm), the top ones by requests, then by key", true, keys(p)),
         q("by_api", "by_api: per API shape", true, shapes(t, "if(api = '', 'other', api)")),
         q("by_bucket", "by_bucket: per prompt-shape bucket, pooled over levels and arms", true, shapes(t, BUCKET)),
         q("in_flight", "in_flight: the live in-flight counts", true, in_flight(t)),
         q("prefix_cache", "prefix_cache: TTFT by prefix-cache hit (cached_tokens > 0) and miss, overall ('all') and per bucket", true, prefix_cache(t)),
+        q("by_turn", "by_turn: per conversation turn (bench --multi-turn): TTFT, prompt tokens, prefix-cache hits", true, by_turn(t)),
         q("hop_rows", "the served requests of the two experiment arms: the gateway-hop section pairs them and bootstraps its intervals", true, hop_rows(p)),
         q("tap_rows", "the gateway tap's records: the tap section joins them", true, tap_rows(t)),
         q("gateway_hop", "gateway_hop: the paired differences gateway − direct (same pair_id, both served), overall, per bucket and per level of the gateway copy, without the report's bootstrap intervals", false, gateway_hop(p)),

@@ -165,6 +165,11 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
         engine_decode_ms: None,
         gateway_overhead_ms: None,
         concurrency: None,
+        request_rate: None,
+        scheduled_ms: None,
+        client_queue_ms: None,
+        client_lag_ms: None,
+        turn: None,
         upstream_sent_ms: Some(r.unit() * 0.4),
         ttft_split: ok.then_some(TtftSplit {
             proxy_ms: Some(0.3),
