@@ -6,15 +6,16 @@
 -- `ok` and `client_cancelled`. Inner sides of a gateway tap feed only the tap section.
 -- Only SQL that ClickHouse 18.16 and today's ClickHouse both accept.
 
--- totals: records read, and how many of them are live traffic (no bench `concurrency`)
+-- totals: records read, and how many of them are live traffic (no bench `concurrency` or `request_rate`)
 SELECT
     count() AS records,
-    countIf(ifNull(tap_side, '') != 'inner' AND isNull(concurrency)) AS live
+    countIf(ifNull(tap_side, '') != 'inner' AND isNull(concurrency) AND isNull(request_rate)) AS live
 FROM default.requests;
 
--- cells: cells[]: per bucket × arm × concurrency level (`live_`: a live in-flight range rather than a bench level): counts, goodput (the report's goodput SLO pair), wall time, percentiles, medians of tokens and of the TTFT split
+-- cells: cells[]: per bucket × arm × concurrency level (`live_`: a live in-flight range rather than a bench level; `rate_`: an open-loop cell, its level the offered rate in thousandths of a request a second): counts, goodput (the report's goodput SLO pair), wall time, percentiles, medians of tokens and of the TTFT split, client queue and lag times
 SELECT
-    bucket_, arm, level, live_, requests, errors, good, start_ns, end_ns, out_tokens,
+    bucket_, arm, level, live_, rate_, requests, errors, good, start_ns, end_ns, last_sent_ns,
+    out_tokens,
     length(ttft) AS ttft_n,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
@@ -37,6 +38,16 @@ SELECT
     if(length(tps) = 0, NULL, tps[length(tps)]) AS tok_s_max,
     if(length(input) = 0, NULL, input[toUInt64(greatest(1, ceil(0.5 * length(input))))]) AS input_tokens_p50,
     if(length(output) = 0, NULL, output[toUInt64(greatest(1, ceil(0.5 * length(output))))]) AS output_tokens_p50,
+    length(queue) AS client_queue_n,
+    if(length(queue) = 0, NULL, queue[toUInt64(greatest(1, ceil(0.5 * length(queue))))]) AS client_queue_p50,
+    if(length(queue) = 0, NULL, queue[toUInt64(greatest(1, ceil(0.95 * length(queue))))]) AS client_queue_p95,
+    if(length(queue) = 0, NULL, queue[toUInt64(greatest(1, ceil(0.99 * length(queue))))]) AS client_queue_p99,
+    if(length(queue) = 0, NULL, queue[length(queue)]) AS client_queue_max,
+    length(lag) AS client_lag_n,
+    if(length(lag) = 0, NULL, lag[toUInt64(greatest(1, ceil(0.5 * length(lag))))]) AS client_lag_p50,
+    if(length(lag) = 0, NULL, lag[toUInt64(greatest(1, ceil(0.95 * length(lag))))]) AS client_lag_p95,
+    if(length(lag) = 0, NULL, lag[toUInt64(greatest(1, ceil(0.99 * length(lag))))]) AS client_lag_p99,
+    if(length(lag) = 0, NULL, lag[length(lag)]) AS client_lag_max,
     split_n,
     if(length(split_proxy_ms) = 0, NULL, split_proxy_ms[toUInt64(greatest(1, ceil(0.5 * length(split_proxy_ms))))]) AS split_proxy_ms_p50,
     if(length(split_upstream_headers_ms) = 0, NULL, split_upstream_headers_ms[toUInt64(greatest(1, ceil(0.5 * length(split_upstream_headers_ms))))]) AS split_upstream_headers_ms_p50,
@@ -48,10 +59,13 @@ FROM
     SELECT
         ifNull(bucket, 'unknown') AS bucket_,
         experiment_arm AS arm,
-        if(isNotNull(concurrency), assumeNotNull(concurrency),
+        if(isNotNull(request_rate) AND assumeNotNull(request_rate) > 0,
+           toUInt64(round(assumeNotNull(request_rate) * 1000)),
+           if(isNotNull(concurrency), assumeNotNull(concurrency),
            if(greatest(in_flight, 1) <= 2, greatest(in_flight, 1),
-              toUInt64(pow(2, ceil(log2(greatest(in_flight, 1))))))) AS level,
-        toUInt8(isNull(concurrency) AND level > 2) AS live_,
+              toUInt64(pow(2, ceil(log2(greatest(in_flight, 1)))))))) AS level,
+        toUInt8(isNull(concurrency) AND isNull(request_rate) AND level > 2) AS live_,
+        toUInt8(isNotNull(request_rate) AND assumeNotNull(request_rate) > 0) AS rate_,
         count() AS requests,
         countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
         countIf(outcome = 'ok'
@@ -59,6 +73,7 @@ FROM
             AND (isNull(tpot_ms) OR assumeNotNull(tpot_ms) <= 0 OR 1000 / assumeNotNull(tpot_ms) >= 6.0)) AS good,
         min(ts_us) * 1000 AS start_ns,
         max(ts_us * 1000 + toInt64(greatest(e2e_ms, 0) * 1000000)) AS end_ns,
+        max(ts_us) * 1000 AS last_sent_ns,
         sumIf(ifNull(output_tokens, 0), outcome = 'ok') AS out_tokens,
         arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
         arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
@@ -66,6 +81,8 @@ FROM
         arraySort(groupArrayIf(1000 / assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms) AND assumeNotNull(tpot_ms) > 0)) AS tps,
         arraySort(groupArrayIf(toFloat64(assumeNotNull(input_tokens)), outcome = 'ok' AND isNotNull(input_tokens))) AS input,
         arraySort(groupArrayIf(toFloat64(assumeNotNull(output_tokens)), outcome = 'ok' AND isNotNull(output_tokens))) AS output,
+        arraySort(groupArrayIf(assumeNotNull(client_queue_ms), isNotNull(client_queue_ms))) AS queue,
+        arraySort(groupArrayIf(assumeNotNull(client_lag_ms), isNotNull(client_lag_ms))) AS lag,
         countIf(outcome = 'ok' AND (isNotNull(ttft_split_proxy_ms) OR isNotNull(ttft_split_upstream_headers_ms) OR isNotNull(ttft_split_engine_queue_ms) OR isNotNull(ttft_split_engine_prefill_ms) OR isNotNull(ttft_split_outside_engine_ms))) AS split_n,
         arraySort(groupArrayIf(assumeNotNull(ttft_split_proxy_ms), outcome = 'ok' AND isNotNull(ttft_split_proxy_ms))) AS split_proxy_ms,
         arraySort(groupArrayIf(assumeNotNull(ttft_split_upstream_headers_ms), outcome = 'ok' AND isNotNull(ttft_split_upstream_headers_ms))) AS split_upstream_headers_ms,
@@ -74,9 +91,9 @@ FROM
         arraySort(groupArrayIf(assumeNotNull(ttft_split_outside_engine_ms), outcome = 'ok' AND isNotNull(ttft_split_outside_engine_ms))) AS split_outside_engine_ms
     FROM default.requests
     WHERE ifNull(tap_side, '') != 'inner'
-    GROUP BY bucket_, arm, level, live_
+    GROUP BY bucket_, arm, level, live_, rate_
 )
-ORDER BY bucket_, arm, level, live_;
+ORDER BY bucket_, arm, rate_, level, live_;
 
 -- keys: keys[]: per API key (by arm with --by-arm), the top ones by requests, then by key
 SELECT
@@ -209,7 +226,7 @@ FROM
 (
     SELECT arraySort(groupArray(toFloat64(in_flight))) AS v
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner' AND isNull(concurrency)
+    WHERE ifNull(tap_side, '') != 'inner' AND isNull(concurrency) AND isNull(request_rate)
 );
 
 -- prefix_cache: prefix_cache: TTFT by prefix-cache hit (cached_tokens > 0) and miss, overall ('all') and per bucket
@@ -248,6 +265,33 @@ FROM
     GROUP BY scope, name
 )
 ORDER BY scope, name;
+
+-- by_turn: by_turn: per conversation turn (bench --multi-turn): TTFT, prompt tokens, prefix-cache hits
+SELECT
+    turn, requests, errors, known, hits, cached, prompt,
+    length(ttft) AS ttft_n,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
+    if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.99 * length(ttft))))]) AS ttft_p99,
+    if(length(ttft) = 0, NULL, ttft[length(ttft)]) AS ttft_max,
+    if(length(input) = 0, NULL, input[toUInt64(greatest(1, ceil(0.5 * length(input))))]) AS input_tokens_p50
+FROM
+(
+    SELECT
+        assumeNotNull(turn) AS turn,
+        count() AS requests,
+        countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
+        countIf(outcome = 'ok' AND isNotNull(cached_tokens)) AS known,
+        countIf(outcome = 'ok' AND ifNull(cached_tokens, 0) > 0) AS hits,
+        sumIf(ifNull(cached_tokens, 0), outcome = 'ok') AS cached,
+        sumIf(ifNull(input_tokens, 0), outcome = 'ok' AND isNotNull(cached_tokens)) AS prompt,
+        arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
+        arraySort(groupArrayIf(toFloat64(assumeNotNull(input_tokens)), outcome = 'ok' AND isNotNull(input_tokens))) AS input
+    FROM default.requests
+    WHERE ifNull(tap_side, '') != 'inner' AND isNotNull(turn)
+    GROUP BY turn
+)
+ORDER BY turn;
 
 -- hop_rows: the served requests of the two experiment arms: the gateway-hop section pairs them and bootstraps its intervals
 SELECT
