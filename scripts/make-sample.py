@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes data/sharegpt-sample.json: a small ShareGPT-format prompt set written for tokentap
 (no downloaded data). Deterministic: re-running gives the same file. 20 long, 20 moderate and 20
-short first human turns, so every prompt-shape bucket of `tokentap bench` has prompts."""
+short first human turns, so every prompt-shape bucket of `tokentap bench` has prompts. Also
+writes data/sharegpt-conversations.json: 24 conversations of 3 to 6 answered human turns, for
+`tokentap bench --multi-turn`."""
 import json, random, os
 
 random.seed(42)
@@ -53,3 +55,34 @@ with open(path, "w") as f:
     json.dump(entries, f, indent=1)
     f.write("\n")
 print(f"wrote {len(entries)} conversations to {os.path.normpath(path)}")
+
+# data/sharegpt-conversations.json: conversations for `tokentap bench --multi-turn` (3 to 6
+# human turns each, every one answered). A generator of its own, so the file above is unchanged.
+crng = random.Random(7)
+follow_ups = ["Which of these would you fix first, and why?", "Shorten that to three sentences.",
+              "What would you measure to know it worked?", "Write the first step as a checklist.",
+              "What would a sceptical reviewer say?", "Turn that into a message for the on-call channel.",
+              "Which number in the notes worries you most?", "Now explain it to a product manager.",
+              "What should we stop doing?", "Give me a title for this."]
+
+def cnotes(target_chars):
+    out = []
+    while sum(len(s) + 1 for s in out) < target_chars:
+        out.append(crng.choice(facts).format(n=crng.randint(2, 900), m=crng.randint(2, 900)))
+    return " ".join(out)
+
+conversations = []
+for i in range(24):
+    t = crng.choice(topics)
+    first = f"{crng.choice(asks)} The notes are about {t}.\n\n" + cnotes(crng.randint(600, 2400))
+    turns = [{"from": "human", "value": first}]
+    for k in range(crng.randint(3, 6)):
+        if k:
+            turns.append({"from": "human", "value": crng.choice(follow_ups)})
+        turns.append({"from": "gpt", "value": "Here is my answer: " + cnotes(crng.randint(300, 1200))})
+    conversations.append({"id": f"tokentap-conversation-{i:02d}", "conversations": turns})
+cpath = os.path.join(os.path.dirname(__file__), "..", "data", "sharegpt-conversations.json")
+with open(cpath, "w") as f:
+    json.dump(conversations, f, indent=1)
+    f.write("\n")
+print(f"wrote {len(conversations)} conversations to {os.path.normpath(cpath)}")

@@ -38,11 +38,12 @@ enum Command {
     ///
     /// Try: tokentap sim --listen 127.0.0.1:8000 --gateway-hop 100±10 --hop-listen 127.0.0.1:4000
     Sim(tokentap::sim::Args),
-    /// Closed-loop load generator: prompt-shape buckets × a concurrency sweep, seeded, with
-    /// warm-up; writes requests.jsonl, run.json and a summary.
+    /// Load generator: prompt-shape buckets × a concurrency sweep (closed loop) or arrival rates
+    /// (open loop), a saturation search, replay of recorded traffic, shared prefixes,
+    /// conversations; seeded, with warm-up; writes requests.jsonl, run.json and a summary.
     ///
     /// Try: tokentap bench --target http://127.0.0.1:8080 --out bench-out --concurrency 1,2,4,8
-    Bench(tokentap::bench::Args),
+    Bench(Box<tokentap::bench::Args>),
     /// Request records (bench folders, proxy logs, rotated files, several replicas) → tables,
     /// SLO verdicts, provisioning answers, per-key accounting, charts.
     ///
@@ -72,7 +73,7 @@ fn main() -> ExitCode {
         },
         Command::Demo(a) => tokentap::demo::cli(a),
         Command::Sim(a) => tokentap::sim::cli(a),
-        Command::Bench(a) => tokentap::bench::cli(a),
+        Command::Bench(a) => tokentap::bench::cli(*a),
         Command::Report(a) => tokentap::report::cli(a),
         Command::Fingerprint => tokentap::cli::fingerprint(),
         Command::Health(a) => tokentap::cli::health(&a),

@@ -15,7 +15,7 @@ FROM default.requests;
 -- cells: cells[]: per bucket × arm × concurrency level (`live_`: a live in-flight range rather than a bench level; `rate_`: an open-loop cell, its level the offered rate in thousandths of a request a second): counts, goodput (the report's goodput SLO pair), wall time, percentiles, medians of tokens and of the TTFT split, client queue and lag times
 SELECT
     bucket_, arm, level, live_, rate_, requests, errors, good, start_ns, end_ns, last_sent_ns,
-    out_tokens,
+    scheduled_n, scheduled_min, scheduled_max, out_tokens,
     length(ttft) AS ttft_n,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
@@ -74,6 +74,9 @@ FROM
         min(ts_us) * 1000 AS start_ns,
         max(ts_us * 1000 + toInt64(greatest(e2e_ms, 0) * 1000000)) AS end_ns,
         max(ts_us) * 1000 AS last_sent_ns,
+        countIf(isNotNull(scheduled_ms)) AS scheduled_n,
+        minIf(assumeNotNull(scheduled_ms), isNotNull(scheduled_ms)) AS scheduled_min,
+        maxIf(assumeNotNull(scheduled_ms), isNotNull(scheduled_ms)) AS scheduled_max,
         sumIf(ifNull(output_tokens, 0), outcome = 'ok') AS out_tokens,
         arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
         arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,

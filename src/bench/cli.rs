@@ -64,6 +64,63 @@ pub struct Args {
     /// The two arm (route) names for --route-header.
     #[arg(long, value_delimiter = ',', default_value = "direct,gateway")]
     pub arms: Vec<String>,
+    /// Only these buckets (long-short, balanced, short-long).
+    #[arg(long, value_delimiter = ',')]
+    pub buckets: Vec<String>,
+    /// Open loop: requests arrive at these rates (requests a second), one cell each, instead of
+    /// the concurrency sweep; they start on schedule whether or not earlier ones finished.
+    #[arg(long, value_delimiter = ',')]
+    pub request_rate: Vec<f64>,
+    /// The open loop's arrival process.
+    #[arg(long, value_enum, default_value = "poisson")]
+    pub arrival: super::Process,
+    /// With --arrival gamma: its shape K (gaps' coefficient of variation 1/√K; K < 1 is
+    /// burstier than Poisson, K = 1 is Poisson).
+    #[arg(long)]
+    pub burstiness: Option<f64>,
+    /// The open loop's cap on requests in flight; a request that finds it full waits, and the
+    /// wait is recorded as client queue time (client_queue_ms), not TTFT.
+    #[arg(long)]
+    pub max_concurrency: Option<usize>,
+    /// Saturation search: step the level up (concurrency, or the rate with --request-rate)
+    /// until this breaks, then refine: slo:NAME (slo:interactive, …), errors, ttft_p95_ms:N.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// The search's highest level (default 256 in flight, or 1000 req/s).
+    #[arg(long)]
+    pub max_level: Option<f64>,
+    /// The search's or replay's time bound (e.g. 30m).
+    #[arg(long, default_value = "30m")]
+    pub max_time: humantime::Duration,
+    /// SLO thresholds for --until slo:NAME (the report's --slo file).
+    #[arg(long)]
+    pub slo: Option<PathBuf>,
+    /// Replay recorded traffic: tokentap logs (files or folders, .gz too) or a Mooncake trace.
+    #[arg(long, num_args = 1..)]
+    pub replay: Vec<PathBuf>,
+    /// Replay time scale: 2 sends the same traffic twice as fast.
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Replay only this slice: FROM..TO, each an offset from the first request (10m) or an RFC
+    /// 3339 time; either may be left out.
+    #[arg(long)]
+    pub window: Option<String>,
+    /// A shared system prompt of this many tokens on every request of a bucket.
+    #[arg(long, default_value_t = 0)]
+    pub shared_prefix: u64,
+    /// Distinct shared prefixes per bucket (requests take them in turn).
+    #[arg(long, default_value_t = 1)]
+    pub prefix_groups: usize,
+    /// Send ShareGPT conversations turn by turn, each request with the history so far (default
+    /// dataset: the bundled conversations); --concurrency is conversations in flight.
+    #[arg(long)]
+    pub multi_turn: bool,
+    /// Mean think time between turns (exponential, seeded; 0 for none).
+    #[arg(long, default_value = "1s")]
+    pub think_time: humantime::Duration,
+    /// At most this many turns of a conversation.
+    #[arg(long, default_value_t = 8)]
+    pub max_turns: usize,
 }
 
 /// Run the sweep the arguments describe.
@@ -74,6 +131,36 @@ pub fn cli(a: Args) -> Exit {
             return Exit::Usage(
                 "--outputs takes three numbers: long-short,balanced,short-long".into(),
             )
+        }
+    };
+    let slos = match &a.slo {
+        Some(p) => match crate::report::Slos::load(p) {
+            Ok(s) => s,
+            Err(e) => return Exit::Usage(e.to_string()),
+        },
+        None => crate::report::Slos::default(),
+    };
+    let until = match a.until.as_deref().map(|u| super::Until::parse(u, &slos)) {
+        Some(Err(e)) => return Exit::Usage(e),
+        Some(Ok(u)) => Some(u),
+        None => None,
+    };
+    let window = match a.window.as_deref().map(super::replay::Window::parse) {
+        Some(Err(e)) => return Exit::Usage(e),
+        Some(Ok(w)) => Some(w),
+        None => None,
+    };
+    let burstiness = match (a.arrival, a.burstiness) {
+        (super::Process::Gamma, b) => b.unwrap_or(1.0),
+        (_, None) => 1.0,
+        (p, Some(_)) => {
+            return Exit::Usage(format!(
+                "--burstiness is the gamma shape: it goes with --arrival gamma, not {}",
+                match p {
+                    super::Process::Constant => "constant",
+                    _ => "poisson (which is gamma with K = 1)",
+                }
+            ))
         }
     };
     let cfg = BenchConfig {
@@ -103,6 +190,26 @@ pub fn cli(a: Args) -> Exit {
         },
         route_header: a.route_header,
         api: a.api.into(),
+        buckets: a.buckets,
+        request_rates: a.request_rate,
+        arrivals: super::Arrivals {
+            process: a.arrival,
+            burstiness,
+            seed: a.seed,
+        },
+        max_concurrency: a.max_concurrency,
+        until,
+        max_level: a.max_level,
+        max_time: a.max_time.into(),
+        slos,
+        replay: a.replay,
+        speed: a.speed,
+        window,
+        shared_prefix: a.shared_prefix,
+        prefix_groups: a.prefix_groups,
+        multi_turn: a.multi_turn,
+        think_time: a.think_time.into(),
+        max_turns: a.max_turns,
         ..Default::default()
     };
     if cfg.route_header.is_some() && cfg.arms.len() != 2 {
@@ -122,6 +229,7 @@ pub fn cli(a: Args) -> Exit {
         });
         match super::run(&cfg, stop).await {
             Ok(_) => Exit::Ok,
+            Err(super::BenchError::Usage(e)) => Exit::Usage(format!("bench: {e}")),
             Err(e) => Exit::Failed(format!("bench: {e}")),
         }
     })

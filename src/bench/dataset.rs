@@ -151,6 +151,124 @@ pub fn load(path: Option<&Path>) -> Result<(Vec<Prompt>, String), DatasetError> 
     }
 }
 
+/// The bundled conversations for `--multi-turn`: written for tokentap (no downloaded data),
+/// ShareGPT-shaped, 3 to 6 human turns each.
+pub const CONVERSATIONS: &str = include_str!("../../data/sharegpt-conversations.json");
+
+/// A conversation: its id and its turns, each a human message and the reply the dataset has
+/// for it (none after the last, when the dataset ends on a human turn).
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    pub id: String,
+    pub turns: Vec<(String, Option<String>)>,
+}
+
+/// Parse a ShareGPT file into conversations: human turns paired with the reply that follows
+/// (system turns and replies before the first human turn are left out). A malformed entry is
+/// an error naming it; an entry without a human turn is skipped.
+pub fn parse_conversations(text: &str, file: &str) -> Result<Vec<Conversation>, DatasetError> {
+    let entries: Vec<serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| DatasetError::File {
+            file: file.into(),
+            message: format!("not a JSON array of conversations: {e}"),
+        })?;
+    let mut out = Vec::new();
+    for (index, raw) in entries.into_iter().enumerate() {
+        let id_hint = raw
+            .get("id")
+            .map(|v| v.to_string().trim_matches('"').to_owned())
+            .unwrap_or_default();
+        let bad = |message: String| DatasetError::Entry {
+            file: file.into(),
+            index,
+            id: id_hint.clone(),
+            message,
+        };
+        let e: Entry = serde_json::from_value(raw).map_err(|e| bad(e.to_string()))?;
+        let turns = e
+            .conversations
+            .ok_or_else(|| bad("missing \"conversations\"".into()))?;
+        let mut pairs: Vec<(String, Option<String>)> = Vec::new();
+        for (t, turn) in turns.iter().enumerate() {
+            let from = turn
+                .from
+                .as_deref()
+                .ok_or_else(|| bad(format!("conversations[{t}] has no \"from\"")))?;
+            let value = turn
+                .value
+                .clone()
+                .ok_or_else(|| bad(format!("conversations[{t}] has no \"value\"")))?;
+            match from {
+                "human" | "user" if !value.trim().is_empty() => pairs.push((value, None)),
+                "gpt" | "assistant" | "chatgpt" | "bard" | "bing" => {
+                    if let Some(last) = pairs.last_mut().filter(|p| p.1.is_none()) {
+                        last.1 = Some(value);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if pairs.is_empty() {
+            continue;
+        }
+        out.push(Conversation {
+            id: match e.id {
+                Some(serde_json::Value::String(s)) => s,
+                Some(v) => v.to_string(),
+                None => format!("#{index}"),
+            },
+            turns: pairs,
+        });
+    }
+    Ok(out)
+}
+
+/// The conversations of `--dataset`, or the bundled ones.
+pub fn load_conversations(
+    path: Option<&Path>,
+) -> Result<(Vec<Conversation>, String), DatasetError> {
+    match path {
+        None => Ok((
+            parse_conversations(CONVERSATIONS, "bundled conversations")?,
+            "bundled conversations (data/sharegpt-conversations.json)".into(),
+        )),
+        Some(p) => {
+            let file = p.display().to_string();
+            let text = std::fs::read_to_string(p).map_err(|e| DatasetError::File {
+                file: file.clone(),
+                message: e.to_string(),
+            })?;
+            Ok((parse_conversations(&text, &file)?, file))
+        }
+    }
+}
+
+/// The conversations shuffled with `seed`, the first `n` kept (those with two turns or more
+/// first: they are what `--multi-turn` is for).
+pub fn choose_conversations(mut all: Vec<Conversation>, seed: u64, n: usize) -> Vec<Conversation> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    rng.shuffle(&mut all);
+    all.sort_by_key(|c| c.turns.len() < 2);
+    all.truncate(n.max(1));
+    all
+}
+
+/// SHA-256 over the chosen conversations, in order: each id and every turn's text.
+pub fn conversations_sha256(convs: &[Conversation]) -> String {
+    let mut h = Sha256::new();
+    for c in convs {
+        h.update(c.id.as_bytes());
+        h.update([0]);
+        for (human, reply) in &c.turns {
+            h.update(human.as_bytes());
+            h.update([0]);
+            h.update(reply.as_deref().unwrap_or("").as_bytes());
+            h.update([0]);
+        }
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Synthetic prompts of about `tokens` tokens each (padded text, like the write-up's gateway
 /// test), `count` per length.
 pub fn synthetic(lengths: &[u64], count: usize) -> Vec<Prompt> {

@@ -1,22 +1,44 @@
-//! `tokentap bench`: a closed-loop load generator. Prompt-shape buckets × a concurrency sweep,
-//! seeded, with warm-up, measured on its own clock with the proxy's definitions (the same
-//! `Meter`), raw records persisted to `requests.jsonl`, the run described in `run.json`.
-//! Errors are counted per cell and never abort the sweep; Ctrl-C keeps what was measured.
+//! `tokentap bench`: a load generator measured on its own clock with the proxy's definitions
+//! (the same `Meter`), raw records persisted to `requests.jsonl`, every knob described in
+//! `run.json`. Loads:
+//! - a closed loop (C requests in flight) over prompt-shape buckets × a concurrency sweep;
+//! - an open loop (`--request-rate`): requests arrive by a seeded process, capped by
+//!   `--max-concurrency`, the client's queue and lag recorded;
+//! - a saturation search (`--until`): levels stepped up until an SLO breaks or errors appear,
+//!   then refined between the last good and the first bad level;
+//! - a replay of recorded traffic (`--replay`): a tokentap log's or a Mooncake trace's arrivals,
+//!   token counts, API shapes and models;
+//! - shared system prompts (`--shared-prefix`) and conversations turn by turn (`--multi-turn`).
+//!
+//! Errors are counted per cell and never abort the run; Ctrl-C keeps what was measured.
 
+pub mod arrival;
+mod cell;
 pub mod cli;
 pub mod dataset;
+mod info;
+mod open;
+pub mod replay;
+pub mod request;
 mod runner;
+mod search;
 pub mod summary;
+mod turns;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
-
+pub use arrival::{Arrivals, Process};
 pub use cli::{cli, Args};
+pub use info::{BucketInfo, CellInfo, LagStats, LoadInfo, OpenInfo, Overhead, RunInfo, TokenStats};
 pub use runner::Target;
+pub use search::{SaturationInfo, Until};
+
+use crate::meter::RequestRecord;
+use cell::{measure, open_info, shared_prefixes, Level, Load, Out};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -31,6 +53,8 @@ pub enum BenchError {
     },
     #[error("target {0}: {1}")]
     Target(String, String),
+    #[error("{0}")]
+    Replay(String),
 }
 
 /// Everything a run needs; the CLI and the demo fill it.
@@ -63,6 +87,37 @@ pub struct BenchConfig {
     /// The API shape to send requests in (`chat` by default).
     pub api: crate::openai::Api,
     pub quiet: bool,
+    /// Only these buckets (all three when empty).
+    pub buckets: Vec<String>,
+    /// Open-loop cells at these arrival rates (requests a second) instead of the concurrency
+    /// sweep.
+    pub request_rates: Vec<f64>,
+    pub arrivals: Arrivals,
+    /// The open loop's cap on requests in flight (none: unbounded).
+    pub max_concurrency: Option<usize>,
+    /// Search levels until this breaks (`--until`).
+    pub until: Option<Until>,
+    /// The search's highest level (a concurrency, or a rate with `--request-rate`).
+    pub max_level: Option<f64>,
+    /// The search's (or replay's) time bound.
+    pub max_time: Duration,
+    /// The SLO thresholds `--until slo:NAME` reads.
+    pub slos: crate::report::Slos,
+    /// Replay these logs or traces instead of buckets.
+    pub replay: Vec<PathBuf>,
+    /// Replay time scale: 2 = twice as fast.
+    pub speed: f64,
+    /// Replay only this slice.
+    pub window: Option<replay::Window>,
+    /// A shared system prompt of this many tokens on every request of a bucket (0: none).
+    pub shared_prefix: u64,
+    /// Distinct shared prefixes per bucket.
+    pub prefix_groups: usize,
+    /// Send conversations turn by turn, each request with the history so far.
+    pub multi_turn: bool,
+    /// Mean think time between turns (exponential, seeded).
+    pub think_time: Duration,
+    pub max_turns: usize,
 }
 
 impl Default for BenchConfig {
@@ -89,106 +144,96 @@ impl Default for BenchConfig {
             route_header: None,
             api: crate::openai::Api::Chat,
             quiet: false,
+            buckets: Vec::new(),
+            request_rates: Vec::new(),
+            arrivals: Arrivals {
+                process: Process::Poisson,
+                burstiness: 1.0,
+                seed: 42,
+            },
+            max_concurrency: None,
+            until: None,
+            max_level: None,
+            max_time: Duration::from_secs(30 * 60),
+            slos: crate::report::Slos::default(),
+            replay: Vec::new(),
+            speed: 1.0,
+            window: None,
+            shared_prefix: 0,
+            prefix_groups: 1,
+            multi_turn: false,
+            think_time: Duration::from_secs(1),
+            max_turns: 8,
         }
     }
-}
-
-#[derive(Debug, Serialize)]
-pub struct TokenStats {
-    pub min: u64,
-    pub median: u64,
-    pub max: u64,
-}
-
-#[derive(Debug, Serialize)]
-pub struct BucketInfo {
-    pub name: &'static str,
-    pub output_tokens: u64,
-    pub prompts: usize,
-    /// Estimated input tokens of the chosen prompts (about four bytes per token).
-    pub input_tokens_est: Option<TokenStats>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct CellInfo {
-    pub bucket: &'static str,
-    pub concurrency: usize,
-    pub measured: usize,
-    pub errors: usize,
-    pub wall_s: f64,
-    pub output_tokens: u64,
-    /// Total output tokens ÷ wall time across all streams of the cell (not per stream).
-    pub aggregate_tok_s: f64,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Overhead {
-    pub n: usize,
-    pub p50: f64,
-    pub p99: f64,
-    pub how: &'static str,
-}
-
-/// `run.json`.
-#[derive(Debug, Serialize)]
-pub struct RunInfo {
-    pub tool: &'static str,
-    pub tool_version: &'static str,
-    pub target: String,
-    pub model: String,
-    pub dataset: String,
-    pub seed: u64,
-    pub prompt_set_sha256: String,
-    pub fixed_output: bool,
-    pub concurrency: Vec<usize>,
-    pub requests_per_cell: usize,
-    pub warmup_per_cell: usize,
-    pub buckets: Vec<BucketInfo>,
-    pub started_at: String,
-    pub ended_at: String,
-    pub interrupted: bool,
-    pub client_overhead_ttft_ms: Option<Overhead>,
-    pub cells: Vec<CellInfo>,
 }
 
 fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
-/// Run a whole sweep; `stop` ends it early (Ctrl-C), keeping what was measured.
+/// Run the whole load; `stop` ends it early (Ctrl-C), keeping what was measured.
 pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, BenchError> {
-    if cfg.concurrency.is_empty() || cfg.concurrency.contains(&0) {
-        return Err(BenchError::Usage(
-            "--concurrency needs positive levels, e.g. 1,2,4,8".into(),
-        ));
-    }
-    if cfg.requests == 0 {
-        return Err(BenchError::Usage("--requests must be at least 1".into()));
-    }
-    let (prompts, dataset_name) = match &cfg.synthetic {
-        Some(lengths) => (
-            dataset::synthetic(lengths, 8),
-            format!("synthetic {lengths:?} tokens"),
-        ),
-        None => dataset::load(cfg.dataset.as_deref())?,
+    validate(cfg)?;
+    let replaying = !cfg.replay.is_empty();
+    let target = Arc::new(
+        Target::new(
+            &cfg.target,
+            cfg.api_key.as_ref().map(|k| k.expose().clone()),
+            cfg.headers.clone(),
+        )
+        .map_err(|e| BenchError::Target(cfg.target.clone(), e))?,
+    );
+    // Prompts: buckets of a dataset (or synthetic lengths), or a dataset's conversations.
+    let specs: Vec<_> = dataset::buckets(cfg.short_max, cfg.long_min, cfg.outputs)
+        .into_iter()
+        .filter(|s| cfg.buckets.is_empty() || cfg.buckets.iter().any(|b| b == s.name))
+        .collect();
+    let (chosen, convs, dataset_name, hash) = if replaying {
+        (Vec::new(), Vec::new(), String::new(), String::new())
+    } else if cfg.multi_turn {
+        let (convs, name) = dataset::load_conversations(cfg.dataset.as_deref())?;
+        let convs = dataset::choose_conversations(convs, cfg.seed, cfg.prompts_per_bucket);
+        let hash = dataset::conversations_sha256(&convs);
+        (Vec::new(), convs, name, hash)
+    } else {
+        let (prompts, name) = match &cfg.synthetic {
+            Some(lengths) => (
+                dataset::synthetic(lengths, 8),
+                format!("synthetic {lengths:?} tokens"),
+            ),
+            None => dataset::load(cfg.dataset.as_deref())?,
+        };
+        let chosen = dataset::choose(&prompts, &specs, cfg.seed, cfg.prompts_per_bucket);
+        let hash = dataset::prompt_set_sha256(&chosen);
+        (chosen, Vec::new(), name, hash)
     };
-    let specs = dataset::buckets(cfg.short_max, cfg.long_min, cfg.outputs);
-    let chosen = dataset::choose(&prompts, &specs, cfg.seed, cfg.prompts_per_bucket);
-    let hash = dataset::prompt_set_sha256(&chosen);
-    let mut target = Target::new(
-        &cfg.target,
-        cfg.api_key.as_ref().map(|k| k.expose().clone()),
-        cfg.headers.clone(),
-    )
-    .map_err(|e| BenchError::Target(cfg.target.clone(), e))?;
-    target.api = cfg.api;
-    let model = match &cfg.model {
-        Some(m) => m.clone(),
-        None => target
+    let mut plan = if replaying {
+        Some(replay::plan(cfg)?)
+    } else {
+        None
+    };
+    // A replay sends each request's recorded model; the target's first is asked for only when
+    // some request names none.
+    let ask = plan
+        .as_ref()
+        .is_none_or(|p| p.0.iter().any(|x| x.req.model.is_empty()));
+    let model: Arc<str> = match &cfg.model {
+        Some(m) => m.as_str().into(),
+        None if ask => target
             .first_model()
             .await
-            .map_err(|e| BenchError::Target(cfg.target.clone(), e))?,
+            .map_err(|e| BenchError::Target(cfg.target.clone(), e))?
+            .into(),
+        None => plan
+            .as_ref()
+            .and_then(|p| p.1.model.clone())
+            .unwrap_or_else(|| "recorded models".into())
+            .into(),
     };
+    if let Some(p) = &mut plan {
+        replay::default_model(&mut p.0, &model);
+    }
     std::fs::create_dir_all(&cfg.out).map_err(|source| BenchError::Io {
         path: cfg.out.display().to_string(),
         source,
@@ -199,68 +244,113 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     } else {
         None
     };
-    if !cfg.quiet {
+    let progress = runner::Progress::new(cfg.quiet);
+    let prefixes = chosen
+        .iter()
+        .map(|c| c.spec.name)
+        .chain(["conversations"].into_iter().filter(|_| cfg.multi_turn))
+        .map(|b| (b, shared_prefixes(cfg, b)))
+        .collect();
+    let load = Load {
+        cfg,
+        model: model.clone(),
+        prefixes,
+    };
+    if !cfg.quiet && !replaying {
         eprintln!(
-            "tokentap bench → {} model {model}; {} prompts, seed {}, prompt set sha256 {hash}",
+            "tokentap bench → {} model {model}; {} {}, seed {}, prompt set sha256 {hash}",
             cfg.target,
-            chosen.iter().map(|c| c.prompts.len()).sum::<usize>(),
+            if cfg.multi_turn {
+                convs.len()
+            } else {
+                chosen.iter().map(|c| c.prompts.len()).sum::<usize>()
+            },
+            if cfg.multi_turn {
+                "conversations"
+            } else {
+                "prompts"
+            },
             cfg.seed
         );
     }
 
-    let records_path = cfg.out.join("requests.jsonl");
-    let mut writer =
-        std::io::BufWriter::new(std::fs::File::create(&records_path).map_err(|source| {
-            BenchError::Io {
-                path: records_path.display().to_string(),
-                source,
-            }
-        })?);
-    let mut cells = Vec::new();
-    let mut all = Vec::new();
-    let progress = runner::Progress::new(cfg.quiet);
-    'sweep: for c in &chosen {
-        if c.prompts.is_empty() {
-            progress.line(&format!(
-                "bucket {}: no prompts in this dataset — skipped",
-                c.spec.name
-            ));
-            continue;
-        }
+    let mut out = Out::default();
+    let mut saturation = BTreeMap::new();
+    let mut replay_info = None;
+    let deadline = tokio::time::Instant::now() + cfg.max_time;
+    if let Some((planned, mut info)) = plan {
+        let offered = info.offered_rate;
+        let r = open::run_open(
+            target.clone(),
+            "replay",
+            planned,
+            cfg.max_concurrency,
+            &stop,
+            &progress,
+        )
+        .await;
+        let oi = open_info(offered, &r);
+        info.sent = oi.clone();
+        replay_info = Some(info);
+        out.push("replay", None, r.records, r.wall_s, Some(oi));
+    } else if cfg.multi_turn {
         for &conc in &cfg.concurrency {
             if stop.load(Ordering::Relaxed) {
-                break 'sweep;
+                break;
             }
-            let cell = runner::run_cell(&target, &model, c, conc, cfg, &stop, &progress).await;
-            let out_tokens: u64 = cell.records.iter().filter_map(|r| r.output_tokens).sum();
-            for r in &cell.records {
-                use std::io::Write;
-                let line = serde_json::to_string(r).unwrap_or_default();
-                let _ = writeln!(writer, "{line}");
+            let cell =
+                turns::run_cell(&target, &load, &convs, &specs, conc, &stop, &progress).await;
+            out.push("conversations", Some(conc), cell.records, cell.wall_s, None);
+        }
+    } else {
+        'sweep: for c in &chosen {
+            if c.prompts.is_empty() {
+                progress.line(&format!(
+                    "bucket {}: no prompts in this dataset — skipped",
+                    c.spec.name
+                ));
+                continue;
             }
-            cells.push(CellInfo {
-                bucket: c.spec.name,
-                concurrency: conc,
-                measured: cell.records.len(),
-                errors: cell.errors,
-                wall_s: cell.wall_s,
-                output_tokens: out_tokens,
-                aggregate_tok_s: if cell.wall_s > 0.0 {
-                    out_tokens as f64 / cell.wall_s
-                } else {
-                    0.0
-                },
-            });
-            all.extend(cell.records);
+            if let Some(until) = &cfg.until {
+                let s = search::run(
+                    &target, &load, c, until, deadline, &stop, &progress, &mut out,
+                )
+                .await;
+                progress.line(&s.line(c.spec.name));
+                saturation.insert(c.spec.name.to_owned(), s);
+                continue;
+            }
+            if cfg.request_rates.is_empty() {
+                for &conc in &cfg.concurrency {
+                    if stop.load(Ordering::Relaxed) {
+                        break 'sweep;
+                    }
+                    let level = Level::Concurrency(conc);
+                    let n = (cfg.requests, cfg.warmup);
+                    measure(&target, &load, c, level, n, &stop, &progress, &mut out).await;
+                }
+            } else {
+                for &rate in &cfg.request_rates {
+                    if stop.load(Ordering::Relaxed) {
+                        break 'sweep;
+                    }
+                    let n = (cfg.requests, cfg.warmup);
+                    measure(
+                        &target,
+                        &load,
+                        c,
+                        Level::Rate(rate),
+                        n,
+                        &stop,
+                        &progress,
+                        &mut out,
+                    )
+                    .await;
+                }
+            }
         }
     }
-    {
-        use std::io::Write;
-        writer.flush().map_err(|source| BenchError::Io {
-            path: records_path.display().to_string(),
-            source,
-        })?;
-    }
+    write_records(cfg, &out.records)?;
     let buckets = chosen
         .iter()
         .map(|c| {
@@ -278,12 +368,21 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
             }
         })
         .collect();
+    let mode = match (replaying, &cfg.until, cfg.request_rates.is_empty()) {
+        (true, ..) => "replay",
+        (_, Some(_), _) => "search",
+        (_, None, false) => "open",
+        _ => "closed",
+    };
     let info = RunInfo {
         tool: "tokentap bench",
         tool_version: env!("CARGO_PKG_VERSION"),
         target: cfg.target.clone(),
-        model,
-        dataset: dataset_name,
+        model: model.to_string(),
+        dataset: match &replay_info {
+            Some(r) => r.files.join(", "),
+            None => dataset_name,
+        },
         seed: cfg.seed,
         prompt_set_sha256: hash,
         fixed_output: cfg.fixed_output,
@@ -295,7 +394,27 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         ended_at: now_rfc3339(),
         interrupted: stop.load(Ordering::Relaxed),
         client_overhead_ttft_ms: overhead,
-        cells,
+        load: LoadInfo {
+            mode,
+            request_rates: cfg.request_rates.clone(),
+            arrivals: (!cfg.request_rates.is_empty()).then_some(cfg.arrivals),
+            max_concurrency: cfg.max_concurrency,
+            until: cfg.until.as_ref().map(Until::to_string),
+            max_level: cfg.max_level,
+            max_time_s: cfg.max_time.as_secs_f64(),
+            buckets: cfg.buckets.clone(),
+            shared_prefix_tokens: cfg.shared_prefix,
+            prefix_groups: cfg.prefix_groups,
+            multi_turn: cfg.multi_turn,
+            think_time_ms: cfg
+                .multi_turn
+                .then_some(cfg.think_time.as_secs_f64() * 1000.0),
+            max_turns: cfg.multi_turn.then_some(cfg.max_turns),
+            api: cfg.api.as_str(),
+        },
+        cells: out.cells,
+        saturation,
+        replay: replay_info,
     };
     let run_path = cfg.out.join("run.json");
     let json = serde_json::to_string_pretty(&info).unwrap_or_default();
@@ -304,7 +423,81 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         source,
     })?;
     if !cfg.quiet {
-        println!("{}", summary::table(&all, &info));
+        println!("{}", summary::table(&out.records, &info));
     }
     Ok(info)
+}
+
+fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
+    let usage = |m: &str| Err(BenchError::Usage(m.into()));
+    if cfg.concurrency.is_empty() || cfg.concurrency.contains(&0) {
+        return usage("--concurrency needs positive levels, e.g. 1,2,4,8");
+    }
+    if cfg.requests == 0 {
+        return usage("--requests must be at least 1");
+    }
+    if cfg
+        .request_rates
+        .iter()
+        .any(|r| !r.is_finite() || *r <= 0.0)
+    {
+        return usage("--request-rate needs positive rates (requests a second), e.g. 1,2,4");
+    }
+    if !(cfg.arrivals.burstiness.is_finite() && cfg.arrivals.burstiness > 0.0) {
+        return usage("--burstiness must be a positive number (the gamma shape; 1 is Poisson)");
+    }
+    if cfg.max_concurrency == Some(0) {
+        return usage("--max-concurrency must be at least 1");
+    }
+    if !(cfg.speed.is_finite() && cfg.speed > 0.0) {
+        return usage("--speed must be a positive number (2 replays twice as fast)");
+    }
+    if cfg.max_level.is_some_and(|m| !(m.is_finite() && m > 0.0)) {
+        return usage("--max-level must be positive");
+    }
+    if cfg.prefix_groups == 0 {
+        return usage("--prefix-groups must be at least 1");
+    }
+    if cfg.max_turns == 0 {
+        return usage("--max-turns must be at least 1");
+    }
+    let modes = [
+        !cfg.replay.is_empty(),
+        cfg.multi_turn,
+        cfg.until.is_some() || !cfg.request_rates.is_empty(),
+    ];
+    if modes.iter().filter(|m| **m).count() > 1 {
+        return usage(
+            "--replay, --multi-turn and an open-loop or searched load are separate runs: choose one",
+        );
+    }
+    if cfg.multi_turn && !cfg.arms.is_empty() {
+        return usage("--multi-turn does not alternate experiment arms (--route-header)");
+    }
+    if !cfg.replay.is_empty() && !cfg.arms.is_empty() {
+        return usage("--replay does not alternate experiment arms (--route-header)");
+    }
+    for b in &cfg.buckets {
+        if !["long-short", "balanced", "short-long"].contains(&b.as_str()) {
+            return Err(BenchError::Usage(format!(
+                "--buckets: unknown bucket {b:?} (long-short, balanced, short-long)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn write_records(cfg: &BenchConfig, records: &[RequestRecord]) -> Result<(), BenchError> {
+    use std::io::Write;
+    let path = cfg.out.join("requests.jsonl");
+    let io = |source| BenchError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io)?);
+    for r in records {
+        let line = serde_json::to_string(r).unwrap_or_default();
+        writeln!(w, "{line}").map_err(io)?;
+    }
+    w.flush().map_err(io)
 }

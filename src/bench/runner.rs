@@ -14,8 +14,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
-use super::dataset::Chosen;
-use super::{BenchConfig, Overhead};
+use super::request::{Message, Req, Sent};
+use super::Overhead;
 use crate::meter::{
     BodyEnd, Buckets, Experiment, Facts, Meter, MeteredBody, Observer, Outcome, RequestRecord,
     Stamp, Verdict,
@@ -31,8 +31,6 @@ pub struct Target {
     auth: Option<String>,
     key_id: Option<String>,
     headers: Vec<(String, String)>,
-    /// The API shape requests are sent in.
-    pub api: Api,
 }
 
 impl Target {
@@ -68,7 +66,6 @@ impl Target {
             auth: api_key.map(|k| format!("Bearer {k}")),
             key_id,
             headers,
-            api: Api::Chat,
         })
     }
 
@@ -78,7 +75,7 @@ impl Target {
         path: &str,
         body: Bytes,
         extra: Option<(&str, &str)>,
-        conc: Option<usize>,
+        load: Option<&Req>,
     ) -> Result<Request<Full<Bytes>>, String> {
         let mut b = Request::builder()
             .method(method)
@@ -95,9 +92,19 @@ impl Target {
         if let Some((k, v)) = extra {
             b = b.header(k, v);
         }
-        // tokentap takes it off and records it: its records then carry bench's level too.
-        if let Some(c) = conc {
-            b = b.header(crate::config::defaults::CONCURRENCY_HEADER, c.to_string());
+        // tokentap takes these off and records them: its records then carry bench's level,
+        // rate and turn too.
+        use crate::config::defaults::{CONCURRENCY_HEADER, RATE_HEADER, TURN_HEADER};
+        if let Some(r) = load {
+            if let Some(c) = r.concurrency {
+                b = b.header(CONCURRENCY_HEADER, c.to_string());
+            }
+            if let Some(rate) = r.request_rate {
+                b = b.header(RATE_HEADER, rate.to_string());
+            }
+            if let Some(t) = r.turn {
+                b = b.header(TURN_HEADER, t.to_string());
+            }
         }
         b.body(Full::new(body)).map_err(|e| e.to_string())
     }
@@ -126,65 +133,36 @@ impl Target {
             })
     }
 
-    /// One streamed chat request, measured on this client's clock.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn one(
-        &self,
-        model: &str,
-        prompt: &str,
-        out: u64,
-        fixed: bool,
-        bucket: &str,
-        conc: usize,
-        stop: &AtomicBool,
-        arm: Option<(&str, &str, String)>,
-        route_header: Option<&str>,
-    ) -> RequestRecord {
-        let messages = serde_json::json!([{"role": "user", "content": prompt}]);
-        let (path, mut body) = match self.api {
-            Api::Completions => (
-                "/v1/completions",
-                serde_json::json!({"model": model, "prompt": prompt, "max_tokens": out,
-                    "stream": true, "stream_options": {"include_usage": true}}),
-            ),
-            // Both stream their usage at the end unasked.
-            Api::Responses => (
-                "/v1/responses",
-                serde_json::json!({"model": model, "input": prompt, "max_output_tokens": out, "stream": true}),
-            ),
-            Api::Messages => (
-                "/v1/messages",
-                serde_json::json!({"model": model, "messages": messages, "max_tokens": out, "stream": true}),
-            ),
-            _ => (
-                "/v1/chat/completions",
-                serde_json::json!({"model": model, "messages": messages, "max_tokens": out,
-                    "stream": true, "stream_options": {"include_usage": true}}),
-            ),
-        };
-        if fixed {
-            body["ignore_eos"] = true.into();
-            body["min_tokens"] = out.into();
-        }
+    /// One streamed request, measured on this client's clock.
+    pub async fn one(&self, req: &Req, sent: Sent, stop: &AtomicBool) -> RequestRecord {
+        // Stamped before the body is built: the record's `ts` is when the client set out.
+        let stamp = Stamp::now();
+        let (path, body) = req.body();
         let body = Bytes::from(body.to_string());
-        let prefix = arm.as_ref().map(|a| a.1).unwrap_or("");
+        let prefix = req.arm.as_ref().map_or("", |a| &*a.1);
         let endpoint = format!("{prefix}{path}");
-        let mut facts = Facts::new(Stamp::now(), "POST", &endpoint);
-        facts.experiment = arm.as_ref().map(|(name, _, pair)| Experiment {
-            arm: (*name).to_owned(),
+        let mut facts = Facts::new(stamp, "POST", &endpoint);
+        facts.experiment = req.arm.as_ref().map(|(name, _, pair)| Experiment {
+            arm: name.to_string(),
             pair_id: Some(pair.clone()),
         });
-        facts.model = Some(model.to_owned());
+        facts.model = Some(req.model.to_string());
         facts.key_id = self.key_id.clone();
         facts.stream = true;
-        facts.max_tokens = Some(out);
+        facts.max_tokens = Some(req.out);
         facts.request_bytes = body.len() as u64;
-        facts.in_flight = conc as u64;
-        facts.bucket = Some(bucket.to_owned());
-        facts.concurrency = Some(conc as u64);
-        let route = arm.as_ref().map(|a| a.0).unwrap_or("bench").to_owned();
-        let extra = route_header.zip(arm.as_ref().map(|a| a.0));
-        let (mut meter, verdict) = self.exchange(&endpoint, body, extra, conc, stop).await;
+        facts.in_flight = sent.in_flight;
+        facts.bucket = Some(req.bucket.to_string());
+        facts.concurrency = req.concurrency;
+        facts.request_rate = req.request_rate;
+        facts.schedule = sent.schedule;
+        facts.turn = req.turn;
+        let route = req.arm.as_ref().map_or("bench", |a| &*a.0).to_owned();
+        let extra = req
+            .route_header
+            .as_deref()
+            .zip(req.arm.as_ref().map(|a| &*a.0));
+        let (mut meter, verdict) = self.exchange(&endpoint, body, extra, req, stop).await;
         RequestRecord::assemble(
             facts,
             &mut meter,
@@ -202,7 +180,7 @@ impl Target {
         path: &str,
         body: Bytes,
         extra: Option<(&str, &str)>,
-        conc: usize,
+        req: &Req,
         stop: &AtomicBool,
     ) -> (Meter, Verdict) {
         let t0 = Instant::now();
@@ -215,11 +193,11 @@ impl Target {
             };
             (meter, v)
         };
-        let req = match self.request("POST", path, body, extra, Some(conc)) {
+        let http = match self.request("POST", path, body, extra, Some(req)) {
             Ok(r) => r,
             Err(e) => return fail(meter, Outcome::Rejected, e),
         };
-        let resp = match tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(req)).await {
+        let resp = match tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(http)).await {
             Err(_) => return fail(meter, Outcome::Timeout, "no response headers".into()),
             Ok(Err(e)) => {
                 let o = if e.is_connect() {
@@ -326,68 +304,45 @@ impl Observer for Ended {
 
 pub struct CellResult {
     pub records: Vec<RequestRecord>,
-    pub errors: usize,
     pub wall_s: f64,
 }
 
-/// One bucket × concurrency cell: W warm-up then N measured requests, C always in flight.
+/// One closed-loop cell: W warm-up then N measured requests, C always in flight; request `i`
+/// is `make(i)`.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_cell(
     target: &Target,
-    model: &str,
-    chosen: &Chosen,
+    label: &str,
+    make: &(dyn Fn(usize) -> Req + Sync),
     conc: usize,
-    cfg: &BenchConfig,
+    requests: usize,
+    warmup: usize,
     stop: &Arc<AtomicBool>,
     progress: &Progress,
 ) -> CellResult {
-    let total = cfg.warmup + cfg.requests;
+    let total = warmup + requests;
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let errors = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, RequestRecord)>> = Mutex::new(Vec::with_capacity(cfg.requests));
+    let results: Mutex<Vec<(usize, RequestRecord)>> = Mutex::new(Vec::with_capacity(requests));
     let first_measured: Mutex<Option<Instant>> = Mutex::new(None);
-    let label = format!("{} C={conc}", chosen.spec.name);
+    let sent = Sent {
+        in_flight: conc as u64,
+        schedule: None,
+    };
     let worker = || async {
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= total || stop.load(Ordering::Relaxed) {
                 return;
             }
-            let p = &chosen.prompts[i % chosen.prompts.len()];
-            if i >= cfg.warmup {
+            if i >= warmup {
                 if let Ok(mut f) = first_measured.lock() {
                     f.get_or_insert_with(Instant::now);
                 }
             }
-            // Two arms: ABBA order (A B B A A B B A …) so drift cancels; pairs are (0,1), (2,3), …
-            let arm = (cfg.arms.len() == 2).then(|| {
-                let a = &cfg.arms[[0, 1, 1, 0][i % 4]];
-                (
-                    a.0.as_str(),
-                    a.1.as_str(),
-                    format!("{}-c{conc}-{}", chosen.spec.name, i / 2),
-                )
-            });
-            // Both requests of a pair use the same prompt.
-            let p = if arm.is_some() {
-                &chosen.prompts[(i / 2) % chosen.prompts.len()]
-            } else {
-                p
-            };
-            let rec = target
-                .one(
-                    model,
-                    &p.text,
-                    chosen.spec.output_tokens,
-                    cfg.fixed_output,
-                    chosen.spec.name,
-                    conc,
-                    stop,
-                    arm,
-                    cfg.route_header.as_deref(),
-                )
-                .await;
-            if i >= cfg.warmup {
+            let rec = target.one(&make(i), sent, stop).await;
+            if i >= warmup {
                 if rec.outcome != Outcome::Ok {
                     errors.fetch_add(1, Ordering::Relaxed);
                 }
@@ -395,12 +350,12 @@ pub async fn run_cell(
                     r.push((i, rec));
                 }
                 let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                progress.update(&label, d, cfg.requests, errors.load(Ordering::Relaxed));
+                progress.update(label, d, requests, errors.load(Ordering::Relaxed));
             }
         }
     };
     let workers: Vec<_> = (0..conc).map(|_| worker()).collect();
-    futures_join_all(workers).await;
+    join_all(workers).await;
     let end = Instant::now();
     let wall_s = first_measured
         .lock()
@@ -411,16 +366,15 @@ pub async fn run_cell(
     let mut records = results.into_inner().unwrap_or_default();
     records.sort_by_key(|(i, _)| *i);
     let errors = errors.load(Ordering::Relaxed);
-    progress.cell_done(&label, records.len(), errors, wall_s);
+    progress.cell_done(label, records.len(), errors, wall_s);
     CellResult {
         records: records.into_iter().map(|(_, r)| r).collect(),
-        errors,
         wall_s,
     }
 }
 
 /// Poll futures concurrently on this task (no spawn: they borrow the cell's state).
-async fn futures_join_all<F: std::future::Future<Output = ()>>(futs: Vec<F>) {
+pub(crate) async fn join_all<F: std::future::Future<Output = ()>>(futs: Vec<F>) {
     let mut futs: Vec<std::pin::Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
     std::future::poll_fn(move |cx| {
         futs.retain_mut(|f| f.as_mut().poll(cx).is_pending());
@@ -512,19 +466,21 @@ pub async fn client_overhead() -> Overhead {
     let never = AtomicBool::new(false);
     let mut ttft = Vec::new();
     for i in 0..60 {
-        let r = t
-            .one(
-                "calibration",
-                "calibrate",
-                1,
-                false,
-                "calibration",
-                1,
-                &never,
-                None,
-                None,
-            )
-            .await;
+        let req = Req {
+            model: "calibration".into(),
+            api: Api::Chat,
+            system: None,
+            messages: vec![Message::user("calibrate")],
+            out: 1,
+            fixed: false,
+            bucket: "calibration".into(),
+            concurrency: Some(1),
+            request_rate: None,
+            turn: None,
+            arm: None,
+            route_header: None,
+        };
+        let r = t.one(&req, Sent::default(), &never).await;
         if let (true, Some(v)) = (i >= 10, r.ttft_ms) {
             ttft.push(v);
         }

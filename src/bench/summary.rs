@@ -16,7 +16,7 @@ pub fn table(records: &[RequestRecord], info: &RunInfo) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<11} {:<8} {:>3} {:>4} {:>4} | {:>7} {:>7} {:>7} | {:>6} {:>9} {:>9} | {:>8} {:>8}",
+        "{:<13} {:<8} {:>6} {:>4} {:>4} | {:>7} {:>7} {:>7} | {:>6} {:>9} {:>9} | {:>8} {:>8}",
         "bucket",
         "arm",
         "C",
@@ -38,15 +38,21 @@ pub fn table(records: &[RequestRecord], info: &RunInfo) -> String {
     arms.sort();
     arms.dedup();
     for cell in &info.cells {
+        let level = match (&cell.open_loop, cell.concurrency) {
+            (Some(o), _) if cell.bucket == "replay" => format!("{:.1}/s", o.offered_rate),
+            (Some(o), _) => format!("{}/s", o.offered_rate),
+            (None, Some(c)) => c.to_string(),
+            (None, None) => "-".into(),
+        };
+        let cell_records = records.get(cell.records.clone()).unwrap_or_default();
         for arm in &arms {
-            let rs: Vec<&RequestRecord> = records
+            let rs: Vec<&RequestRecord> = cell_records
                 .iter()
-                .filter(|r| {
-                    r.bucket.as_deref() == Some(cell.bucket)
-                        && r.concurrency == Some(cell.concurrency as u64)
-                        && r.experiment.as_ref().map(|e| &e.arm) == arm.as_ref()
-                })
+                .filter(|r| r.experiment.as_ref().map(|e| &e.arm) == arm.as_ref())
                 .collect();
+            if rs.is_empty() && arm.is_some() {
+                continue;
+            }
             let errors = rs.iter().filter(|r| r.outcome != Outcome::Ok).count();
             let out_tokens: u64 = rs.iter().filter_map(|r| r.output_tokens).sum();
             // With two arms interleaved in one cell, each arm's share of the cell's wall time.
@@ -62,10 +68,10 @@ pub fn table(records: &[RequestRecord], info: &RunInfo) -> String {
             let tpot50 = pct(&tpot, 0.5);
             let _ = writeln!(
             s,
-            "{:<11} {:<8} {:>3} {:>4} {:>4} | {:>7} {:>7} {:>7} | {:>6} {:>9} {:>9.0} | {:>8} {:>8}",
+            "{:<13} {:<8} {:>6} {:>4} {:>4} | {:>7} {:>7} {:>7} | {:>6} {:>9} {:>9.0} | {:>8} {:>8}",
             cell.bucket,
             arm.as_deref().unwrap_or("-"),
-            cell.concurrency,
+            level,
             rs.len(),
             errors,
             f(pct(&ttft, 0.5), 0),
@@ -80,6 +86,25 @@ pub fn table(records: &[RequestRecord], info: &RunInfo) -> String {
         }
     }
     let _ = writeln!(s, "TTFT/TPOT in ms (p50/p95/p99 of the cell); tok/s/str = per stream (1000 ÷ TPOT p50); agg tok/s = all output tokens ÷ cell wall time.");
+    for c in &info.cells {
+        if let Some(o) = &c.open_loop {
+            let f1 = |v: Option<f64>| f(v, 1);
+            let _ = writeln!(
+                s,
+                "{} at {:.2} req/s offered ({} scheduled): {} req/s sent; client lag p50/p99/max {}/{}/{} ms, queue for --max-concurrency p50/p99 {}/{} ms{}.",
+                c.bucket,
+                o.offered_rate,
+                f(o.scheduled_rate, 2),
+                f(o.achieved_rate, 2),
+                f1(o.lag_ms.p50),
+                f1(o.lag_ms.p99),
+                f1(o.lag_ms.max),
+                f1(o.queue_ms.p50),
+                f1(o.queue_ms.p99),
+                if o.behind { " — BEHIND: the client did not keep the schedule" } else { "" }
+            );
+        }
+    }
     if let Some(o) = &info.client_overhead_ttft_ms {
         let _ = writeln!(
             s,

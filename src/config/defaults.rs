@@ -58,6 +58,11 @@ pub const BEHIND_WINDOW_MS: u64 = 60_000;
 pub const TAP_HEADER: &str = "x-tokentap-join";
 /// The header `tokentap bench` names its concurrency level in (taken off, recorded).
 pub const CONCURRENCY_HEADER: &str = "x-tokentap-concurrency";
+/// The header `tokentap bench` names an open-loop cell's offered rate in (taken off, recorded).
+pub const RATE_HEADER: &str = "x-tokentap-request-rate";
+/// The header `tokentap bench --multi-turn` names a request's conversation turn in (taken off,
+/// recorded).
+pub const TURN_HEADER: &str = "x-tokentap-turn";
 
 /// `[experiment]`.
 pub const EXPERIMENT_MODE: &str = "off";

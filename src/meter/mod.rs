@@ -23,8 +23,8 @@ use crate::sse::{SseItem, SseSplitter};
 pub use body::{BodyEnd, MeteredBody, Observer};
 pub use bucket::Buckets;
 pub use record::{
-    tpot_ms, Experiment, Facts, GatewayTap, JoinBy, Outcome, RequestRecord, TapSide, TokensSource,
-    TtftSplit, Unjoined, Verdict,
+    tpot_ms, Experiment, Facts, GatewayTap, JoinBy, Outcome, RequestRecord, Schedule, TapSide,
+    TokensSource, TtftSplit, Unjoined, Verdict,
 };
 pub use timeline::{ms_between, Stamp, Timeline};
 pub use trace::Trace;

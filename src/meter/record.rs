@@ -355,6 +355,11 @@ pub struct Facts {
     pub bucket: Option<String>,
     /// The load generator's concurrency level for this request.
     pub concurrency: Option<u64>,
+    /// The load generator's open-loop rate, its schedule for this request (`scheduled_ms`,
+    /// `client_queue_ms`, `client_lag_ms`) and the request's conversation turn.
+    pub request_rate: Option<f64>,
+    pub schedule: Option<Schedule>,
+    pub turn: Option<u32>,
     /// The request's trace context, when its span is exported (OTLP on).
     pub trace: Option<super::Trace>,
 }
@@ -376,9 +381,23 @@ impl Facts {
             gateway_overhead_ms: None,
             bucket: None,
             concurrency: None,
+            request_rate: None,
+            schedule: None,
+            turn: None,
             trace: None,
         }
     }
+}
+
+/// When a load generator sent a request against when it was due (milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    /// Due, from the start of its cell.
+    pub scheduled_ms: f64,
+    /// Waiting for a free slot under the generator's concurrency cap.
+    pub queue_ms: f64,
+    /// Late beyond that: the generator behind its schedule.
+    pub lag_ms: f64,
 }
 
 /// How a request ended, decided by its caller (the proxy's `ending::verdict`, bench's client).
@@ -484,11 +503,11 @@ impl RequestRecord {
             engine_decode_ms: meter.timings.generation_ms,
             gateway_overhead_ms: facts.gateway_overhead_ms,
             concurrency: facts.concurrency,
-            request_rate: None,
-            scheduled_ms: None,
-            client_queue_ms: None,
-            client_lag_ms: None,
-            turn: None,
+            request_rate: facts.request_rate,
+            scheduled_ms: facts.schedule.map(|s| s.scheduled_ms),
+            client_queue_ms: facts.schedule.map(|s| s.queue_ms),
+            client_lag_ms: facts.schedule.map(|s| s.lag_ms),
+            turn: facts.turn,
             upstream_sent_ms,
             ttft_split,
             gateway_tap: None,

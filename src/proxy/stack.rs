@@ -44,6 +44,10 @@ pub struct Arrival {
     pub forced: Option<HeaderValue>,
     /// bench's concurrency level (`x-tokentap-concurrency`), once `RouteHeader` took it off.
     pub concurrency: Option<u64>,
+    /// bench's open-loop rate and conversation turn (`x-tokentap-request-rate`,
+    /// `x-tokentap-turn`), taken off likewise.
+    pub request_rate: Option<f64>,
+    pub turn: Option<u32>,
     /// The client's address (a gateway tap's `behind_sources`).
     pub peer: Option<IpAddr>,
 }
@@ -175,6 +179,18 @@ impl<S: Service<Arrival>> Service<Arrival> for RouteHeader<S> {
             .remove(crate::config::defaults::CONCURRENCY_HEADER)
             .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
             .filter(|c| (1..=1_000_000).contains(c));
+        a.request_rate = a
+            .head
+            .headers
+            .remove(crate::config::defaults::RATE_HEADER)
+            .and_then(|v| v.to_str().ok()?.trim().parse::<f64>().ok())
+            .filter(|r| r.is_finite() && *r > 0.0 && *r <= 1e6);
+        a.turn = a
+            .head
+            .headers
+            .remove(crate::config::defaults::TURN_HEADER)
+            .and_then(|v| v.to_str().ok()?.trim().parse::<u32>().ok())
+            .filter(|t| (1..=100_000).contains(t));
         self.inner.call(a)
     }
 }
@@ -205,10 +221,14 @@ where
             body,
             forced,
             concurrency,
+            request_rate,
+            turn,
             peer,
         } = a;
         let mut facts = Exchange::facts_for(stamp, &head.method, head.uri.path());
         facts.concurrency = concurrency;
+        facts.request_rate = request_rate;
+        facts.turn = turn;
         if state.sink().otlp.is_some() {
             facts.trace = Some(crate::meter::Trace::from_headers(&head.headers));
         }
@@ -382,6 +402,8 @@ impl hyper::service::Service<http::Request<Incoming>> for Proxy {
             body,
             forced: None,
             concurrency: None,
+            request_rate: None,
+            turn: None,
             peer: self.1,
         })
     }

@@ -154,6 +154,8 @@ pub(super) struct CellAcc {
     /// Open-loop cells: the first and last request sent (their `ts`), the client queue and
     /// lag times.
     pub sent: Option<(SystemTime, SystemTime)>,
+    /// The earliest and latest `scheduled_ms`, and how many records have one.
+    pub scheduled: Option<(f64, f64, usize)>,
     pub queue: Values,
     pub lag: Values,
 }
@@ -179,6 +181,7 @@ impl CellAcc {
             split_n: 0,
             split: [v(), v(), v(), v(), v()],
             sent: None,
+            scheduled: None,
             queue: v(),
             lag: v(),
         }
@@ -412,6 +415,12 @@ impl Acc {
         if kind == Kind::Rate {
             if let Some(t) = ts {
                 c.sent = Some(c.sent.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
+            }
+            if let Some(s) = r.scheduled_ms.filter(|s| s.is_finite()) {
+                c.scheduled = Some(
+                    c.scheduled
+                        .map_or((s, s, 1), |(a, b, n)| (a.min(s), b.max(s), n + 1)),
+                );
             }
             held += c.queue.opt(r.client_queue_ms) + c.lag.opt(r.client_lag_ms);
         }

@@ -417,6 +417,14 @@ fn cell(r: &Row) -> CellIn {
             split_n: count(r, "split_n"),
             split,
             sent,
+            scheduled: match (
+                count(r, "scheduled_n"),
+                float(r, "scheduled_min"),
+                float(r, "scheduled_max"),
+            ) {
+                (n, Some(a), Some(b)) if n > 0 => Some((a, b, n)),
+                _ => None,
+            },
             queue: k("client_queue"),
             lag: k("client_lag"),
         },

@@ -49,9 +49,10 @@ enum F {
     ClientQueueMs,
     ClientLagMs,
     Turn,
+    ScheduledMs,
 }
 
-const FIELDS: [(&[u8], F); 25] = [
+const FIELDS: [(&[u8], F); 26] = [
     (b"ts", F::Ts),
     (b"route", F::Route),
     (b"experiment", F::Experiment),
@@ -77,6 +78,7 @@ const FIELDS: [(&[u8], F); 25] = [
     (b"client_queue_ms", F::ClientQueueMs),
     (b"client_lag_ms", F::ClientLagMs),
     (b"turn", F::Turn),
+    (b"scheduled_ms", F::ScheduledMs),
 ];
 
 /// A key's first eight bytes (zero-padded), little-endian.
@@ -119,7 +121,7 @@ const fn tail(k: &[u8]) -> u64 {
 const fn slot(head: u64, len: usize) -> usize {
     (head
         .wrapping_add(len as u64)
-        .wrapping_mul(0x3501_e088_d6a3_4d3f)
+        .wrapping_mul(0x1ba1_192e_c42b_7171)
         >> 58) as usize
 }
 
@@ -503,6 +505,7 @@ fn read<'a>(b: &'a [u8], i: usize, f: F, r: &mut Row<'a>) -> Option<usize> {
         F::ClientQueueMs => set!(client_queue_ms, opt_f64(b, i)),
         F::ClientLagMs => set!(client_lag_ms, opt_f64(b, i)),
         F::Turn => set!(turn, opt_u64(b, i)),
+        F::ScheduledMs => set!(scheduled_ms, opt_f64(b, i)),
     })
 }
 
@@ -632,6 +635,7 @@ impl Fast {
             client_queue_ms: None,
             client_lag_ms: None,
             turn: None,
+            scheduled_ms: None,
             ttft_split: None,
             gateway_tap: None,
         };

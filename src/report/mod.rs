@@ -115,6 +115,10 @@ pub struct Cell {
     /// An open-loop cell (`bench --request-rate`): the offered arrival rate, requests a second.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_rate: Option<f64>,
+    /// An open-loop cell: the rate of its drawn schedule, (n − 1) ÷ first to last due time (a
+    /// Poisson draw is not exactly the offered mean).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduled_rate: Option<f64>,
     /// An open-loop cell: the rate the requests were sent at, (n − 1) ÷ first to last send.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub achieved_rate: Option<f64>,
@@ -272,6 +276,10 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             let span = last.duration_since(first).ok()?.as_secs_f64();
             (c.requests > 1 && span > 0.0).then(|| (c.requests - 1) as f64 / span)
         });
+        let scheduled = c
+            .scheduled
+            .filter(|(a, b, n)| *n > 1 && b > a)
+            .map(|(a, b, n)| (n - 1) as f64 / ((b - a) / 1000.0));
         let (queue, lag) = match rate {
             Some(_) => (
                 Some(std::mem::replace(&mut c.queue, Values::new(false)).dist()),
@@ -310,6 +318,7 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             goodput: c.good as f64 / c.requests.max(1) as f64,
             ttft_split,
             request_rate: rate,
+            scheduled_rate: scheduled.filter(|_| rate.is_some()),
             achieved_rate: achieved,
             client_queue_ms: queue,
             client_lag_ms: lag,

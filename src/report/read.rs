@@ -65,8 +65,9 @@ pub fn stream(
 }
 
 /// Every whole line of every file, in order, handed to `on_line`; lines it cannot read are
-/// skipped and reported grouped by reason. No line read at all is an error.
-fn scan(
+/// skipped and reported grouped by reason. No line read at all is an error. (`bench --replay`
+/// reads its logs with it too.)
+pub(crate) fn scan(
     paths: &[PathBuf],
     warn: &mut dyn FnMut(String),
     on_line: &mut dyn FnMut(&[u8]) -> Result<(), serde_json::Error>,

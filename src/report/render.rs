@@ -347,6 +347,7 @@ pub(super) fn open_loop_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<S
     let head = vec![
         "bucket",
         "offered req/s",
+        "scheduled req/s",
         "achieved req/s",
         "n",
         "client queue p50/p99 ms",
@@ -360,6 +361,7 @@ pub(super) fn open_loop_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<S
             vec![
                 cell_name(c),
                 n(c.request_rate, 2),
+                n(c.scheduled_rate, 2),
                 n(c.achieved_rate, 2),
                 c.requests.to_string(),
                 format!(

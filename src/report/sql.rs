@@ -120,7 +120,7 @@ fn cells(p: &Params) -> String {
     format!(
         "SELECT
     bucket_, arm, level, live_, rate_, requests, errors, good, start_ns, end_ns, last_sent_ns,
-    out_tokens,
+    scheduled_n, scheduled_min, scheduled_max, out_tokens,
     {ttft},
     {tpot},
     {e2e},
@@ -147,6 +147,9 @@ FROM
         min(ts_us) * 1000 AS start_ns,
         max(ts_us * 1000 + toInt64(greatest(e2e_ms, 0) * 1000000)) AS end_ns,
         max(ts_us) * 1000 AS last_sent_ns,
+        countIf(isNotNull(scheduled_ms)) AS scheduled_n,
+        minIf(assumeNotNull(scheduled_ms), isNotNull(scheduled_ms)) AS scheduled_min,
+        maxIf(assumeNotNull(scheduled_ms), isNotNull(scheduled_ms)) AS scheduled_max,
         sumIf(ifNull(output_tokens, 0), {OK}) AS out_tokens,
         {s_ttft},
         {s_tpot},

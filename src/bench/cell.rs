@@ -1,0 +1,224 @@
+//! A cell of a run: how request `i` of a bucket is made (its prompt, its shared prefix, its
+//! experiment arm), and one cell measured at a level — a closed loop of C in flight or an open
+//! loop at a rate — with what `run.json` says of it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use super::dataset::Chosen;
+use super::request::{self, Message, Req};
+use super::{open, runner, BenchConfig, CellInfo, LagStats, OpenInfo, Target};
+use crate::meter::{Outcome, RequestRecord};
+
+/// What every request of a run shares, and how request `i` of a cell is made.
+pub(crate) struct Load<'a> {
+    pub cfg: &'a BenchConfig,
+    pub model: Arc<str>,
+    /// Per bucket, its shared system prompts (`--shared-prefix`).
+    pub prefixes: BTreeMap<&'static str, Vec<Arc<str>>>,
+}
+
+/// The level of a cell: what its requests' records say.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Level {
+    Concurrency(usize),
+    Rate(f64),
+}
+
+impl Level {
+    pub fn label(self) -> String {
+        match self {
+            Level::Concurrency(c) => format!("C={c}"),
+            Level::Rate(r) => format!("{r}/s"),
+        }
+    }
+}
+
+impl Load<'_> {
+    /// Request `i` of a bucket's cell: prompts in their seeded order, both requests of an
+    /// experiment pair on the same prompt, shared prefixes round the groups.
+    pub fn request(&self, c: &Chosen, i: usize, level: Level) -> Req {
+        let cfg = self.cfg;
+        let (concurrency, request_rate, tag) = match level {
+            Level::Concurrency(n) => (Some(n as u64), None, format!("c{n}")),
+            Level::Rate(r) => (None, Some(r), format!("r{r}")),
+        };
+        // Two arms: ABBA order (A B B A A B B A …) so drift cancels; pairs are (0,1), (2,3), …
+        let arm = (cfg.arms.len() == 2).then(|| {
+            let a = &cfg.arms[[0, 1, 1, 0][i % 4]];
+            (
+                Arc::from(a.0.as_str()),
+                Arc::from(a.1.as_str()),
+                format!("{}-{tag}-{}", c.spec.name, i / 2),
+            )
+        });
+        let p = if arm.is_some() { i / 2 } else { i };
+        let prompt = &c.prompts[p % c.prompts.len()];
+        let system = self
+            .prefixes
+            .get(c.spec.name)
+            .filter(|g| !g.is_empty())
+            .map(|g| g[p % g.len()].clone());
+        Req {
+            model: self.model.clone(),
+            api: cfg.api,
+            system,
+            messages: vec![Message::user(prompt.text.as_str())],
+            out: c.spec.output_tokens,
+            fixed: cfg.fixed_output,
+            bucket: c.spec.name.into(),
+            concurrency,
+            request_rate,
+            turn: None,
+            arm,
+            route_header: cfg.route_header.as_deref().map(Arc::from),
+        }
+    }
+}
+
+/// Everything measured so far.
+#[derive(Default)]
+pub(crate) struct Out {
+    pub records: Vec<RequestRecord>,
+    pub cells: Vec<CellInfo>,
+}
+
+impl Out {
+    /// Keep a cell's records, with what `run.json` says of it.
+    pub fn push(
+        &mut self,
+        bucket: &str,
+        concurrency: Option<usize>,
+        records: Vec<RequestRecord>,
+        wall_s: f64,
+        open_loop: Option<OpenInfo>,
+    ) {
+        let out_tokens: u64 = records.iter().filter_map(|r| r.output_tokens).sum();
+        let errors = records.iter().filter(|r| r.outcome != Outcome::Ok).count();
+        let from = self.records.len();
+        self.cells.push(CellInfo {
+            bucket: bucket.to_owned(),
+            concurrency,
+            measured: records.len(),
+            errors,
+            wall_s,
+            output_tokens: out_tokens,
+            aggregate_tok_s: if wall_s > 0.0 {
+                out_tokens as f64 / wall_s
+            } else {
+                0.0
+            },
+            open_loop,
+            records: from..from + records.len(),
+        });
+        self.records.extend(records);
+    }
+}
+
+/// What an open loop's result says of its schedule.
+pub(crate) fn open_info(offered: f64, r: &open::OpenResult) -> OpenInfo {
+    let lag = LagStats::of(r.records.iter().filter_map(|x| x.client_lag_ms));
+    let queue = LagStats::of(r.records.iter().filter_map(|x| x.client_queue_ms));
+    let scheduled = open::OpenResult::rate(&r.due_s);
+    let achieved = open::OpenResult::rate(&r.sent_s);
+    let behind = lag.p99.is_some_and(|l| l > 10.0)
+        || matches!((scheduled, achieved), (Some(s), Some(a)) if a < 0.95 * s);
+    OpenInfo {
+        offered_rate: offered,
+        scheduled_rate: scheduled,
+        achieved_rate: achieved,
+        lag_ms: lag,
+        queue_ms: queue,
+        behind,
+    }
+}
+
+/// One cell of a bucket at a level, closed or open loop; its records kept in `out`. Returns
+/// where they are.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn measure(
+    target: &Arc<Target>,
+    load: &Load<'_>,
+    c: &Chosen,
+    level: Level,
+    (requests, warmup): (usize, usize),
+    stop: &Arc<AtomicBool>,
+    progress: &runner::Progress,
+    out: &mut Out,
+) -> std::ops::Range<usize> {
+    let cfg = load.cfg;
+    let label = format!("{} {}", c.spec.name, level.label());
+    let from = out.records.len();
+    match level {
+        Level::Concurrency(conc) => {
+            if requests < conc {
+                progress.line(&format!(
+                    "{label}: {requests} measured requests cannot keep {conc} in flight; --requests {} or more would",
+                    2 * conc
+                ));
+            }
+            let make = |i: usize| load.request(c, i, level);
+            let cell = runner::run_cell(
+                target, &label, &make, conc, requests, warmup, stop, progress,
+            )
+            .await;
+            out.push(c.spec.name, Some(conc), cell.records, cell.wall_s, None);
+        }
+        Level::Rate(rate) => {
+            let n = warmup + requests;
+            let plan = cfg
+                .arrivals
+                .offsets(rate, n)
+                .into_iter()
+                .enumerate()
+                .map(|(i, at)| open::Planned {
+                    at,
+                    req: load.request(c, i, level),
+                    measured: i >= warmup,
+                })
+                .collect();
+            let r = open::run_open(
+                target.clone(),
+                &label,
+                plan,
+                cfg.max_concurrency,
+                stop,
+                progress,
+            )
+            .await;
+            let oi = open_info(rate, &r);
+            if oi.behind {
+                progress.line(&format!(
+                    "{label}: the client fell behind its schedule: {} of {:.2} req/s sent, lag p99 {} ms",
+                    oi.achieved_rate
+                        .map_or_else(|| "-".into(), |a| format!("{a:.2}")),
+                    oi.scheduled_rate.unwrap_or(rate),
+                    oi.lag_ms.p99.map_or_else(|| "-".into(), |l| format!("{l:.1}"))
+                ));
+            }
+            out.push(c.spec.name, None, r.records, r.wall_s, Some(oi));
+        }
+    }
+    from..out.records.len()
+}
+
+/// The shared system prompts of a bucket: `prefix_groups` distinct texts of `shared_prefix`
+/// tokens each, seeded by the bucket's name.
+pub(crate) fn shared_prefixes(cfg: &BenchConfig, bucket: &str) -> Vec<Arc<str>> {
+    if cfg.shared_prefix == 0 {
+        return Vec::new();
+    }
+    let salt = bucket.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (0..cfg.prefix_groups.max(1))
+        .map(|g| {
+            let seed = cfg.seed ^ salt ^ (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let mut text = format!("System prompt {g} for {bucket}: ");
+            text.push_str(&request::text_of_tokens(cfg.shared_prefix, seed));
+            text.truncate((cfg.shared_prefix * 4) as usize);
+            Arc::from(text)
+        })
+        .collect()
+}

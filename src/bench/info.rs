@@ -1,0 +1,147 @@
+//! What `run.json` says of a bench run: the tool, the prompts, every knob of the load, each
+//! cell (and an open loop's offered, scheduled and achieved rates with the client's lag), the
+//! saturation search and the replay.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::search::SaturationInfo;
+
+#[derive(Debug, Serialize)]
+pub struct TokenStats {
+    pub min: u64,
+    pub median: u64,
+    pub max: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BucketInfo {
+    pub name: &'static str,
+    pub output_tokens: u64,
+    pub prompts: usize,
+    /// Estimated input tokens of the chosen prompts (about four bytes per token).
+    pub input_tokens_est: Option<TokenStats>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CellInfo {
+    /// The bucket; `conversations` for a multi-turn cell, `replay` for a replay.
+    pub bucket: String,
+    /// A closed-loop cell's level (absent for an open-loop cell).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
+    pub measured: usize,
+    pub errors: usize,
+    pub wall_s: f64,
+    pub output_tokens: u64,
+    /// Total output tokens ÷ wall time across all streams of the cell (not per stream).
+    pub aggregate_tok_s: f64,
+    /// An open-loop cell: its arrivals, offered against sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_loop: Option<OpenInfo>,
+    /// The cell's records in the run's records (for the summary).
+    #[serde(skip)]
+    pub records: std::ops::Range<usize>,
+}
+
+/// What an open-loop cell offered and what the client achieved.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpenInfo {
+    /// The rate asked for (requests a second); a replay's is its records ÷ their span.
+    pub offered_rate: f64,
+    /// The rate of the schedule drawn (its due times; a Poisson draw is not exactly the mean).
+    pub scheduled_rate: Option<f64>,
+    /// The rate requests were sent at.
+    pub achieved_rate: Option<f64>,
+    /// How late the client sent requests (beyond any queue for `--max-concurrency`), ms.
+    pub lag_ms: LagStats,
+    /// Waiting for a slot under `--max-concurrency`, ms.
+    pub queue_ms: LagStats,
+    /// True when the client fell behind its schedule: lag p99 over 10 ms, or the achieved rate
+    /// under 95 % of the scheduled one.
+    pub behind: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LagStats {
+    pub p50: Option<f64>,
+    pub p99: Option<f64>,
+    pub max: Option<f64>,
+}
+
+impl LagStats {
+    pub(crate) fn of(v: impl Iterator<Item = f64>) -> LagStats {
+        let v = crate::stats::sorted(v);
+        LagStats {
+            p50: crate::stats::pct(&v, 0.5),
+            p99: crate::stats::pct(&v, 0.99),
+            max: v.last().copied(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Overhead {
+    pub n: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub how: &'static str,
+}
+
+/// The load's knobs, as given (`run.json`).
+#[derive(Debug, Serialize)]
+pub struct LoadInfo {
+    /// `closed` (a concurrency sweep), `open` (arrival rates), `search` or `replay`.
+    pub mode: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub request_rates: Vec<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<super::Arrivals>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_level: Option<f64>,
+    pub max_time_s: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<String>,
+    pub shared_prefix_tokens: u64,
+    pub prefix_groups: usize,
+    pub multi_turn: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub think_time_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<usize>,
+    pub api: &'static str,
+}
+
+/// `run.json`.
+#[derive(Debug, Serialize)]
+pub struct RunInfo {
+    pub tool: &'static str,
+    pub tool_version: &'static str,
+    pub target: String,
+    pub model: String,
+    pub dataset: String,
+    pub seed: u64,
+    pub prompt_set_sha256: String,
+    pub fixed_output: bool,
+    pub concurrency: Vec<usize>,
+    pub requests_per_cell: usize,
+    pub warmup_per_cell: usize,
+    pub buckets: Vec<BucketInfo>,
+    pub started_at: String,
+    pub ended_at: String,
+    pub interrupted: bool,
+    pub client_overhead_ttft_ms: Option<Overhead>,
+    pub cells: Vec<CellInfo>,
+    pub load: LoadInfo,
+    /// `--until`: per bucket, the ceiling, the knee and the levels measured.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub saturation: BTreeMap<String, SaturationInfo>,
+    /// `--replay`: what was read and what was sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<super::replay::ReplayInfo>,
+}

@@ -1,0 +1,163 @@
+//! Conversations turn by turn (`--multi-turn`): C conversations in flight, each sending its
+//! turns in order, every request carrying the conversation so far, with a think time between
+//! turns (exponential around `--think-time`, seeded). The assistant's turns in the history are
+//! the dataset's own replies, so the prompts are the same on every run and a prefix cache sees
+//! each turn extend the last one — which is where prefix caching pays, and what the report's
+//! TTFT by turn shows. A request's bucket is its prompt's shape (by estimated prompt tokens);
+//! its output length is the dataset's reply's (16 to 1,024 tokens; 128 where there is none).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::cell::Load;
+use super::dataset::{BucketSpec, Conversation};
+use super::request::{Message, Req, Role, Sent};
+use super::runner::{CellResult, Progress, Target};
+use crate::meter::{Outcome, RequestRecord};
+use crate::sim::http::estimate_tokens;
+
+/// The bucket whose prompt range holds `tokens`.
+fn bucket_of(specs: &[BucketSpec], tokens: u64) -> &'static str {
+    specs
+        .iter()
+        .find(|s| tokens >= s.input_min && tokens < s.input_max)
+        .map_or("other", |s| s.name)
+}
+
+/// The request for turn `k` (from 0) of a conversation.
+fn turn_request(
+    load: &Load<'_>,
+    specs: &[BucketSpec],
+    (n, conv): (usize, &Conversation),
+    k: usize,
+    conc: usize,
+) -> Req {
+    let cfg = load.cfg;
+    let mut messages = Vec::with_capacity(2 * k + 1);
+    for (human, reply) in &conv.turns[..k] {
+        messages.push(Message::user(human.as_str()));
+        messages.push(Message {
+            role: Role::Assistant,
+            text: reply.as_deref().unwrap_or("").into(),
+        });
+    }
+    let (human, reply) = &conv.turns[k];
+    messages.push(Message::user(human.as_str()));
+    let system = load
+        .prefixes
+        .get("conversations")
+        .filter(|g| !g.is_empty())
+        .map(|g| g[n % g.len()].clone());
+    let prompt: u64 = messages
+        .iter()
+        .map(|m| estimate_tokens(&m.text) + 4)
+        .sum::<u64>()
+        + system.as_ref().map_or(0, |s| estimate_tokens(s) + 4)
+        + 3;
+    let out = reply
+        .as_deref()
+        .map_or(128, |r| estimate_tokens(r).clamp(16, 1024));
+    Req {
+        model: load.model.clone(),
+        api: cfg.api,
+        system,
+        messages,
+        out,
+        fixed: cfg.fixed_output,
+        bucket: bucket_of(specs, prompt).into(),
+        concurrency: Some(conc as u64),
+        request_rate: None,
+        turn: Some(k as u32 + 1),
+        arm: None,
+        route_header: None,
+    }
+}
+
+/// Think time before turn `k` of a conversation: exponential around the mean, seeded.
+fn think(mean: Duration, seed: u64, conv: usize, k: usize) -> Duration {
+    if mean.is_zero() {
+        return mean;
+    }
+    let mut rng = fastrand::Rng::with_seed(seed ^ (conv as u64) << 20 ^ k as u64);
+    mean.mul_f64(-(1.0 - rng.f64()).ln())
+}
+
+/// One level: `conc` conversations in flight until W warm-up and N measured requests (turns)
+/// are sent.
+pub(crate) async fn run_cell(
+    target: &Arc<Target>,
+    load: &Load<'_>,
+    convs: &[Conversation],
+    specs: &[BucketSpec],
+    conc: usize,
+    stop: &Arc<AtomicBool>,
+    progress: &Progress,
+) -> CellResult {
+    let cfg = load.cfg;
+    let (requests, warmup) = (cfg.requests, cfg.warmup);
+    let total = warmup + requests;
+    let label = format!("conversations C={conc}");
+    let next_conv = AtomicUsize::new(0);
+    let next_req = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let errors = AtomicUsize::new(0);
+    let results: Mutex<Vec<(usize, RequestRecord)>> = Mutex::new(Vec::new());
+    let first: Mutex<Option<Instant>> = Mutex::new(None);
+    let sent = Sent {
+        in_flight: conc as u64,
+        schedule: None,
+    };
+    let worker = || async {
+        'conversations: loop {
+            let n = next_conv.fetch_add(1, Ordering::Relaxed);
+            let Some(conv) = convs.get(n % convs.len().max(1)) else {
+                return;
+            };
+            for k in 0..conv.turns.len().min(cfg.max_turns) {
+                if k > 0 {
+                    tokio::time::sleep(think(cfg.think_time, cfg.seed, n, k)).await;
+                }
+                let i = next_req.fetch_add(1, Ordering::Relaxed);
+                if i >= total || stop.load(Ordering::Relaxed) {
+                    break 'conversations;
+                }
+                if i >= warmup {
+                    if let Ok(mut f) = first.lock() {
+                        f.get_or_insert_with(Instant::now);
+                    }
+                }
+                let rec = target
+                    .one(&turn_request(load, specs, (n, conv), k, conc), sent, stop)
+                    .await;
+                if i >= warmup {
+                    if rec.outcome != Outcome::Ok {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if let Ok(mut r) = results.lock() {
+                        r.push((i, rec));
+                    }
+                    let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    progress.update(&label, d, requests, errors.load(Ordering::Relaxed));
+                }
+            }
+        }
+    };
+    let workers: Vec<_> = (0..conc).map(|_| worker()).collect();
+    super::runner::join_all(workers).await;
+    let wall_s = first
+        .lock()
+        .ok()
+        .and_then(|f| *f)
+        .map_or(0.0, |s| s.elapsed().as_secs_f64());
+    let mut records = results.into_inner().unwrap_or_default();
+    records.sort_by_key(|(i, _)| *i);
+    let errors = errors.load(Ordering::Relaxed);
+    progress.cell_done(&label, records.len(), errors, wall_s);
+    CellResult {
+        records: records.into_iter().map(|(_, r)| r).collect(),
+        wall_s,
+    }
+}

@@ -1,0 +1,529 @@
+//! Load that looks like production, against `tokentap sim` over real sockets: open-loop
+//! arrivals (their spread, the concurrency cap and its queue, a rate the client cannot keep),
+//! the saturation search against a full sweep, replay of a tokentap log and of a Mooncake
+//! trace, shared prefixes on a prefix-caching engine, and conversations turn by turn.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use tokentap_test_support as support;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::*;
+use tokentap::bench::{self, Arrivals, BenchConfig, Process, Until};
+use tokentap::meter::{Outcome, RequestRecord};
+use tokentap::report::{self, Slos};
+use tokentap::sim::{Profile, Sim};
+
+async fn sim_with(p: Profile) -> Sim {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    Sim::start(p, "sim", 7, l, None).await.unwrap()
+}
+
+fn cfg(s: &Sim, out: std::path::PathBuf) -> BenchConfig {
+    BenchConfig {
+        target: format!("http://{}", s.engine),
+        out,
+        calibrate: false,
+        quiet: true,
+        ..BenchConfig::default()
+    }
+}
+
+async fn run(c: &BenchConfig) -> bench::RunInfo {
+    bench::run(c, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap()
+}
+
+fn records(dir: &std::path::Path) -> Vec<RequestRecord> {
+    std::fs::read_to_string(dir.join("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Seconds of each record's send (its `ts`), in order.
+fn sends(recs: &[RequestRecord]) -> Vec<f64> {
+    let mut t: Vec<f64> = recs
+        .iter()
+        .map(|r| {
+            humantime::parse_rfc3339(&r.ts)
+                .unwrap()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arrivals_have_the_spread_of_their_process() {
+    let s = sim_with(Profile::instant()).await;
+    let dir = scratch("arrivals");
+    for (name, process, k, want, tol) in [
+        ("poisson", Process::Poisson, 1.0, 1.0, 0.1),
+        ("gamma-4", Process::Gamma, 4.0, 0.5, 0.05),
+        ("gamma-0.25", Process::Gamma, 0.25, 2.0, 0.2),
+        ("constant", Process::Constant, 1.0, 0.0, 0.05),
+    ] {
+        let c = BenchConfig {
+            request_rates: vec![125.0],
+            arrivals: Arrivals {
+                process,
+                burstiness: k,
+                seed: 1,
+            },
+            requests: 500,
+            warmup: 0,
+            outputs: [2, 2, 2],
+            buckets: vec!["short-long".into()],
+            ..cfg(&s, dir.join(name))
+        };
+        let info = run(&c).await;
+        let recs = records(&dir.join(name));
+        assert_eq!(recs.len(), 500, "{name}");
+        assert!(recs
+            .iter()
+            .all(|r| r.outcome == Outcome::Ok && r.request_rate == Some(125.0)));
+        let (mean, cv) = bench::arrival::gap_stats(&sends(&recs)).unwrap();
+        assert!(
+            (cv - want).abs() <= tol,
+            "{name}: gaps' CV {cv:.3}, want {want} ± {tol} (mean gap {:.2} ms)",
+            mean * 1000.0
+        );
+        // The client kept the schedule it drew: the sends' spread is the schedule's.
+        let mut due: Vec<f64> = recs
+            .iter()
+            .map(|r| r.scheduled_ms.unwrap() / 1000.0)
+            .collect();
+        due.sort_by(f64::total_cmp);
+        let (_, drawn) = bench::arrival::gap_stats(&due).unwrap();
+        assert!(
+            (cv - drawn).abs() < 0.05,
+            "{name}: sent {cv:.3}, drawn {drawn:.3}"
+        );
+        let o = info.cells[0].open_loop.as_ref().unwrap();
+        assert!(!o.behind, "{name}: {o:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_queues_requests_outside_their_ttft_and_a_rate_too_fast_is_reported() {
+    // Each request takes about 120 ms: at 40 a second, a cap of 2 makes them queue.
+    let slow = Profile {
+        prefill_base_ms: 40.0,
+        prefill_per_token_ms: 0.0,
+        prefill_per_seq_ms: 0.0,
+        step_base_ms: 20.0,
+        step_per_seq_ms: 0.0,
+        ..Profile::v100()
+    };
+    let s = sim_with(slow).await;
+    let dir = scratch("cap");
+    let c = BenchConfig {
+        request_rates: vec![40.0],
+        arrivals: Arrivals {
+            process: Process::Constant,
+            burstiness: 1.0,
+            seed: 1,
+        },
+        max_concurrency: Some(2),
+        requests: 20,
+        warmup: 0,
+        outputs: [4, 4, 4],
+        buckets: vec!["short-long".into()],
+        ..cfg(&s, dir.join("cap"))
+    };
+    run(&c).await;
+    let recs = records(&dir.join("cap"));
+    assert!(recs.iter().all(|r| r.in_flight <= 2), "the cap holds");
+    let queued: Vec<f64> = recs.iter().map(|r| r.client_queue_ms.unwrap()).collect();
+    assert!(queued[15..].iter().all(|q| *q > 200.0), "{queued:?}");
+    // TTFT starts when a request is sent: the engine's own ~45 ms, not the queue.
+    for r in &recs {
+        let t = r.ttft_ms.unwrap();
+        assert!(t > 35.0 && t < 150.0, "ttft {t}");
+    }
+    let rep = report::compute(&recs, &Slos::default(), 5, false);
+    let cell = &rep.cells[0];
+    assert_eq!(cell.concurrency, "40/s");
+    assert!(cell.client_queue_ms.as_ref().unwrap().p99.unwrap() > 200.0);
+    assert!(cell.achieved_rate.unwrap() < 0.6 * cell.scheduled_rate.unwrap());
+
+    // A rate no client keeps: 300 requests due within 3 ms.
+    let fast = BenchConfig {
+        request_rates: vec![100_000.0],
+        arrivals: c.arrivals,
+        buckets: c.buckets.clone(),
+        requests: 300,
+        warmup: 0,
+        outputs: [1, 1, 1],
+        ..cfg(&s, dir.join("fast"))
+    };
+    let info = run(&fast).await;
+    let o = info.cells[0].open_loop.as_ref().unwrap();
+    assert!(o.behind, "{o:?}");
+    assert!(o.achieved_rate.unwrap() < 0.95 * o.scheduled_rate.unwrap());
+    let run_json = std::fs::read_to_string(dir.join("fast/run.json")).unwrap();
+    assert!(run_json.contains("\"behind\": true"));
+}
+
+/// The write-up's V100 profile, with the long-prompt bucket only and short answers.
+fn v100_long(s: &Sim, out: std::path::PathBuf) -> BenchConfig {
+    BenchConfig {
+        buckets: vec!["long-short".into()],
+        outputs: [8, 8, 8],
+        requests: 16,
+        warmup: 8,
+        ..cfg(s, out)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_saturation_search_finds_the_ceiling_a_full_sweep_gives() {
+    let s = sim_with(Profile::v100()).await;
+    let dir = scratch("saturation");
+    // The full sweep, every level from 1 to 12, read by the report.
+    let sweep = BenchConfig {
+        concurrency: (1..=12).collect(),
+        ..v100_long(&s, dir.join("sweep"))
+    };
+    run(&sweep).await;
+    let rep = report::compute(&records(&dir.join("sweep")), &Slos::default(), 5, false);
+    let full = rep.provisioning[0].ceiling["interactive"].clone();
+    // The search: doubling from 1, then halving the gap.
+    let search = BenchConfig {
+        until: Some(Until::parse("slo:interactive", &Slos::default()).unwrap()),
+        max_level: Some(64.0),
+        ..v100_long(&s, dir.join("search"))
+    };
+    let info = run(&search).await;
+    let sat = &info.saturation["long-short"];
+    assert_eq!(sat.stopped, "refined", "{sat:?}");
+    let found = sat.ceiling.map(|c| (c as u64).to_string());
+    assert!(
+        full.is_some(),
+        "the sweep has a ceiling: {:?}",
+        rep.provisioning
+    );
+    assert_eq!(found, full, "search {sat:?} vs sweep");
+    assert_eq!(
+        sat.first_bad,
+        sat.ceiling.map(|c| c + 1.0),
+        "refined to one"
+    );
+    assert!(sat.knee.is_some(), "{sat:?}");
+    // Its cells are the run's, and the report reads the same ceiling from them.
+    let again = report::compute(&records(&dir.join("search")), &Slos::default(), 5, false);
+    assert_eq!(again.provisioning[0].ceiling["interactive"], full);
+    let run_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("search/run.json")).unwrap())
+            .unwrap();
+    assert_eq!(run_json["load"]["mode"], "search");
+    assert!(
+        run_json["saturation"]["long-short"]["levels"]
+            .as_array()
+            .unwrap()
+            .len()
+            >= 4
+    );
+}
+
+/// A tokentap log of 60 requests over about 3 s at irregular times, with known token counts.
+fn synthetic_log(path: &std::path::Path) -> Vec<(f64, u64, u64)> {
+    let base = std::time::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+    let mut rng = fastrand::Rng::with_seed(3);
+    let mut t = 0.0;
+    let mut want = Vec::new();
+    let mut lines = String::new();
+    for i in 0..60 {
+        t += rng.f64() * 0.1;
+        let (input, output) = (20 + rng.u64(..900), 1 + rng.u64(..12));
+        let api = ["chat", "completions", "responses", "messages"][i % 4];
+        let ts = humantime::format_rfc3339_micros(base + Duration::from_secs_f64(t));
+        lines.push_str(&format!(
+            r#"{{"ts":"{ts}","outcome":"ok","e2e_ms":5.0,"api":"{api}","model":"sim","input_tokens":{input},"output_tokens":{output},"stream":true}}"#
+        ));
+        lines.push('\n');
+        want.push((t, input, output));
+    }
+    // Left out: the gateway's own request, an embeddings request, and a line of another tool.
+    lines.push_str(r#"{"ts":"2026-11-18T11:06:40Z","outcome":"ok","e2e_ms":1,"api":"chat","input_tokens":5,"output_tokens":5,"gateway_tap":{"side":"inner"}}"#);
+    lines.push('\n');
+    lines.push_str(r#"{"ts":"2026-11-18T11:06:40Z","outcome":"ok","e2e_ms":1,"api":"embeddings","input_tokens":5}"#);
+    lines.push('\n');
+    lines.push_str("{\"level\":\"info\",\"msg\":\"not a record\"}\n");
+    std::fs::write(path, lines).unwrap();
+    want
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_keeps_the_arrivals_and_the_token_counts() {
+    let s = sim_with(Profile::instant()).await;
+    let dir = scratch("replay");
+    let log = dir.join("recorded.jsonl");
+    let want = synthetic_log(&log);
+    let c = BenchConfig {
+        replay: vec![log.clone()],
+        ..cfg(&s, dir.join("out"))
+    };
+    let info = run(&c).await;
+    let r = info.replay.as_ref().unwrap();
+    assert_eq!(
+        (r.format, r.read, r.replayed),
+        ("tokentap", 62, 60),
+        "{r:?}"
+    );
+    assert_eq!(r.left_out.values().sum::<usize>(), 2, "{:?}", r.left_out);
+    let mut recs = records(&dir.join("out"));
+    recs.sort_by(|a, b| a.ts.cmp(&b.ts));
+    assert_eq!(recs.len(), 60);
+    let got = sends(&recs);
+    // Arrival offsets within 2 ms (p99) of the recorded ones.
+    let mut err: Vec<f64> = got
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| ((g - got[0]) - (w.0 - want[0].0)).abs() * 1000.0)
+        .collect();
+    err.sort_by(f64::total_cmp);
+    let p99 = err[(0.99 * err.len() as f64).ceil() as usize - 1];
+    assert!(p99 <= 2.0, "offset error p99 {p99:.3} ms: {err:?}");
+    // Token counts exactly, and each request's API shape.
+    for (r, w) in recs.iter().zip(&want) {
+        assert_eq!(
+            (r.input_tokens, r.output_tokens),
+            (Some(w.1), Some(w.2)),
+            "{r:?}"
+        );
+        assert!(r.scheduled_ms.is_some() && r.concurrency.is_none());
+    }
+    assert_eq!(
+        recs.iter().filter(|r| r.endpoint == "/v1/messages").count(),
+        15
+    );
+
+    // Twice as fast, a slice: offsets halve, the window keeps its requests.
+    let c = BenchConfig {
+        replay: vec![log.clone()],
+        speed: 2.0,
+        window: Some(bench::replay::Window::parse("1s..").unwrap()),
+        ..cfg(&s, dir.join("fast"))
+    };
+    let info = run(&c).await;
+    let r = info.replay.unwrap();
+    let kept = want.iter().filter(|w| w.0 - want[0].0 >= 1.0).count();
+    assert_eq!(r.replayed, kept);
+    let span = want.last().unwrap().0 - want.iter().find(|w| w.0 - want[0].0 >= 1.0).unwrap().0;
+    assert!(
+        (r.span_s - span / 2.0).abs() < 1e-3,
+        "{} vs {}",
+        r.span_s,
+        span / 2.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mooncake_trace_replays_with_its_shared_blocks_cached() {
+    let s = sim_with(Profile {
+        prefix_cache: true,
+        ..Profile::instant()
+    })
+    .await;
+    let dir = scratch("mooncake");
+    let trace = dir.join("trace.jsonl");
+    // Four requests sharing two 512-token blocks, then one of their own.
+    let mut lines = String::new();
+    for (i, ids) in ["[1,2,3]", "[1,2,4]", "[1,2,5]", "[9]"].iter().enumerate() {
+        lines.push_str(&format!(
+            "{{\"timestamp\": {}, \"input_length\": 1400, \"output_length\": 3, \"hash_ids\": {ids}}}\n",
+            i * 50
+        ));
+    }
+    std::fs::write(&trace, lines).unwrap();
+    let c = BenchConfig {
+        replay: vec![trace],
+        model: Some("sim".into()),
+        ..cfg(&s, dir.join("out"))
+    };
+    let info = run(&c).await;
+    assert_eq!(info.replay.as_ref().unwrap().format, "mooncake");
+    let mut recs = records(&dir.join("out"));
+    recs.sort_by(|a, b| a.ts.cmp(&b.ts));
+    assert!(recs
+        .iter()
+        .all(|r| r.input_tokens == Some(1400) && r.output_tokens == Some(3)));
+    let cached: Vec<u64> = recs.iter().map(|r| r.cached_tokens.unwrap_or(0)).collect();
+    assert_eq!(cached[0], 0);
+    assert!(cached[1] >= 1024 && cached[2] >= 1024, "{cached:?}");
+    assert_eq!(cached[3], 0, "{cached:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_prefix_gives_back_ttft_on_a_caching_engine() {
+    let s = sim_with(Profile {
+        prefix_cache: true,
+        ..Profile::v100()
+    })
+    .await;
+    let dir = scratch("prefix");
+    let c = BenchConfig {
+        shared_prefix: 2000,
+        prefix_groups: 4,
+        concurrency: vec![1],
+        requests: 12,
+        warmup: 0,
+        outputs: [2, 2, 2],
+        buckets: vec!["short-long".into()],
+        ..cfg(&s, dir.clone())
+    };
+    run(&c).await;
+    let recs = records(&dir);
+    let misses = recs.iter().filter(|r| r.cached_tokens == Some(0)).count();
+    assert_eq!(misses, 4, "each group's first request misses");
+    let rep = report::compute(&recs, &Slos::default(), 5, false);
+    let pc = rep.prefix_cache.as_ref().unwrap();
+    let (hit, miss) = (pc.hit.p50.unwrap(), pc.miss.p50.unwrap());
+    assert!(hit + 50.0 < miss, "hit {hit} miss {miss}");
+    assert!(pc.ttft_saved_ms.unwrap() > 50.0);
+    let answer = &rep
+        .answers
+        .iter()
+        .find(|a| a.question == "What does the prefix cache give back?")
+        .unwrap()
+        .answer;
+    assert!(answer.contains("given back"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_go_turn_by_turn_and_the_report_reads_each_turn() {
+    let s = sim_with(Profile {
+        prefix_cache: true,
+        ..Profile::instant()
+    })
+    .await;
+    let dir = scratch("turns");
+    let c = BenchConfig {
+        multi_turn: true,
+        think_time: Duration::from_millis(5),
+        concurrency: vec![2],
+        requests: 24,
+        warmup: 0,
+        max_turns: 4,
+        ..cfg(&s, dir.clone())
+    };
+    let info = run(&c).await;
+    assert_eq!(info.cells[0].bucket, "conversations");
+    let recs = records(&dir);
+    assert_eq!(recs.len(), 24);
+    assert!(recs
+        .iter()
+        .all(|r| r.turn.is_some_and(|t| (1..=4).contains(&t))));
+    // Each turn carries the history: prompts grow, and from turn 2 the cache holds the start.
+    let rep = report::compute(&recs, &Slos::default(), 5, false);
+    let t1 = &rep.by_turn["1"];
+    let t2 = &rep.by_turn["2"];
+    assert!(t2.input_tokens_median.unwrap() > t1.input_tokens_median.unwrap());
+    assert_eq!(t2.cache_hit_rate, Some(1.0));
+    assert!(t2.cached_token_share.unwrap() > 0.3);
+    let text = report::render(&rep, report::Format::Table);
+    assert!(text.contains("Per conversation turn"), "{text}");
+}
+
+#[tokio::test]
+async fn bad_replay_input_is_named() {
+    let dir = scratch("replay-bad");
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let garbage = dir.join("garbage.jsonl");
+    std::fs::write(&garbage, "not json\n{\"msg\":\"other tool\"}\n").unwrap();
+    for f in [&empty, &garbage] {
+        let c = BenchConfig {
+            target: "http://127.0.0.1:9".into(),
+            out: dir.join("out"),
+            replay: vec![f.clone()],
+            calibrate: false,
+            quiet: true,
+            ..BenchConfig::default()
+        };
+        let e = bench::run(&c, Arc::new(AtomicBool::new(false)))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&f.display().to_string()), "{e}");
+    }
+    // The CLI's usage errors.
+    for args in [
+        &["--burstiness", "2"][..],
+        &["--until", "slo:fast"],
+        &["--until", "forever"],
+        &["--window", "soon"],
+        &["--request-rate", "0"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+            .args(["bench", "--target", "http://127.0.0.1:9", "--out"])
+            .arg(dir.join("cli"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        assert!(!String::from_utf8_lossy(&out.stderr).trim().is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_proxy_the_rate_and_the_turn_are_recorded_and_never_forwarded() {
+    let up = Upstream::spawn(|_| {
+        Script::chat_stream(Duration::from_millis(2), Duration::from_millis(1), 3, true)
+    })
+    .await;
+    let px = proxy(&up.url(), "").await;
+    let dir = scratch("load-proxy");
+    let base = BenchConfig {
+        target: format!("http://{}", px.addr),
+        model: Some("m".into()),
+        calibrate: false,
+        quiet: true,
+        requests: 4,
+        warmup: 0,
+        outputs: [3, 3, 3],
+        buckets: vec!["short-long".into()],
+        ..BenchConfig::default()
+    };
+    run(&BenchConfig {
+        request_rates: vec![50.0],
+        out: dir.join("rate"),
+        ..base.clone()
+    })
+    .await;
+    run(&BenchConfig {
+        multi_turn: true,
+        concurrency: vec![1],
+        think_time: Duration::ZERO,
+        max_turns: 2,
+        out: dir.join("turns"),
+        ..base
+    })
+    .await;
+    let recs = px.records(8).await;
+    assert_eq!(
+        recs.iter().filter(|r| r.request_rate == Some(50.0)).count(),
+        4
+    );
+    let turns: Vec<u32> = recs.iter().filter_map(|r| r.turn).collect();
+    assert_eq!(turns.len(), 4, "{turns:?}");
+    assert!(turns.contains(&2));
+    for r in up.requests() {
+        for h in [
+            "x-tokentap-request-rate",
+            "x-tokentap-turn",
+            "x-tokentap-concurrency",
+        ] {
+            assert!(r.header(h).is_none(), "{h} reached the upstream");
+        }
+    }
+}
