@@ -156,7 +156,7 @@ pub fn plan(cfg: &BenchConfig) -> Result<(Vec<Planned>, ReplayInfo), BenchError>
     fn bad(m: String) -> serde_json::Error {
         serde::de::Error::custom(m)
     }
-    super::super::report::read::scan(&cfg.replay, &mut |w| warnings.push(w), &mut |line| {
+    crate::report::read::scan(&cfg.replay, &mut |w| warnings.push(w), &mut |line| {
         let l: Line = serde_json::from_slice(line)?;
         let this = match (&l.ts, &l.outcome, l.timestamp, l.input_length) {
             (Some(_), Some(_), ..) => "tokentap",

@@ -12,6 +12,7 @@ mod clock;
 mod fast;
 pub mod hop;
 mod html;
+mod json;
 pub mod read;
 mod render;
 pub mod row;
