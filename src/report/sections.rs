@@ -1,0 +1,199 @@
+//! The report's tables beyond the cells: per API shape and per bucket, the prefix-cache split,
+//! open-loop cells, conversation turns, and where TTFT went. Each returns a header and rows,
+//! rendered as text, Markdown or HTML by the caller.
+
+use super::render::{cell_name, dist3, n};
+use super::{Cell, Dist, Report};
+
+/// Per API shape.
+pub(super) fn api_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    shape_rows("api", &r.by_api)
+}
+
+/// Per bucket, pooled over concurrency levels.
+pub(super) fn bucket_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    shape_rows("bucket (all levels)", &r.by_bucket)
+}
+
+fn shape_rows(
+    name: &'static str,
+    rows: &std::collections::BTreeMap<String, super::shapes::ShapeRow>,
+) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    let head = vec![
+        name,
+        "n",
+        "err%",
+        "TTFT p50/95/99 ms",
+        "TTFO p50/95/99 ms",
+        "TPOT p50/95 ms",
+        "E2E p50/95/99 ms",
+        "tokens in/out (reasoning)",
+    ];
+    let rows = rows
+        .iter()
+        .map(|(api, s)| {
+            vec![
+                api.clone(),
+                s.requests.to_string(),
+                format!("{:.1}", 100.0 * s.error_rate),
+                dist3(&s.ttft_ms),
+                dist3(&s.ttfo_ms),
+                format!("{}/{}", n(s.tpot_ms.p50, 1), n(s.tpot_ms.p95, 1)),
+                dist3(&s.e2e_ms),
+                format!(
+                    "{}/{} ({})",
+                    s.input_tokens, s.output_tokens, s.reasoning_tokens
+                ),
+            ]
+        })
+        .collect();
+    (head, rows)
+}
+
+/// TTFT by prefix-cache hit vs miss, overall and per bucket.
+pub(super) fn cache_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    let c = r.prefix_cache.as_ref()?;
+    let head = vec![
+        "scope",
+        "hits",
+        "TTFT p50/95/99 ms (hit)",
+        "misses",
+        "TTFT p50/95/99 ms (miss)",
+    ];
+    let row = |scope: &str, hit: &Dist, miss: &Dist| {
+        vec![
+            scope.to_string(),
+            hit.n.to_string(),
+            dist3(hit),
+            miss.n.to_string(),
+            dist3(miss),
+        ]
+    };
+    let mut rows = vec![row("overall", &c.hit, &c.miss)];
+    for (b, s) in &c.by_bucket {
+        rows.push(row(b, &s.hit, &s.miss));
+    }
+    Some((head, rows))
+}
+
+/// Open-loop cells: offered against achieved rate, the client's queue and lag.
+pub(super) fn open_loop_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    let cs: Vec<&Cell> = r
+        .cells
+        .iter()
+        .filter(|c| c.request_rate.is_some())
+        .collect();
+    if cs.is_empty() {
+        return None;
+    }
+    let head = vec![
+        "bucket",
+        "offered req/s",
+        "scheduled req/s",
+        "achieved req/s",
+        "n",
+        "client queue p50/p99 ms",
+        "client lag p50/p99/max ms",
+    ];
+    let rows = cs
+        .iter()
+        .map(|c| {
+            let q = c.client_queue_ms.as_ref();
+            let l = c.client_lag_ms.as_ref();
+            vec![
+                cell_name(c),
+                n(c.request_rate, 2),
+                n(c.scheduled_rate, 2),
+                n(c.achieved_rate, 2),
+                c.requests.to_string(),
+                format!(
+                    "{}/{}",
+                    n(q.and_then(|d| d.p50), 1),
+                    n(q.and_then(|d| d.p99), 1)
+                ),
+                format!(
+                    "{}/{}/{}",
+                    n(l.and_then(|d| d.p50), 1),
+                    n(l.and_then(|d| d.p99), 1),
+                    n(l.and_then(|d| d.max), 1)
+                ),
+            ]
+        })
+        .collect();
+    Some((head, rows))
+}
+
+/// Per conversation turn (`bench --multi-turn`).
+pub(super) fn turn_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    if r.by_turn.is_empty() {
+        return None;
+    }
+    let head = vec![
+        "turn",
+        "n",
+        "err%",
+        "TTFT p50/95/99 ms",
+        "prompt tok p50",
+        "cache hits",
+        "cached tokens",
+    ];
+    let mut turns: Vec<(&String, &super::shapes::TurnRow)> = r.by_turn.iter().collect();
+    turns.sort_by_key(|(t, _)| t.parse::<u64>().unwrap_or(u64::MAX));
+    let pc = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{:.0}%", 100.0 * v));
+    let rows = turns
+        .iter()
+        .map(|(t, s)| {
+            vec![
+                (*t).clone(),
+                s.requests.to_string(),
+                format!("{:.1}", 100.0 * s.error_rate),
+                dist3(&s.ttft_ms),
+                n(s.input_tokens_median, 0),
+                pc(s.cache_hit_rate),
+                pc(s.cached_token_share),
+            ]
+        })
+        .collect();
+    Some((head, rows))
+}
+
+/// Where TTFT went, per cell (medians), when any record says.
+pub(super) fn split_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    if r.cells.iter().all(|c| c.ttft_split.is_none()) {
+        return None;
+    }
+    let head = vec![
+        "bucket",
+        "C",
+        "TTFT p50",
+        "tokentap",
+        "upstream headers",
+        "engine queue",
+        "engine prefill",
+        "outside engine",
+        "missing",
+    ];
+    let rows = r
+        .cells
+        .iter()
+        .map(|c| {
+            let sp = c.ttft_split.as_ref();
+            let f = |g: &dyn Fn(&super::SplitCell) -> Option<f64>| n(sp.and_then(g), 2);
+            vec![
+                cell_name(c),
+                c.concurrency.clone(),
+                n(c.ttft_ms.p50, 1),
+                f(&|s| s.proxy_ms),
+                f(&|s| s.upstream_headers_ms),
+                f(&|s| s.engine_queue_ms),
+                f(&|s| s.engine_prefill_ms),
+                f(&|s| s.outside_engine_ms),
+                sp.map_or_else(
+                    || "no split: no record of this cell says".into(),
+                    |s| s.missing.clone().unwrap_or_default(),
+                ),
+            ]
+        })
+        .collect();
+    Some((head, rows))
+}
