@@ -173,67 +173,6 @@ async fn the_cap_queues_requests_outside_their_ttft_and_a_rate_too_fast_is_repor
     assert!(run_json.contains("\"behind\": true"));
 }
 
-/// The write-up's V100 profile, with the long-prompt bucket only and short answers.
-fn v100_long(s: &Sim, out: std::path::PathBuf) -> BenchConfig {
-    BenchConfig {
-        buckets: vec!["long-short".into()],
-        outputs: [8, 8, 8],
-        requests: 16,
-        warmup: 8,
-        ..cfg(s, out)
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_saturation_search_finds_the_ceiling_a_full_sweep_gives() {
-    let s = sim_with(Profile::v100()).await;
-    let dir = scratch("saturation");
-    // The full sweep, every level from 1 to 12, read by the report.
-    let sweep = BenchConfig {
-        concurrency: (1..=12).collect(),
-        ..v100_long(&s, dir.join("sweep"))
-    };
-    run(&sweep).await;
-    let rep = report::compute(&records(&dir.join("sweep")), &Slos::default(), 5, false);
-    let full = rep.provisioning[0].ceiling["interactive"].clone();
-    // The search: doubling from 1, then halving the gap.
-    let search = BenchConfig {
-        until: Some(Until::parse("slo:interactive", &Slos::default()).unwrap()),
-        max_level: Some(64.0),
-        ..v100_long(&s, dir.join("search"))
-    };
-    let info = run(&search).await;
-    let sat = &info.saturation["long-short"];
-    assert_eq!(sat.stopped, "refined", "{sat:?}");
-    let found = sat.ceiling.map(|c| (c as u64).to_string());
-    assert!(
-        full.is_some(),
-        "the sweep has a ceiling: {:?}",
-        rep.provisioning
-    );
-    assert_eq!(found, full, "search {sat:?} vs sweep");
-    assert_eq!(
-        sat.first_bad,
-        sat.ceiling.map(|c| c + 1.0),
-        "refined to one"
-    );
-    assert!(sat.knee.is_some(), "{sat:?}");
-    // Its cells are the run's, and the report reads the same ceiling from them.
-    let again = report::compute(&records(&dir.join("search")), &Slos::default(), 5, false);
-    assert_eq!(again.provisioning[0].ceiling["interactive"], full);
-    let run_json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("search/run.json")).unwrap())
-            .unwrap();
-    assert_eq!(run_json["load"]["mode"], "search");
-    assert!(
-        run_json["saturation"]["long-short"]["levels"]
-            .as_array()
-            .unwrap()
-            .len()
-            >= 4
-    );
-}
-
 /// A tokentap log of 60 requests over about 3 s at irregular times, with known token counts.
 fn synthetic_log(path: &std::path::Path) -> Vec<(f64, u64, u64)> {
     let base = std::time::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
@@ -524,6 +463,55 @@ async fn through_the_proxy_the_rate_and_the_turn_are_recorded_and_never_forwarde
             "x-tokentap-concurrency",
         ] {
             assert!(r.header(h).is_none(), "{h} reached the upstream");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_an_open_loop_or_a_search_keeps_what_was_measured() {
+    let s = sim_with(Profile::instant()).await;
+    let dir = scratch("load-stop");
+    for (name, c) in [
+        (
+            "open",
+            BenchConfig {
+                request_rates: vec![20.0],
+                requests: 400,
+                warmup: 0,
+                outputs: [2, 2, 2],
+                buckets: vec!["short-long".into()],
+                ..cfg(&s, dir.join("open"))
+            },
+        ),
+        (
+            "search",
+            BenchConfig {
+                until: Some(Until::Errors),
+                requests: 200,
+                warmup: 0,
+                outputs: [2, 2, 2],
+                buckets: vec!["short-long".into()],
+                ..cfg(&s, dir.join("search"))
+            },
+        ),
+    ] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let info = bench::run(&c, stop).await.unwrap();
+        assert!(info.interrupted, "{name}");
+        let recs = records(&dir.join(name));
+        assert!(!recs.is_empty(), "{name}");
+        if name == "open" {
+            assert!(recs.len() < 400, "{name}: {}", recs.len());
+        }
+        let run_json = std::fs::read_to_string(dir.join(name).join("run.json")).unwrap();
+        assert!(run_json.contains("\"interrupted\": true"), "{name}");
+        if name == "search" {
+            assert_eq!(info.saturation["short-long"].stopped, "interrupted");
         }
     }
 }

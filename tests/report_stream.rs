@@ -269,3 +269,46 @@ fn garbage_is_grouped_and_skipped() {
         "{err}"
     );
 }
+
+/// Open-loop cells and conversation turns read from files (the fast path) equal the same
+/// records read in memory, and say what they should.
+#[test]
+fn open_loop_cells_and_turns_read_the_same_from_files() {
+    let dir = support::scratch("load-mix");
+    let path = dir.join("log.jsonl");
+    std::fs::write(&path, jsonl(0, 3000, 7, Mix::Load)).unwrap();
+    let recs = report::load(std::slice::from_ref(&path), &mut |w| panic!("{w}")).unwrap();
+    let mem = report::render(
+        &report::compute(&recs, &Slos::default(), 20, false),
+        report::Format::Json,
+    );
+    let (files, err) = report_cli(&[path.to_str().unwrap(), "--format", "json", "--top", "20"]);
+    assert!(err.is_empty(), "{err}");
+    let (a, b): (Value, Value) = (
+        serde_json::from_str(&mem).unwrap(),
+        serde_json::from_str(&files).unwrap(),
+    );
+    assert_eq!(without_method(a), without_method(b.clone()));
+    let cells = b["cells"].as_array().unwrap();
+    let rates: Vec<&str> = cells
+        .iter()
+        .filter(|c| c["request_rate"].is_number())
+        .map(|c| c["concurrency"].as_str().unwrap())
+        .collect();
+    assert!(
+        rates.contains(&"2/s") && rates.contains(&"32/s"),
+        "{rates:?}"
+    );
+    let fast = cells.iter().find(|c| c["concurrency"] == "32/s").unwrap();
+    assert!(fast["client_queue_ms"]["p50"].as_f64().unwrap() > 10.0);
+    assert!(fast["scheduled_rate"].as_f64().unwrap() > 0.0);
+    assert!(b["provisioning"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["axis"] == "request_rate"));
+    let turns = b["by_turn"].as_object().unwrap();
+    assert_eq!(turns.len(), 5);
+    assert_eq!(turns["1"]["cache_hit_rate"], 0.0);
+    assert_eq!(turns["3"]["cache_hit_rate"], 1.0);
+}

@@ -525,7 +525,7 @@ mod tests {
         })
     }
 
-    const KEYS: [&str; 31] = [
+    const KEYS: [&str; 34] = [
         "outc\\u006fme",
         "ké",
         "k\u{1}",
@@ -552,6 +552,9 @@ mod tests {
         "gateway_tap",
         "request_rate",
         "turn",
+        "scheduled_ms",
+        "client_queue_ms",
+        "client_lag_ms",
         "method",
         "trace_id",
         "id",

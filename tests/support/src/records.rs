@@ -18,6 +18,9 @@ use tokentap::openai::Api;
 pub enum Mix {
     /// A live proxy log: no load-generator level, the in-flight count at admission.
     Live,
+    /// A load generator's open-loop cells (offered rates, scheduled times, client queue and
+    /// lag) and conversation turns (prompts growing, cached tokens).
+    Load,
     /// Everything a report reads: live records, bench levels, paired experiment arms, and both
     /// sides of a gateway tap.
     Everything,
@@ -184,6 +187,31 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
         error: (outcome == Outcome::UpstreamError)
             .then(|| "upstream answered 503 Service Unavailable".into()),
     };
+    if mix == Mix::Load {
+        rec.key_id = None;
+        if i.is_multiple_of(3) {
+            // A conversation's turn: its prompt grows, and from the second turn its start is
+            // in the prefix cache.
+            let turn = 1 + (i / 3) % 5;
+            rec.turn = Some(turn as u32);
+            rec.concurrency = Some(4);
+            rec.input_tokens = Some(400 * turn + r.below(50));
+            rec.cached_tokens = rec
+                .output_tokens
+                .map(|_| if turn > 1 { 380 * (turn - 1) } else { 0 });
+        } else {
+            // Open-loop cells at three rates; requests 20 ms apart, some queued, a little late.
+            let rate = [2.0, 8.0, 32.0][((i / 3) % 3) as usize];
+            rec.request_rate = Some(rate);
+            rec.scheduled_ms = Some(i as f64 * 20.0 + r.unit());
+            rec.client_queue_ms = Some(if rate > 10.0 {
+                r.lognormal(30.0, 1.0)
+            } else {
+                0.0
+            });
+            rec.client_lag_ms = Some(r.unit() * 1.5);
+        }
+    }
     if mix == Mix::Everything {
         match i % 10 {
             // Bench levels.

@@ -1,5 +1,5 @@
 //! Generated request records as JSONL on stdout (the report's test data, seed 7):
-//! `records N [live|everything] [full|written]`: timings at full double precision (the
+//! `records N [live|load|everything] [full|written]`: timings at full double precision (the
 //! default, as the golden files have them) or as tokentap writes them.
 #![allow(clippy::unwrap_used)]
 
@@ -12,6 +12,7 @@ fn main() {
     let n: u64 = args.first().and_then(|n| n.parse().ok()).unwrap_or(6000);
     let mix = match args.get(1).map(String::as_str) {
         Some("live") => Mix::Live,
+        Some("load") => Mix::Load,
         _ => Mix::Everything,
     };
     let make = match args.get(2).map(String::as_str) {
