@@ -50,7 +50,10 @@ PY
   # The report's generated test data: live traffic, bench levels, experiment arms, both sides of
   # a gateway tap, prefix-cache hits and TTFT splits (6,000 records, seed 7).
   cargo run --release --locked -q -p tokentap-test-support --bin records -- 6000 everything >"$WORK/everything.jsonl"
-  set -- "$WORK/tokentap-demo/bench/requests.jsonl" "$WORK/tokentap-demo/proxy.jsonl" "$WORK/keys.jsonl" "$WORK/everything.jsonl"
+  # A load generator's open-loop cells (offered rates, client queue and lag) and conversation
+  # turns (3,000 records, seed 7).
+  cargo run --release --locked -q -p tokentap-test-support --bin records -- 3000 load >"$WORK/load.jsonl"
+  set -- "$WORK/tokentap-demo/bench/requests.jsonl" "$WORK/tokentap-demo/proxy.jsonl" "$WORK/keys.jsonl" "$WORK/everything.jsonl" "$WORK/load.jsonl"
 fi
 # A copy of Debian's config with data, logs and ports of its own.
 HTTP_PORT=$(python3 - "$WORK/ch" <<'PY'
