@@ -271,7 +271,7 @@ ORDER BY scope, name;
 
 -- by_turn: by_turn: per conversation turn (bench --multi-turn): TTFT, prompt tokens, prefix-cache hits
 SELECT
-    turn, requests, errors, known, hits, cached, prompt,
+    turn_ AS turn, requests, errors, known, hits, cached, prompt,
     length(ttft) AS ttft_n,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
@@ -281,7 +281,7 @@ SELECT
 FROM
 (
     SELECT
-        assumeNotNull(turn) AS turn,
+        assumeNotNull(turn) AS turn_,
         count() AS requests,
         countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
         countIf(outcome = 'ok' AND isNotNull(cached_tokens)) AS known,
@@ -292,9 +292,9 @@ FROM
         arraySort(groupArrayIf(toFloat64(assumeNotNull(input_tokens)), outcome = 'ok' AND isNotNull(input_tokens))) AS input
     FROM default.requests
     WHERE ifNull(tap_side, '') != 'inner' AND isNotNull(turn)
-    GROUP BY turn
+    GROUP BY turn_
 )
-ORDER BY turn;
+ORDER BY turn_;
 
 -- hop_rows: the served requests of the two experiment arms: the gateway-hop section pairs them and bootstraps its intervals
 SELECT

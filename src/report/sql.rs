@@ -286,13 +286,13 @@ FROM
 fn by_turn(t: &str) -> String {
     format!(
         "SELECT
-    turn, requests, errors, known, hits, cached, prompt,
+    turn_ AS turn, requests, errors, known, hits, cached, prompt,
     {ttft},
     {input}
 FROM
 (
     SELECT
-        assumeNotNull(turn) AS turn,
+        assumeNotNull(turn) AS turn_,
         count() AS requests,
         countIf({ERROR}) AS errors,
         countIf({OK} AND isNotNull(cached_tokens)) AS known,
@@ -303,9 +303,9 @@ FROM
         arraySort(groupArrayIf(toFloat64(assumeNotNull(input_tokens)), {OK} AND isNotNull(input_tokens))) AS input
     FROM {t}
     WHERE {CLIENT} AND isNotNull(turn)
-    GROUP BY turn
+    GROUP BY turn_
 )
-ORDER BY turn",
+ORDER BY turn_",
         ttft = dist("ttft", "ttft"),
         input = median("input", "input_tokens_p50"),
         s_ttft = sorted("ttft_ms", "ttft"),
