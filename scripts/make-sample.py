@@ -27,10 +27,10 @@ short_qs = ["What is a good name for {t}?", "Give me one tip for testing {t}.", 
             "Write a haiku about {t}.", "What metric matters most for {t}?", "Explain backpressure in one paragraph for {t}.",
             "Suggest a logo idea for {t}.", "What could go wrong at 3 a.m. with {t}?"]
 
-def notes(target_chars):
+def notes(target_chars, rng=random):
     out = []
     while sum(len(s) + 1 for s in out) < target_chars:
-        out.append(random.choice(facts).format(n=random.randint(2, 900), m=random.randint(2, 900)))
+        out.append(rng.choice(facts).format(n=rng.randint(2, 900), m=rng.randint(2, 900)))
     return " ".join(out)
 
 entries = []
@@ -66,10 +66,7 @@ follow_ups = ["Which of these would you fix first, and why?", "Shorten that to t
               "What should we stop doing?", "Give me a title for this."]
 
 def cnotes(target_chars):
-    out = []
-    while sum(len(s) + 1 for s in out) < target_chars:
-        out.append(crng.choice(facts).format(n=crng.randint(2, 900), m=crng.randint(2, 900)))
-    return " ".join(out)
+    return notes(target_chars, crng)
 
 conversations = []
 for i in range(24):

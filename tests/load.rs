@@ -1,7 +1,8 @@
-//! Load that looks like production, against `tokentap sim` over real sockets: open-loop
-//! arrivals (their spread, the concurrency cap and its queue, a rate the client cannot keep),
-//! the saturation search against a full sweep, replay of a tokentap log and of a Mooncake
-//! trace, shared prefixes on a prefix-caching engine, and conversations turn by turn.
+//! Load that looks like production, against `tokentap sim` over real sockets: the concurrency
+//! cap and its queue, a rate the client cannot keep, replay of a Mooncake trace, shared
+//! prefixes on a prefix-caching engine, conversations turn by turn, the proxy's view of them,
+//! stopping. (Tests that hold the clock to a budget are in `tests/arrivals.rs` and
+//! `tests/saturation.rs`, alone in their binaries.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tokentap_test_support as support;
@@ -10,109 +11,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use support::load::*;
 use support::*;
 use tokentap::bench::{self, Arrivals, BenchConfig, Process, Until};
-use tokentap::meter::{Outcome, RequestRecord};
 use tokentap::report::{self, Slos};
-use tokentap::sim::{Profile, Sim};
-
-async fn sim_with(p: Profile) -> Sim {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    Sim::start(p, "sim", 7, l, None).await.unwrap()
-}
-
-fn cfg(s: &Sim, out: std::path::PathBuf) -> BenchConfig {
-    BenchConfig {
-        target: format!("http://{}", s.engine),
-        out,
-        calibrate: false,
-        quiet: true,
-        ..BenchConfig::default()
-    }
-}
-
-async fn run(c: &BenchConfig) -> bench::RunInfo {
-    bench::run(c, Arc::new(AtomicBool::new(false)))
-        .await
-        .unwrap()
-}
-
-fn records(dir: &std::path::Path) -> Vec<RequestRecord> {
-    std::fs::read_to_string(dir.join("requests.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-/// Seconds of each record's send (its `ts`), in order.
-fn sends(recs: &[RequestRecord]) -> Vec<f64> {
-    let mut t: Vec<f64> = recs
-        .iter()
-        .map(|r| {
-            humantime::parse_rfc3339(&r.ts)
-                .unwrap()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn arrivals_have_the_spread_of_their_process() {
-    let s = sim_with(Profile::instant()).await;
-    let dir = scratch("arrivals");
-    // (Constant gaps at a lower rate: a millisecond of scheduling noise on a loaded machine is
-    // a larger share of an 8 ms gap than of a 20 ms one.)
-    for (name, process, k, want, tol, rate, n) in [
-        ("poisson", Process::Poisson, 1.0, 1.0, 0.1, 125.0, 500),
-        ("gamma-4", Process::Gamma, 4.0, 0.5, 0.05, 125.0, 500),
-        ("gamma-0.25", Process::Gamma, 0.25, 2.0, 0.2, 125.0, 500),
-        ("constant", Process::Constant, 1.0, 0.0, 0.05, 50.0, 250),
-    ] {
-        let c = BenchConfig {
-            request_rates: vec![rate],
-            arrivals: Arrivals {
-                process,
-                burstiness: k,
-                seed: 1,
-            },
-            requests: n,
-            warmup: 0,
-            outputs: [2, 2, 2],
-            buckets: vec!["short-long".into()],
-            ..cfg(&s, dir.join(name))
-        };
-        let info = run(&c).await;
-        let recs = records(&dir.join(name));
-        assert_eq!(recs.len(), n, "{name}");
-        assert!(recs
-            .iter()
-            .all(|r| r.outcome == Outcome::Ok && r.request_rate == Some(rate)));
-        let (mean, cv) = bench::arrival::gap_stats(&sends(&recs)).unwrap();
-        assert!(
-            (cv - want).abs() <= tol,
-            "{name}: gaps' CV {cv:.3}, want {want} ± {tol} (mean gap {:.2} ms)",
-            mean * 1000.0
-        );
-        // The client kept the schedule it drew: the sends' spread is the schedule's.
-        let mut due: Vec<f64> = recs
-            .iter()
-            .map(|r| r.scheduled_ms.unwrap() / 1000.0)
-            .collect();
-        due.sort_by(f64::total_cmp);
-        let (_, drawn) = bench::arrival::gap_stats(&due).unwrap();
-        assert!(
-            (cv - drawn).abs() < 0.05,
-            "{name}: sent {cv:.3}, drawn {drawn:.3}"
-        );
-        let o = info.cells[0].open_loop.as_ref().unwrap();
-        assert!(!o.behind, "{name}: {o:?}");
-    }
-}
+use tokentap::sim::Profile;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cap_queues_requests_outside_their_ttft_and_a_rate_too_fast_is_reported() {
@@ -125,7 +28,7 @@ async fn the_cap_queues_requests_outside_their_ttft_and_a_rate_too_fast_is_repor
         step_per_seq_ms: 0.0,
         ..Profile::v100()
     };
-    let s = sim_with(slow).await;
+    let s = sim_on(slow);
     let dir = scratch("cap");
     let c = BenchConfig {
         request_rates: vec![40.0],
@@ -139,10 +42,10 @@ async fn the_cap_queues_requests_outside_their_ttft_and_a_rate_too_fast_is_repor
         warmup: 0,
         outputs: [4, 4, 4],
         buckets: vec!["short-long".into()],
-        ..cfg(&s, dir.join("cap"))
+        ..bench_cfg(&s, dir.join("cap"))
     };
-    run(&c).await;
-    let recs = records(&dir.join("cap"));
+    run_bench(&c).await;
+    let recs = bench_records(&dir.join("cap"));
     assert!(recs.iter().all(|r| r.in_flight <= 2), "the cap holds");
     let queued: Vec<f64> = recs.iter().map(|r| r.client_queue_ms.unwrap()).collect();
     assert!(queued[15..].iter().all(|q| *q > 200.0), "{queued:?}");
@@ -165,9 +68,9 @@ async fn the_cap_queues_requests_outside_their_ttft_and_a_rate_too_fast_is_repor
         requests: 300,
         warmup: 0,
         outputs: [1, 1, 1],
-        ..cfg(&s, dir.join("fast"))
+        ..bench_cfg(&s, dir.join("fast"))
     };
-    let info = run(&fast).await;
+    let info = run_bench(&fast).await;
     let o = info.cells[0].open_loop.as_ref().unwrap();
     assert!(o.behind, "{o:?}");
     assert!(o.achieved_rate.unwrap() < 0.95 * o.scheduled_rate.unwrap());
@@ -175,106 +78,12 @@ async fn the_cap_queues_requests_outside_their_ttft_and_a_rate_too_fast_is_repor
     assert!(run_json.contains("\"behind\": true"));
 }
 
-/// A tokentap log of 60 requests over about 3 s at irregular times, with known token counts.
-fn synthetic_log(path: &std::path::Path) -> Vec<(f64, u64, u64)> {
-    let base = std::time::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
-    let mut rng = fastrand::Rng::with_seed(3);
-    let mut t = 0.0;
-    let mut want = Vec::new();
-    let mut lines = String::new();
-    for i in 0..60 {
-        t += rng.f64() * 0.1;
-        let (input, output) = (20 + rng.u64(..900), 1 + rng.u64(..12));
-        let api = ["chat", "completions", "responses", "messages"][i % 4];
-        let ts = humantime::format_rfc3339_micros(base + Duration::from_secs_f64(t));
-        lines.push_str(&format!(
-            r#"{{"ts":"{ts}","outcome":"ok","e2e_ms":5.0,"api":"{api}","model":"sim","input_tokens":{input},"output_tokens":{output},"stream":true}}"#
-        ));
-        lines.push('\n');
-        want.push((t, input, output));
-    }
-    // Left out: the gateway's own request, an embeddings request, and a line of another tool.
-    lines.push_str(r#"{"ts":"2026-11-18T11:06:40Z","outcome":"ok","e2e_ms":1,"api":"chat","input_tokens":5,"output_tokens":5,"gateway_tap":{"side":"inner"}}"#);
-    lines.push('\n');
-    lines.push_str(r#"{"ts":"2026-11-18T11:06:40Z","outcome":"ok","e2e_ms":1,"api":"embeddings","input_tokens":5}"#);
-    lines.push('\n');
-    lines.push_str("{\"level\":\"info\",\"msg\":\"not a record\"}\n");
-    std::fs::write(path, lines).unwrap();
-    want
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replay_keeps_the_arrivals_and_the_token_counts() {
-    let s = sim_with(Profile::instant()).await;
-    let dir = scratch("replay");
-    let log = dir.join("recorded.jsonl");
-    let want = synthetic_log(&log);
-    let c = BenchConfig {
-        replay: vec![log.clone()],
-        ..cfg(&s, dir.join("out"))
-    };
-    let info = run(&c).await;
-    let r = info.replay.as_ref().unwrap();
-    assert_eq!(
-        (r.format, r.read, r.replayed),
-        ("tokentap", 62, 60),
-        "{r:?}"
-    );
-    assert_eq!(r.left_out.values().sum::<usize>(), 2, "{:?}", r.left_out);
-    let mut recs = records(&dir.join("out"));
-    recs.sort_by(|a, b| a.ts.cmp(&b.ts));
-    assert_eq!(recs.len(), 60);
-    let got = sends(&recs);
-    // Arrival offsets within 2 ms (p99) of the recorded ones.
-    let mut err: Vec<f64> = got
-        .iter()
-        .zip(&want)
-        .map(|(g, w)| ((g - got[0]) - (w.0 - want[0].0)).abs() * 1000.0)
-        .collect();
-    err.sort_by(f64::total_cmp);
-    let p99 = err[(0.99 * err.len() as f64).ceil() as usize - 1];
-    assert!(p99 <= 2.0, "offset error p99 {p99:.3} ms: {err:?}");
-    // Token counts exactly, and each request's API shape.
-    for (r, w) in recs.iter().zip(&want) {
-        assert_eq!(
-            (r.input_tokens, r.output_tokens),
-            (Some(w.1), Some(w.2)),
-            "{r:?}"
-        );
-        assert!(r.scheduled_ms.is_some() && r.concurrency.is_none());
-    }
-    assert_eq!(
-        recs.iter().filter(|r| r.endpoint == "/v1/messages").count(),
-        15
-    );
-
-    // Twice as fast, a slice: offsets halve, the window keeps its requests.
-    let c = BenchConfig {
-        replay: vec![log.clone()],
-        speed: 2.0,
-        window: Some(bench::replay::Window::parse("1s..").unwrap()),
-        ..cfg(&s, dir.join("fast"))
-    };
-    let info = run(&c).await;
-    let r = info.replay.unwrap();
-    let kept = want.iter().filter(|w| w.0 - want[0].0 >= 1.0).count();
-    assert_eq!(r.replayed, kept);
-    let span = want.last().unwrap().0 - want.iter().find(|w| w.0 - want[0].0 >= 1.0).unwrap().0;
-    assert!(
-        (r.span_s - span / 2.0).abs() < 1e-3,
-        "{} vs {}",
-        r.span_s,
-        span / 2.0
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mooncake_trace_replays_with_its_shared_blocks_cached() {
-    let s = sim_with(Profile {
+    let s = sim_on(Profile {
         prefix_cache: true,
         ..Profile::instant()
-    })
-    .await;
+    });
     let dir = scratch("mooncake");
     let trace = dir.join("trace.jsonl");
     // Four requests sharing two 512-token blocks, then one of their own.
@@ -289,11 +98,11 @@ async fn a_mooncake_trace_replays_with_its_shared_blocks_cached() {
     let c = BenchConfig {
         replay: vec![trace],
         model: Some("sim".into()),
-        ..cfg(&s, dir.join("out"))
+        ..bench_cfg(&s, dir.join("out"))
     };
-    let info = run(&c).await;
+    let info = run_bench(&c).await;
     assert_eq!(info.replay.as_ref().unwrap().format, "mooncake");
-    let mut recs = records(&dir.join("out"));
+    let mut recs = bench_records(&dir.join("out"));
     recs.sort_by(|a, b| a.ts.cmp(&b.ts));
     assert!(recs
         .iter()
@@ -306,11 +115,10 @@ async fn a_mooncake_trace_replays_with_its_shared_blocks_cached() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_prefix_gives_back_ttft_on_a_caching_engine() {
-    let s = sim_with(Profile {
+    let s = sim_on(Profile {
         prefix_cache: true,
         ..Profile::v100()
-    })
-    .await;
+    });
     let dir = scratch("prefix");
     let c = BenchConfig {
         shared_prefix: 2000,
@@ -320,10 +128,10 @@ async fn a_shared_prefix_gives_back_ttft_on_a_caching_engine() {
         warmup: 0,
         outputs: [2, 2, 2],
         buckets: vec!["short-long".into()],
-        ..cfg(&s, dir.clone())
+        ..bench_cfg(&s, dir.clone())
     };
-    run(&c).await;
-    let recs = records(&dir);
+    run_bench(&c).await;
+    let recs = bench_records(&dir);
     let misses = recs.iter().filter(|r| r.cached_tokens == Some(0)).count();
     assert_eq!(misses, 4, "each group's first request misses");
     let rep = report::compute(&recs, &Slos::default(), 5, false);
@@ -342,11 +150,10 @@ async fn a_shared_prefix_gives_back_ttft_on_a_caching_engine() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversations_go_turn_by_turn_and_the_report_reads_each_turn() {
-    let s = sim_with(Profile {
+    let s = sim_on(Profile {
         prefix_cache: true,
         ..Profile::instant()
-    })
-    .await;
+    });
     let dir = scratch("turns");
     let c = BenchConfig {
         multi_turn: true,
@@ -355,11 +162,11 @@ async fn conversations_go_turn_by_turn_and_the_report_reads_each_turn() {
         requests: 24,
         warmup: 0,
         max_turns: 4,
-        ..cfg(&s, dir.clone())
+        ..bench_cfg(&s, dir.clone())
     };
-    let info = run(&c).await;
+    let info = run_bench(&c).await;
     assert_eq!(info.cells[0].bucket, "conversations");
-    let recs = records(&dir);
+    let recs = bench_records(&dir);
     assert_eq!(recs.len(), 24);
     assert!(recs
         .iter()
@@ -435,13 +242,13 @@ async fn through_the_proxy_the_rate_and_the_turn_are_recorded_and_never_forwarde
         buckets: vec!["short-long".into()],
         ..BenchConfig::default()
     };
-    run(&BenchConfig {
+    run_bench(&BenchConfig {
         request_rates: vec![50.0],
         out: dir.join("rate"),
         ..base.clone()
     })
     .await;
-    run(&BenchConfig {
+    run_bench(&BenchConfig {
         multi_turn: true,
         concurrency: vec![1],
         think_time: Duration::ZERO,
@@ -471,7 +278,7 @@ async fn through_the_proxy_the_rate_and_the_turn_are_recorded_and_never_forwarde
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_an_open_loop_or_a_search_keeps_what_was_measured() {
-    let s = sim_with(Profile::instant()).await;
+    let s = sim_on(Profile::instant());
     let dir = scratch("load-stop");
     for (name, c) in [
         (
@@ -482,7 +289,7 @@ async fn stopping_an_open_loop_or_a_search_keeps_what_was_measured() {
                 warmup: 0,
                 outputs: [2, 2, 2],
                 buckets: vec!["short-long".into()],
-                ..cfg(&s, dir.join("open"))
+                ..bench_cfg(&s, dir.join("open"))
             },
         ),
         (
@@ -493,7 +300,7 @@ async fn stopping_an_open_loop_or_a_search_keeps_what_was_measured() {
                 warmup: 0,
                 outputs: [2, 2, 2],
                 buckets: vec!["short-long".into()],
-                ..cfg(&s, dir.join("search"))
+                ..bench_cfg(&s, dir.join("search"))
             },
         ),
     ] {
@@ -505,7 +312,7 @@ async fn stopping_an_open_loop_or_a_search_keeps_what_was_measured() {
         });
         let info = bench::run(&c, stop).await.unwrap();
         assert!(info.interrupted, "{name}");
-        let recs = records(&dir.join(name));
+        let recs = bench_records(&dir.join(name));
         assert!(!recs.is_empty(), "{name}");
         if name == "open" {
             assert!(recs.len() < 400, "{name}: {}", recs.len());

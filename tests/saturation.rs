@@ -4,66 +4,39 @@
 
 use tokentap_test_support as support;
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-
+use support::load::*;
 use support::*;
-use tokentap::bench::{self, BenchConfig, Until};
-use tokentap::meter::RequestRecord;
+use tokentap::bench::{BenchConfig, Until};
 use tokentap::report::{self, Slos};
-use tokentap::sim::{Profile, Sim};
-
-async fn sim_with(p: Profile) -> Sim {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    Sim::start(p, "sim", 7, l, None).await.unwrap()
-}
-
-fn cfg(s: &Sim, out: std::path::PathBuf) -> BenchConfig {
-    BenchConfig {
-        target: format!("http://{}", s.engine),
-        out,
-        calibrate: false,
-        quiet: true,
-        ..BenchConfig::default()
-    }
-}
-
-async fn run(c: &BenchConfig) -> bench::RunInfo {
-    bench::run(c, Arc::new(AtomicBool::new(false)))
-        .await
-        .unwrap()
-}
-
-fn records(dir: &std::path::Path) -> Vec<RequestRecord> {
-    std::fs::read_to_string(dir.join("requests.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+use tokentap::sim::Profile;
 
 /// The write-up's V100 profile, with the long-prompt bucket only and short answers.
-fn v100_long(s: &Sim, out: std::path::PathBuf) -> BenchConfig {
+fn v100_long(s: &SimApart, out: std::path::PathBuf) -> BenchConfig {
     BenchConfig {
         buckets: vec!["long-short".into()],
         outputs: [8, 8, 8],
         requests: 16,
         warmup: 8,
-        ..cfg(s, out)
+        ..bench_cfg(s, out)
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_saturation_search_finds_the_ceiling_a_full_sweep_gives() {
-    let s = sim_with(Profile::v100()).await;
+    let s = sim_on(Profile::v100());
     let dir = scratch("saturation");
     // The full sweep, every level from 1 to 8, read by the report.
     let sweep = BenchConfig {
         concurrency: (1..=8).collect(),
         ..v100_long(&s, dir.join("sweep"))
     };
-    run(&sweep).await;
-    let rep = report::compute(&records(&dir.join("sweep")), &Slos::default(), 5, false);
+    run_bench(&sweep).await;
+    let rep = report::compute(
+        &bench_records(&dir.join("sweep")),
+        &Slos::default(),
+        5,
+        false,
+    );
     let full = rep.provisioning[0].ceiling["interactive"].clone();
     // The search: doubling from 1, then halving the gap.
     let search = BenchConfig {
@@ -71,7 +44,7 @@ async fn the_saturation_search_finds_the_ceiling_a_full_sweep_gives() {
         max_level: Some(64.0),
         ..v100_long(&s, dir.join("search"))
     };
-    let info = run(&search).await;
+    let info = run_bench(&search).await;
     let sat = &info.saturation["long-short"];
     assert_eq!(sat.stopped, "refined", "{sat:?}");
     let found = sat.ceiling.map(|c| (c as u64).to_string());
@@ -88,7 +61,12 @@ async fn the_saturation_search_finds_the_ceiling_a_full_sweep_gives() {
     );
     assert!(sat.knee.is_some(), "{sat:?}");
     // Its cells are the run's, and the report reads the same ceiling from them.
-    let again = report::compute(&records(&dir.join("search")), &Slos::default(), 5, false);
+    let again = report::compute(
+        &bench_records(&dir.join("search")),
+        &Slos::default(),
+        5,
+        false,
+    );
     assert_eq!(again.provisioning[0].ceiling["interactive"], full);
     let run_json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("search/run.json")).unwrap())

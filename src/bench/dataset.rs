@@ -80,16 +80,19 @@ struct Turn {
     value: Option<String>,
 }
 
-/// Parse a ShareGPT file. An entry that is malformed is an error naming it; an entry that simply
-/// has no human turn is skipped (real ShareGPT dumps have those).
-pub fn parse_sharegpt(text: &str, file: &str) -> Result<Vec<Prompt>, DatasetError> {
-    let entries: Vec<serde_json::Value> =
+/// An entry's turns as (from, value).
+type Turns = Vec<(String, String)>;
+
+/// A ShareGPT file's entries: each one's id and its turns, every turn checked for both fields.
+/// A malformed entry is an error naming the file, the entry and its id.
+fn entries(text: &str, file: &str) -> Result<Vec<(String, Turns)>, DatasetError> {
+    let raw: Vec<serde_json::Value> =
         serde_json::from_str(text).map_err(|e| DatasetError::File {
             file: file.into(),
             message: format!("not a JSON array of conversations: {e}"),
         })?;
-    let mut out = Vec::new();
-    for (index, raw) in entries.into_iter().enumerate() {
+    let mut out = Vec::with_capacity(raw.len());
+    for (index, raw) in raw.into_iter().enumerate() {
         let id_hint = raw
             .get("id")
             .map(|v| v.to_string().trim_matches('"').to_owned())
@@ -104,51 +107,73 @@ pub fn parse_sharegpt(text: &str, file: &str) -> Result<Vec<Prompt>, DatasetErro
         let turns = e
             .conversations
             .ok_or_else(|| bad("missing \"conversations\"".into()))?;
-        let mut first_human = None;
-        for (t, turn) in turns.iter().enumerate() {
+        let mut checked = Vec::with_capacity(turns.len());
+        for (t, turn) in turns.into_iter().enumerate() {
             let from = turn
                 .from
-                .as_deref()
                 .ok_or_else(|| bad(format!("conversations[{t}] has no \"from\"")))?;
-            if turn.value.is_none() {
-                return Err(bad(format!("conversations[{t}] has no \"value\"")));
-            }
-            if first_human.is_none() && (from == "human" || from == "user") {
-                first_human = turn.value.clone();
-            }
+            let value = turn
+                .value
+                .ok_or_else(|| bad(format!("conversations[{t}] has no \"value\"")))?;
+            checked.push((from, value));
         }
-        let Some(text) = first_human.filter(|t| !t.trim().is_empty()) else {
-            continue;
-        };
         let id = match e.id {
             Some(serde_json::Value::String(s)) => s,
             Some(v) => v.to_string(),
             None => format!("#{index}"),
         };
-        out.push(Prompt {
-            est_tokens: estimate_tokens(&text),
-            id,
-            text,
-        });
+        out.push((id, checked));
     }
     Ok(out)
 }
 
-pub fn load(path: Option<&Path>) -> Result<(Vec<Prompt>, String), DatasetError> {
+fn human(from: &str) -> bool {
+    from == "human" || from == "user"
+}
+
+/// Parse a ShareGPT file. An entry that is malformed is an error naming it; an entry that simply
+/// has no human turn is skipped (real ShareGPT dumps have those).
+pub fn parse_sharegpt(text: &str, file: &str) -> Result<Vec<Prompt>, DatasetError> {
+    Ok(entries(text, file)?
+        .into_iter()
+        .filter_map(|(id, turns)| {
+            let (_, text) = turns.into_iter().find(|(from, _)| human(from))?;
+            (!text.trim().is_empty()).then(|| Prompt {
+                est_tokens: estimate_tokens(&text),
+                id,
+                text,
+            })
+        })
+        .collect())
+}
+
+/// A dataset file parsed by `parse` (its text and its name), or the bundled text.
+fn read_with<T>(
+    path: Option<&Path>,
+    bundled: (&str, &str, &str),
+    parse: fn(&str, &str) -> Result<T, DatasetError>,
+) -> Result<(T, String), DatasetError> {
+    let (text, name, described) = bundled;
     match path {
-        None => Ok((
-            parse_sharegpt(SAMPLE, "bundled sample")?,
-            "bundled sample (data/sharegpt-sample.json)".into(),
-        )),
+        None => Ok((parse(text, name)?, described.into())),
         Some(p) => {
             let file = p.display().to_string();
             let text = std::fs::read_to_string(p).map_err(|e| DatasetError::File {
                 file: file.clone(),
                 message: e.to_string(),
             })?;
-            Ok((parse_sharegpt(&text, &file)?, file))
+            Ok((parse(&text, &file)?, file))
         }
     }
+}
+
+pub fn load(path: Option<&Path>) -> Result<(Vec<Prompt>, String), DatasetError> {
+    let bundled = (
+        SAMPLE,
+        "bundled sample",
+        "bundled sample (data/sharegpt-sample.json)",
+    );
+    read_with(path, bundled, parse_sharegpt)
 }
 
 /// The bundled conversations for `--multi-turn`: written for tokentap (no downloaded data),
@@ -167,39 +192,12 @@ pub struct Conversation {
 /// (system turns and replies before the first human turn are left out). A malformed entry is
 /// an error naming it; an entry without a human turn is skipped.
 pub fn parse_conversations(text: &str, file: &str) -> Result<Vec<Conversation>, DatasetError> {
-    let entries: Vec<serde_json::Value> =
-        serde_json::from_str(text).map_err(|e| DatasetError::File {
-            file: file.into(),
-            message: format!("not a JSON array of conversations: {e}"),
-        })?;
     let mut out = Vec::new();
-    for (index, raw) in entries.into_iter().enumerate() {
-        let id_hint = raw
-            .get("id")
-            .map(|v| v.to_string().trim_matches('"').to_owned())
-            .unwrap_or_default();
-        let bad = |message: String| DatasetError::Entry {
-            file: file.into(),
-            index,
-            id: id_hint.clone(),
-            message,
-        };
-        let e: Entry = serde_json::from_value(raw).map_err(|e| bad(e.to_string()))?;
-        let turns = e
-            .conversations
-            .ok_or_else(|| bad("missing \"conversations\"".into()))?;
+    for (id, turns) in entries(text, file)? {
         let mut pairs: Vec<(String, Option<String>)> = Vec::new();
-        for (t, turn) in turns.iter().enumerate() {
-            let from = turn
-                .from
-                .as_deref()
-                .ok_or_else(|| bad(format!("conversations[{t}] has no \"from\"")))?;
-            let value = turn
-                .value
-                .clone()
-                .ok_or_else(|| bad(format!("conversations[{t}] has no \"value\"")))?;
-            match from {
-                "human" | "user" if !value.trim().is_empty() => pairs.push((value, None)),
+        for (from, value) in turns {
+            match from.as_str() {
+                f if human(f) && !value.trim().is_empty() => pairs.push((value, None)),
                 "gpt" | "assistant" | "chatgpt" | "bard" | "bing" => {
                     if let Some(last) = pairs.last_mut().filter(|p| p.1.is_none()) {
                         last.1 = Some(value);
@@ -208,17 +206,9 @@ pub fn parse_conversations(text: &str, file: &str) -> Result<Vec<Conversation>, 
                 _ => {}
             }
         }
-        if pairs.is_empty() {
-            continue;
+        if !pairs.is_empty() {
+            out.push(Conversation { id, turns: pairs });
         }
-        out.push(Conversation {
-            id: match e.id {
-                Some(serde_json::Value::String(s)) => s,
-                Some(v) => v.to_string(),
-                None => format!("#{index}"),
-            },
-            turns: pairs,
-        });
     }
     Ok(out)
 }
@@ -227,20 +217,12 @@ pub fn parse_conversations(text: &str, file: &str) -> Result<Vec<Conversation>, 
 pub fn load_conversations(
     path: Option<&Path>,
 ) -> Result<(Vec<Conversation>, String), DatasetError> {
-    match path {
-        None => Ok((
-            parse_conversations(CONVERSATIONS, "bundled conversations")?,
-            "bundled conversations (data/sharegpt-conversations.json)".into(),
-        )),
-        Some(p) => {
-            let file = p.display().to_string();
-            let text = std::fs::read_to_string(p).map_err(|e| DatasetError::File {
-                file: file.clone(),
-                message: e.to_string(),
-            })?;
-            Ok((parse_conversations(&text, &file)?, file))
-        }
-    }
+    let bundled = (
+        CONVERSATIONS,
+        "bundled conversations",
+        "bundled conversations (data/sharegpt-conversations.json)",
+    );
+    read_with(path, bundled, parse_conversations)
 }
 
 /// The conversations shuffled with `seed`, the first `n` kept (those with two turns or more
@@ -386,5 +368,38 @@ mod tests {
         assert_eq!(p.len(), 6);
         assert_eq!(p[0].est_tokens, 1019);
         assert_eq!(p[5].est_tokens, 127);
+    }
+}
+
+#[cfg(test)]
+mod conversation_tests {
+    use super::*;
+
+    #[test]
+    fn turns_pair_each_human_message_with_its_reply() {
+        let c = parse_conversations(
+            r#"[{"id":"a","conversations":[{"from":"system","value":"s"},{"from":"gpt","value":"early"},
+                {"from":"human","value":"one"},{"from":"gpt","value":"r1"},{"from":"human","value":"two"}]},
+               {"id":"b","conversations":[{"from":"gpt","value":"only a reply"}]}]"#,
+            "f",
+        )
+        .unwrap();
+        assert_eq!(c.len(), 1, "an entry without a human turn is skipped");
+        assert_eq!(
+            c[0].turns,
+            vec![("one".into(), Some("r1".into())), ("two".into(), None)]
+        );
+        let (all, _) = load_conversations(None).unwrap();
+        assert_eq!(all.len(), 24);
+        assert!(all
+            .iter()
+            .all(|c| (3..=6).contains(&c.turns.len()) && c.turns.iter().all(|t| t.1.is_some())));
+        let e = parse_conversations(
+            r#"[{"id":"x","conversations":[{"from":"human"}]}]"#,
+            "g.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("g.json") && e.contains("value"), "{e}");
     }
 }

@@ -81,10 +81,11 @@ pub async fn run_open(
         }
         let due = start + p.at;
         // The timer wakes on a millisecond tick, up to one late: sleep to a tick before, then
-        // yield until due (at most a millisecond of a core a request).
+        // spin until due (at most a millisecond of one worker a request; the other workers run
+        // the requests meanwhile).
         tokio::time::sleep_until(due - Duration::from_millis(1)).await;
         while Instant::now() < due {
-            tokio::task::yield_now().await;
+            std::hint::spin_loop();
         }
         let (target, sem, in_flight, stop) =
             (target.clone(), sem.clone(), in_flight.clone(), stop.clone());

@@ -307,6 +307,78 @@ pub struct CellResult {
     pub wall_s: f64,
 }
 
+/// A closed loop's requests as they finish: the measured ones (index `warmup` on) counted,
+/// kept in order and shown; the first one's start begins the cell's wall time.
+pub(crate) struct Tally<'a> {
+    label: &'a str,
+    requests: usize,
+    warmup: usize,
+    progress: &'a Progress,
+    done: AtomicUsize,
+    errors: AtomicUsize,
+    results: Mutex<Vec<(usize, RequestRecord)>>,
+    first: Mutex<Option<Instant>>,
+}
+
+impl<'a> Tally<'a> {
+    pub fn new(label: &'a str, requests: usize, warmup: usize, progress: &'a Progress) -> Self {
+        Tally {
+            label,
+            requests,
+            warmup,
+            progress,
+            done: AtomicUsize::new(0),
+            errors: AtomicUsize::new(0),
+            results: Mutex::new(Vec::with_capacity(requests)),
+            first: Mutex::new(None),
+        }
+    }
+
+    /// Request `i` is about to be sent.
+    pub fn starting(&self, i: usize) {
+        if i >= self.warmup {
+            if let Ok(mut f) = self.first.lock() {
+                f.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+
+    /// Request `i` ended with this record.
+    pub fn finished(&self, i: usize, rec: RequestRecord) {
+        if i < self.warmup {
+            return;
+        }
+        if rec.outcome != Outcome::Ok {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(mut r) = self.results.lock() {
+            r.push((i, rec));
+        }
+        let d = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        let errors = self.errors.load(Ordering::Relaxed);
+        self.progress.update(self.label, d, self.requests, errors);
+    }
+
+    /// The cell: its records in order and its wall time (first measured start to now).
+    pub fn finish(self) -> CellResult {
+        let wall_s = self
+            .first
+            .lock()
+            .ok()
+            .and_then(|f| *f)
+            .map_or(0.0, |s| s.elapsed().as_secs_f64());
+        let mut records = self.results.into_inner().unwrap_or_default();
+        records.sort_by_key(|(i, _)| *i);
+        let errors = self.errors.load(Ordering::Relaxed);
+        self.progress
+            .cell_done(self.label, records.len(), errors, wall_s);
+        CellResult {
+            records: records.into_iter().map(|(_, r)| r).collect(),
+            wall_s,
+        }
+    }
+}
+
 /// One closed-loop cell: W warm-up then N measured requests, C always in flight; request `i`
 /// is `make(i)`.
 #[allow(clippy::too_many_arguments)]
@@ -322,10 +394,7 @@ pub async fn run_cell(
 ) -> CellResult {
     let total = warmup + requests;
     let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let errors = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, RequestRecord)>> = Mutex::new(Vec::with_capacity(requests));
-    let first_measured: Mutex<Option<Instant>> = Mutex::new(None);
+    let tally = Tally::new(label, requests, warmup, progress);
     let sent = Sent {
         in_flight: conc as u64,
         schedule: None,
@@ -336,41 +405,13 @@ pub async fn run_cell(
             if i >= total || stop.load(Ordering::Relaxed) {
                 return;
             }
-            if i >= warmup {
-                if let Ok(mut f) = first_measured.lock() {
-                    f.get_or_insert_with(Instant::now);
-                }
-            }
-            let rec = target.one(&make(i), sent, stop).await;
-            if i >= warmup {
-                if rec.outcome != Outcome::Ok {
-                    errors.fetch_add(1, Ordering::Relaxed);
-                }
-                if let Ok(mut r) = results.lock() {
-                    r.push((i, rec));
-                }
-                let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                progress.update(label, d, requests, errors.load(Ordering::Relaxed));
-            }
+            tally.starting(i);
+            tally.finished(i, target.one(&make(i), sent, stop).await);
         }
     };
     let workers: Vec<_> = (0..conc).map(|_| worker()).collect();
     join_all(workers).await;
-    let end = Instant::now();
-    let wall_s = first_measured
-        .lock()
-        .ok()
-        .and_then(|f| *f)
-        .map(|s| (end - s).as_secs_f64())
-        .unwrap_or(0.0);
-    let mut records = results.into_inner().unwrap_or_default();
-    records.sort_by_key(|(i, _)| *i);
-    let errors = errors.load(Ordering::Relaxed);
-    progress.cell_done(label, records.len(), errors, wall_s);
-    CellResult {
-        records: records.into_iter().map(|(_, r)| r).collect(),
-        wall_s,
-    }
+    tally.finish()
 }
 
 /// Poll futures concurrently on this task (no spawn: they borrow the cell's state).

@@ -7,16 +7,13 @@
 //! its output length is the dataset's reply's (16 to 1,024 tokens; 128 where there is none).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::time::Instant;
 
 use super::cell::Load;
 use super::dataset::{BucketSpec, Conversation};
 use super::request::{Message, Req, Role, Sent};
-use super::runner::{CellResult, Progress, Target};
-use crate::meter::{Outcome, RequestRecord};
+use super::runner::{CellResult, Progress, Tally, Target};
 use crate::sim::http::estimate_tokens;
 
 /// The bucket whose prompt range holds `tokens`.
@@ -97,15 +94,11 @@ pub(crate) async fn run_cell(
     progress: &Progress,
 ) -> CellResult {
     let cfg = load.cfg;
-    let (requests, warmup) = (cfg.requests, cfg.warmup);
-    let total = warmup + requests;
+    let total = cfg.warmup + cfg.requests;
     let label = format!("conversations C={conc}");
     let next_conv = AtomicUsize::new(0);
     let next_req = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let errors = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, RequestRecord)>> = Mutex::new(Vec::new());
-    let first: Mutex<Option<Instant>> = Mutex::new(None);
+    let tally = Tally::new(&label, cfg.requests, cfg.warmup, progress);
     let sent = Sent {
         in_flight: conc as u64,
         schedule: None,
@@ -124,40 +117,13 @@ pub(crate) async fn run_cell(
                 if i >= total || stop.load(Ordering::Relaxed) {
                     break 'conversations;
                 }
-                if i >= warmup {
-                    if let Ok(mut f) = first.lock() {
-                        f.get_or_insert_with(Instant::now);
-                    }
-                }
-                let rec = target
-                    .one(&turn_request(load, specs, (n, conv), k, conc), sent, stop)
-                    .await;
-                if i >= warmup {
-                    if rec.outcome != Outcome::Ok {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if let Ok(mut r) = results.lock() {
-                        r.push((i, rec));
-                    }
-                    let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    progress.update(&label, d, requests, errors.load(Ordering::Relaxed));
-                }
+                tally.starting(i);
+                let req = turn_request(load, specs, (n, conv), k, conc);
+                tally.finished(i, target.one(&req, sent, stop).await);
             }
         }
     };
     let workers: Vec<_> = (0..conc).map(|_| worker()).collect();
     super::runner::join_all(workers).await;
-    let wall_s = first
-        .lock()
-        .ok()
-        .and_then(|f| *f)
-        .map_or(0.0, |s| s.elapsed().as_secs_f64());
-    let mut records = results.into_inner().unwrap_or_default();
-    records.sort_by_key(|(i, _)| *i);
-    let errors = errors.load(Ordering::Relaxed);
-    progress.cell_done(&label, records.len(), errors, wall_s);
-    CellResult {
-        records: records.into_iter().map(|(_, r)| r).collect(),
-        wall_s,
-    }
+    tally.finish()
 }

@@ -22,6 +22,7 @@ use tokentap::config::{Config, Overrides};
 use tokentap::meter::RequestRecord;
 use tokentap::serve::Running;
 
+pub mod load;
 pub mod records;
 
 /// Milliseconds, for scripts and timeouts.
