@@ -290,7 +290,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         )
         .await;
         let oi = open_info(offered, &r);
-        info.sent = oi.clone();
+        info.sent = Some(oi.clone());
         replay_info = Some(info);
         out.push("replay", None, r.records, r.wall_s, Some(oi));
     } else if cfg.multi_turn {

@@ -104,8 +104,8 @@ pub struct ReplayInfo {
     pub offered_rate: f64,
     /// The recorded model, when every request names the same one.
     pub model: Option<String>,
-    /// What the client sent, against the schedule.
-    pub sent: OpenInfo,
+    /// What the client sent, against the schedule (once the replay has run).
+    pub sent: Option<OpenInfo>,
 }
 
 #[derive(Deserialize)]
@@ -342,14 +342,7 @@ pub fn plan(cfg: &BenchConfig) -> Result<(Vec<Planned>, ReplayInfo), BenchError>
             0.0
         },
         model,
-        sent: OpenInfo {
-            offered_rate: 0.0,
-            scheduled_rate: None,
-            achieved_rate: None,
-            lag_ms: super::LagStats::of(std::iter::empty()),
-            queue_ms: super::LagStats::of(std::iter::empty()),
-            behind: false,
-        },
+        sent: None,
     };
     Ok((planned, info))
 }

@@ -102,56 +102,55 @@ pub fn html(r: &Report) -> String {
             r.slos.coding_tok_s,
         ),
     ];
-    let mut charts = vec![
-        svg::lines(
+    // The concurrency axis when there are concurrency cells, the rate axis when there are
+    // open-loop ones; the per-cell bars either way.
+    let by_level = !levels.is_empty();
+    let mut charts = Vec::new();
+    if by_level {
+        charts.push(svg::lines(
             "TTFT p95 vs concurrency",
             "ms",
             &xs,
             &series(&|c| c.ttft_ms.p95),
             &ttft_slos,
-        ),
-        svg::bars(
-            "TTFT p50 / p95 / p99 per cell",
+        ));
+    }
+    if !rates.is_empty() {
+        let xs: Vec<String> = rates.iter().map(|l| l.1.clone()).collect();
+        charts.push(svg::lines(
+            "TTFT p95 vs arrival rate (open loop)",
             "ms",
-            &cells_x,
-            &[
-                ("p50".into(), pcts(&|d| d.p50)),
-                ("p95".into(), pcts(&|d| d.p95)),
-                ("p99".into(), pcts(&|d| d.p99)),
-            ],
+            &xs,
+            &series_on(&rates, true, &|c| c.ttft_ms.p95),
             &ttft_slos,
-        ),
-        svg::lines(
+        ));
+    }
+    charts.push(svg::bars(
+        "TTFT p50 / p95 / p99 per cell",
+        "ms",
+        &cells_x,
+        &[
+            ("p50".into(), pcts(&|d| d.p50)),
+            ("p95".into(), pcts(&|d| d.p95)),
+            ("p99".into(), pcts(&|d| d.p99)),
+        ],
+        &ttft_slos,
+    ));
+    if by_level {
+        charts.push(svg::lines(
             "Per-stream output tok/s (p50) vs concurrency",
             "tok/s",
             &xs,
             &series(&|c| c.tok_s_per_stream.p50),
             &tok_slos,
-        ),
-        svg::lines(
+        ));
+        charts.push(svg::lines(
             "E2E p50 vs concurrency",
             "s",
             &xs,
             &series(&|c| c.e2e_ms.p50.map(|v| v / 1000.0)),
             &[],
-        ),
-    ];
-    if levels.is_empty() {
-        // Open-loop cells only: no concurrency axis to draw on.
-        charts.retain(|c| !c.contains("vs concurrency"));
-    }
-    if !rates.is_empty() {
-        let xs: Vec<String> = rates.iter().map(|l| l.1.clone()).collect();
-        charts.insert(
-            usize::from(!levels.is_empty()),
-            svg::lines(
-                "TTFT p95 vs arrival rate (open loop)",
-                "ms",
-                &xs,
-                &series_on(&rates, true, &|c| c.ttft_ms.p95),
-                &ttft_slos,
-            ),
-        );
+        ));
     }
     if let Some(c) = hop_chart(r) {
         charts.insert(0, c);
