@@ -46,7 +46,7 @@ impl OpenResult {
 }
 
 fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+    crate::meter::duration_ms(d)
 }
 
 /// Send the plan on its schedule; `cap` bounds the requests in flight.

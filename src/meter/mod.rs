@@ -26,7 +26,7 @@ pub use record::{
     tpot_ms, Experiment, Facts, GatewayTap, JoinBy, Outcome, RequestRecord, Schedule, TapSide,
     TokensSource, TtftSplit, Unjoined, Verdict,
 };
-pub use timeline::{ms_between, Stamp, Timeline};
+pub use timeline::{duration_ms, ms_between, Stamp, Timeline};
 pub use trace::Trace;
 
 /// A stream's first events looked at for the model that served it.

@@ -45,7 +45,14 @@ impl Timeline {
 
 /// Milliseconds from `a` to `b`, saturating at 0.
 pub fn ms_between(a: Instant, b: Instant) -> f64 {
-    b.saturating_duration_since(a).as_secs_f64() * 1000.0
+    duration_ms(b.saturating_duration_since(a))
+}
+
+/// A duration in milliseconds as records carry it: its nanoseconds divided once, so the double
+/// is the one nearest the exact figure and is written with no more digits than that has
+/// (`18.874196`, where `as_secs_f64() * 1000.0` rounds twice and writes `18.874195999999998`).
+pub fn duration_ms(d: std::time::Duration) -> f64 {
+    d.as_nanos() as f64 / 1e6
 }
 
 /// When a request arrived (wall clock) and its id: formatted only when the record is made.
@@ -60,6 +67,39 @@ impl Stamp {
         Self {
             at: std::time::SystemTime::now(),
             id: fastrand::u64(..),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_are_written_with_the_digits_they_have() {
+        let d = std::time::Duration::from_nanos(18_874_196);
+        assert_eq!(
+            serde_json::to_string(&super::duration_ms(d)).unwrap(),
+            "18.874196"
+        );
+        // The old way rounded twice, and wrote 17 digits.
+        assert_eq!(
+            serde_json::to_string(&(d.as_secs_f64() * 1000.0)).unwrap(),
+            "18.874195999999998"
+        );
+        // Any whole number of nanoseconds (up to a day) is written with at most six decimals,
+        // and reads back as itself.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let ns = x % 86_400_000_000_000;
+            let text =
+                serde_json::to_string(&super::duration_ms(std::time::Duration::from_nanos(ns)))
+                    .unwrap();
+            let decimals = text.split_once('.').map_or(0, |(_, f)| f.len());
+            assert!(decimals <= 6, "{ns} ns written as {text}");
+            let back: f64 = text.parse().unwrap();
+            assert_eq!((back * 1e6).round() as u64, ns, "{text}");
         }
     }
 }

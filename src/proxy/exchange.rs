@@ -265,8 +265,8 @@ fn tap_record(t: TapPart, meter: &Meter) -> GatewayTap {
             g.unjoined = joiner.close(&link);
             if let Some(j) = link.joined() {
                 let signed = |a: Instant, b: Instant| match b.checked_duration_since(a) {
-                    Some(d) => d.as_secs_f64() * 1000.0,
-                    None => -(a.saturating_duration_since(b).as_secs_f64() * 1000.0),
+                    Some(d) => crate::meter::duration_ms(d),
+                    None => -crate::meter::duration_ms(a.saturating_duration_since(b)),
                 };
                 g.peer = Some(crate::tap::token(j.inner_id));
                 g.join = Some(j.by);

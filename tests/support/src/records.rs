@@ -262,14 +262,15 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
 }
 
 /// Record `i` with its timings at the precision tokentap writes them: durations are whole
-/// nanoseconds written as `as_secs_f64() * 1000` (most print short, some with 17 digits),
+/// nanoseconds divided once into milliseconds (`meter::duration_ms`: at most six decimals),
 /// inter-token gaps whole microseconds, TPOT computed from E2E and TTFT as the proxy does.
 /// [`record`] keeps every timing at full double precision (17 digits), more than a proxy
 /// writes: the report's golden files are of those.
 pub fn record_as_written(i: u64, seed: u64, mix: Mix) -> RequestRecord {
     let mut r = record(i, seed, mix);
-    let ns =
-        |v: f64| std::time::Duration::from_nanos((v * 1e6).round() as u64).as_secs_f64() * 1000.0;
+    let ns = |v: f64| {
+        tokentap::meter::duration_ms(std::time::Duration::from_nanos((v * 1e6).round() as u64))
+    };
     let us = |v: f64| (v * 1000.0).round() / 1000.0;
     for v in [
         &mut r.ttft_ms,
