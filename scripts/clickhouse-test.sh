@@ -136,8 +136,10 @@ for _ in $(seq 100); do
     && curl -fsS "http://127.0.0.1:$SIM_PORT/v1/models" >/dev/null 2>&1 && break
   sleep 0.1
 done
+sink_logs() { tail -n 20 "$WORK/sink/bench.log" "$WORK/sink/serve.log" "$WORK/sink/sim.log" >&2 || true; }
 target/release/tokentap bench --target "http://127.0.0.1:$PX_PORT" --out "$WORK/sink/bench" \
-  --concurrency 1,4 --requests 8 --warmup 1 --outputs 8,16,32 >"$WORK/sink/bench.log" 2>&1
+  --concurrency 1,4 --requests 8 --warmup 1 --outputs 8,16,32 >"$WORK/sink/bench.log" 2>&1 \
+  || { echo "sink: bench through the proxy failed" >&2; sink_logs; exit 1; }
 metric() { curl -fsS "http://127.0.0.1:$ADM_PORT/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 rows() { chq "SELECT count() FROM requests" | tr -d '"'; }
 wait_for() { for _ in $(seq 200); do eval "$1" && return 0; sleep 0.1; done; echo "timed out: $1" >&2; return 1; }
