@@ -1,11 +1,12 @@
 //! `cargo bench --bench report`: `tokentap report` on generated proxy logs of 1 and 10 million
 //! records (`REPORT_BENCH_RECORDS=1000000,10000000`), timed as a user runs it: the release
 //! binary, one process per run, wall and CPU time and peak resident memory read from /proc.
-//! Two logs of each size: timings as tokentap writes them (`written`, about 1.33 KB a record)
+//! Two logs of each size: timings as tokentap writes them (`written`, about 1.31 KB a record)
 //! and every timing at full double precision (`full`, about 1.43 KB: more digits than a proxy
 //! writes). Logs are generated once into target/report-bench/ and kept; each is read once
 //! before it is timed (page cache warm), and each figure is the better of two runs. The
-//! `written` log of the first size is also timed gzipped, as logrotate leaves it. Results
+//! `written` log of the first size is also timed gzipped, as logrotate leaves it, and its
+//! instructions a record are counted with callgrind (when valgrind is there). Results
 //! and the targets are in docs/report.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -167,6 +168,9 @@ fn main() {
             gzip(&log, &gz);
             let size = std::fs::metadata(&gz).unwrap().len() as f64 / 1e9;
             warm(&gz);
+            if n >= 200_000 {
+                instructions(bin, &log);
+            }
             let (a, b) = (run(bin, &gz, &[]), run(bin, &gz, &[]));
             let r = if a.wall <= b.wall { a } else { b };
             println!(
@@ -178,6 +182,42 @@ fn main() {
                 r.method,
             );
         }
+    }
+}
+
+/// Instructions a record, a count that does not move with the VM's speed as time does: the
+/// difference callgrind counts between the first 200,000 and the first 100,000 records of a log
+/// (`--exact-values 0`, so no sort at the end). Skipped, with a line, without valgrind.
+fn instructions(bin: &str, log: &Path) {
+    let count = |lines: usize| -> Option<u64> {
+        let part = log.with_extension(format!("head-{lines}"));
+        let mut from = std::io::BufReader::new(std::fs::File::open(log).ok()?);
+        let mut to = std::io::BufWriter::new(std::fs::File::create(&part).ok()?);
+        let mut line = Vec::new();
+        for _ in 0..lines {
+            line.clear();
+            std::io::BufRead::read_until(&mut from, b'\n', &mut line).ok()?;
+            to.write_all(&line).ok()?;
+        }
+        to.flush().ok()?;
+        let out = Command::new("valgrind")
+            .args(["--tool=callgrind", "--callgrind-out-file=/dev/null", bin])
+            .args(["report", "--format", "json", "--exact-values", "0"])
+            .arg(&part)
+            .stdout(Stdio::null())
+            .output()
+            .ok()?;
+        let _ = std::fs::remove_file(&part);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let refs = err.lines().find_map(|l| l.split("I   refs:").nth(1))?;
+        refs.trim().replace(',', "").parse().ok()
+    };
+    match (count(100_000), count(200_000)) {
+        (Some(a), Some(b)) => println!(
+            "instructions a record (callgrind, 200,000 minus 100,000 written records, --exact-values 0): {}",
+            (b.saturating_sub(a)) / 100_000
+        ),
+        _ => println!("instructions a record: not counted (needs valgrind)"),
     }
 }
 
