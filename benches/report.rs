@@ -132,57 +132,52 @@ fn main() {
     println!(
         "records   timings  size      wall s  cpu s  records/s (cpu)  peak RSS MiB  percentiles"
     );
-    for n in counts {
+    for (i, n) in counts.into_iter().enumerate() {
         for (name, make) in [
             ("written", record_as_written as fn(_, _, _) -> _),
             ("full", record),
         ] {
             let log = dir.join(format!("{name}-{n}.jsonl"));
             generate(&log, n, make);
-            let size = std::fs::metadata(&log).unwrap().len() as f64 / 1e9;
             warm(&log);
             for extra in [&[][..], &["--exact-values", "0"][..]] {
-                // The better of two runs: this machine's neighbours come and go.
-                let (a, b) = (run(bin, &log, extra), run(bin, &log, extra));
-                let r = if a.cpu <= b.cpu { a } else { b };
-                println!(
-                    "{n:>10}  {name:<7}  {size:>5.2} GB  {:>6.2}  {:>5.2}  {:>15.0}  {:>12.1}  {}{}",
-                    r.wall,
-                    r.cpu,
-                    n as f64 / r.cpu.max(1e-9),
-                    r.peak_mib,
-                    r.method,
-                    if extra.is_empty() {
-                        ""
-                    } else {
-                        " (--exact-values 0)"
-                    }
-                );
+                let note = if extra.is_empty() {
+                    ""
+                } else {
+                    " (--exact-values 0)"
+                };
+                timed(bin, n, name, &log, extra, note);
             }
         }
-        // A rotated log is gzipped (logrotate's level, 6): the first size only, as compressing
-        // takes a while.
-        if n <= 2_000_000 {
+        // The first size only, as compressing and counting take a while: its written log
+        // gzipped (logrotate's level, 6), and the instructions a record of it.
+        if i == 0 {
             let log = dir.join(format!("written-{n}.jsonl"));
             let gz = dir.join(format!("written-{n}.jsonl.gz"));
             gzip(&log, &gz);
-            let size = std::fs::metadata(&gz).unwrap().len() as f64 / 1e9;
             warm(&gz);
             if n >= 200_000 {
                 instructions(bin, &log);
             }
-            let (a, b) = (run(bin, &gz, &[]), run(bin, &gz, &[]));
-            let r = if a.wall <= b.wall { a } else { b };
-            println!(
-                "{n:>10}  gzipped  {size:>5.2} GB  {:>6.2}  {:>5.2}  {:>15.0}  {:>12.1}  {}",
-                r.wall,
-                r.cpu,
-                n as f64 / r.cpu.max(1e-9),
-                r.peak_mib,
-                r.method,
-            );
+            timed(bin, n, "gzipped", &gz, &[], "");
         }
     }
+}
+
+/// One line of the table: `log` (its pages cached) reported on twice, the better run by CPU
+/// (the machine's neighbours come and go).
+fn timed(bin: &str, n: u64, name: &str, log: &Path, extra: &[&str], note: &str) {
+    let size = std::fs::metadata(log).unwrap().len() as f64 / 1e9;
+    let (a, b) = (run(bin, log, extra), run(bin, log, extra));
+    let r = if a.cpu <= b.cpu { a } else { b };
+    println!(
+        "{n:>10}  {name:<7}  {size:>5.2} GB  {:>6.2}  {:>5.2}  {:>15.0}  {:>12.1}  {}{note}",
+        r.wall,
+        r.cpu,
+        n as f64 / r.cpu.max(1e-9),
+        r.peak_mib,
+        r.method,
+    );
 }
 
 /// Instructions a record, a count that does not move with the VM's speed as time does: the

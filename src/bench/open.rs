@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::request::{Req, Sent};
 use super::runner::{Progress, Target};
-use crate::meter::{Outcome, RequestRecord, Schedule};
+use crate::meter::{duration_ms, Outcome, RequestRecord, Schedule};
 
 /// A request of the plan: when it is due (from the start of the cell) and whether it is
 /// measured (warm-up requests are sent on schedule but not recorded).
@@ -43,10 +43,6 @@ impl OpenResult {
         let span = t.last()? - t.first()?;
         (t.len() > 1 && span > 0.0).then(|| (t.len() - 1) as f64 / span)
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    crate::meter::duration_ms(d)
 }
 
 /// Send the plan on its schedule; `cap` bounds the requests in flight.
@@ -97,9 +93,9 @@ pub async fn run_open(
             };
             let sent = Instant::now();
             let schedule = Schedule {
-                scheduled_ms: ms(p.at),
-                queue_ms: ms(sent.saturating_duration_since(begun)),
-                lag_ms: ms(begun.saturating_duration_since(due)),
+                scheduled_ms: duration_ms(p.at),
+                queue_ms: duration_ms(sent.saturating_duration_since(begun)),
+                lag_ms: duration_ms(begun.saturating_duration_since(due)),
             };
             let n = in_flight.fetch_add(1, Ordering::Relaxed) + 1;
             let load = Sent {
