@@ -224,7 +224,7 @@ async fn bad_replay_input_is_named() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn through_the_proxy_the_rate_and_the_turn_are_recorded_and_never_forwarded() {
+async fn through_the_proxy_the_rate_turn_and_bucket_are_recorded_and_never_forwarded() {
     let up = Upstream::spawn(|_| {
         Script::chat_stream(Duration::from_millis(2), Duration::from_millis(1), 3, true)
     })
@@ -265,11 +265,33 @@ async fn through_the_proxy_the_rate_and_the_turn_are_recorded_and_never_forwarde
     let turns: Vec<u32> = recs.iter().filter_map(|r| r.turn).collect();
     assert_eq!(turns.len(), 4, "{turns:?}");
     assert!(turns.contains(&2));
+    // bench's bucket, not the one the proxy's thresholds would give 3 output tokens: one
+    // bucket for a request, in bench's records and the proxy's alike.
+    let rated: Vec<Option<&str>> = recs
+        .iter()
+        .filter(|r| r.request_rate.is_some())
+        .map(|r| r.bucket.as_deref())
+        .collect();
+    assert_eq!(rated, vec![Some("short-long"); 4]);
+    let sorted = |mut v: Vec<Option<String>>| {
+        v.sort();
+        v
+    };
+    let bench: Vec<Option<String>> = ["rate", "turns"]
+        .iter()
+        .flat_map(|d| read_records(&dir.join(d).join("requests.jsonl")))
+        .map(|r| r.bucket)
+        .collect();
+    assert_eq!(
+        sorted(recs.iter().map(|r| r.bucket.clone()).collect()),
+        sorted(bench)
+    );
     for r in up.requests() {
         for h in [
             "x-tokentap-request-rate",
             "x-tokentap-turn",
             "x-tokentap-concurrency",
+            "x-tokentap-bucket",
         ] {
             assert!(r.header(h).is_none(), "{h} reached the upstream");
         }

@@ -93,9 +93,12 @@ impl Target {
             b = b.header(k, v);
         }
         // tokentap takes these off and records them: its records then carry bench's level,
-        // rate and turn too.
-        use crate::config::defaults::{CONCURRENCY_HEADER, RATE_HEADER, TURN_HEADER};
+        // rate, turn and bucket too.
+        use crate::config::defaults::{
+            BUCKET_HEADER, CONCURRENCY_HEADER, RATE_HEADER, TURN_HEADER,
+        };
         if let Some(r) = load {
+            b = b.header(BUCKET_HEADER, &*r.bucket);
             if let Some(c) = r.concurrency {
                 b = b.header(CONCURRENCY_HEADER, c.to_string());
             }

@@ -64,6 +64,11 @@ pub const RATE_HEADER: &str = "x-tokentap-request-rate";
 /// recorded).
 pub const TURN_HEADER: &str = "x-tokentap-turn";
 
+/// The header `tokentap bench` names a request's prompt-shape bucket in (taken off, recorded:
+/// the proxy's record then has bench's bucket, as bench's own record does). Only bench's
+/// bucket names are taken; any other value is ignored.
+pub const BUCKET_HEADER: &str = "x-tokentap-bucket";
+
 /// `[experiment]`.
 pub const EXPERIMENT_MODE: &str = "off";
 pub const ROUTE_HEADER: &str = "x-tokentap-route";

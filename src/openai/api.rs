@@ -16,6 +16,8 @@ pub enum Api {
     Messages,
     /// `/v1/embeddings`: input tokens and E2E, no TTFT.
     Embeddings,
+    /// A model listing or lookup, `GET /v1/models` or `/v1/models/{id}`: generates nothing.
+    Models,
     Other,
 }
 
@@ -33,9 +35,23 @@ impl Api {
             Api::Messages
         } else if p.ends_with("/embeddings") {
             Api::Embeddings
+        } else if p.ends_with("/models")
+            || p.rsplit_once("/models/")
+                .is_some_and(|(_, id)| !id.is_empty())
+        {
+            Api::Models
         } else {
             Api::Other
         }
+    }
+
+    /// A shape that generates tokens: chat, completions, Responses, Messages. Only these are
+    /// judged as generations (prompt-shape cells, SLO verdicts, the ceiling).
+    pub fn generates(self) -> bool {
+        matches!(
+            self,
+            Api::Chat | Api::Completions | Api::Responses | Api::Messages
+        )
     }
 
     pub fn as_str(self) -> &'static str {
@@ -45,6 +61,7 @@ impl Api {
             Api::Responses => "responses",
             Api::Messages => "messages",
             Api::Embeddings => "embeddings",
+            Api::Models => "models",
             Api::Other => "other",
         }
     }
@@ -62,7 +79,10 @@ mod tests {
             ("/v1/responses", Api::Responses),
             ("/anthropic/v1/messages/", Api::Messages),
             ("/v1/embeddings", Api::Embeddings),
-            ("/v1/models", Api::Other),
+            ("/v1/models", Api::Models),
+            ("/gateway/v1/models/tiny", Api::Models),
+            ("/v1/models/", Api::Models),
+            ("/health", Api::Other),
         ] {
             assert_eq!(Api::from_path(p), a, "{p}");
         }

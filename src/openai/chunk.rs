@@ -407,7 +407,8 @@ pub fn inspect_chunk(payload: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
         Some("chat.completion.chunk" | "chat.completion") => Some(Api::Chat),
         Some("text_completion") => Some(Api::Completions),
         Some("response") => Some(Api::Responses),
-        Some("list") if raw.choices.is_none() => Some(Api::Embeddings),
+        // Embeddings and model listings are both a `list`; only embeddings carry usage.
+        Some("list") if raw.choices.is_none() && raw.usage.is_some() => Some(Api::Embeddings),
         _ => raw.choices.as_ref().and_then(|c| c.2),
     };
     Ok(ChunkInfo {

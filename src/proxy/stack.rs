@@ -48,6 +48,8 @@ pub struct Arrival {
     /// `x-tokentap-turn`), taken off likewise.
     pub request_rate: Option<f64>,
     pub turn: Option<u32>,
+    /// bench's prompt-shape bucket (`x-tokentap-bucket`), taken off likewise.
+    pub bucket: Option<&'static str>,
     /// The client's address (a gateway tap's `behind_sources`).
     pub peer: Option<IpAddr>,
 }
@@ -191,6 +193,16 @@ impl<S: Service<Arrival>> Service<Arrival> for RouteHeader<S> {
             .remove(crate::config::defaults::TURN_HEADER)
             .and_then(|v| v.to_str().ok()?.trim().parse::<u32>().ok())
             .filter(|t| (1..=100_000).contains(t));
+        a.bucket = a
+            .head
+            .headers
+            .remove(crate::config::defaults::BUCKET_HEADER)
+            .and_then(|v| {
+                let v = v.to_str().ok()?.trim();
+                ["long-short", "balanced", "short-long", "other"]
+                    .into_iter()
+                    .find(|b| *b == v)
+            });
         self.inner.call(a)
     }
 }
@@ -223,12 +235,14 @@ where
             concurrency,
             request_rate,
             turn,
+            bucket,
             peer,
         } = a;
         let mut facts = Exchange::facts_for(stamp, &head.method, head.uri.path());
         facts.concurrency = concurrency;
         facts.request_rate = request_rate;
         facts.turn = turn;
+        facts.bucket = bucket.map(str::to_owned);
         if state.sink().otlp.is_some() {
             facts.trace = Some(crate::meter::Trace::from_headers(&head.headers));
         }
@@ -404,6 +418,7 @@ impl hyper::service::Service<http::Request<Incoming>> for Proxy {
             concurrency: None,
             request_rate: None,
             turn: None,
+            bucket: None,
             peer: self.1,
         })
     }

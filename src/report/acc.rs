@@ -22,12 +22,13 @@ use crate::openai::Api;
 pub const DEFAULT_EXACT_VALUES: usize = 12_000_000;
 
 /// Every API shape, at its index (`Api as usize`).
-const API_ORDER: [Api; 6] = [
+const API_ORDER: [Api; 7] = [
     Api::Chat,
     Api::Completions,
     Api::Responses,
     Api::Messages,
     Api::Embeddings,
+    Api::Models,
     Api::Other,
 ];
 
@@ -234,7 +235,7 @@ pub struct Acc {
     keys: Map<(u32, u32), KeyAcc>,
     in_flight: Values,
     /// By [`Api`] as an index.
-    by_api: [Option<ShapeAcc>; 6],
+    by_api: [Option<ShapeAcc>; 7],
     cache: CacheAcc,
     hop: Vec<HopRec>,
     tap: Vec<TapRec>,

@@ -301,6 +301,7 @@ pub(super) fn api(s: &[u8]) -> Option<Api> {
         b"responses" => Api::Responses,
         b"messages" => Api::Messages,
         b"embeddings" => Api::Embeddings,
+        b"models" => Api::Models,
         b"other" => Api::Other,
         _ => return None,
     })

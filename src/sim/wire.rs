@@ -164,7 +164,7 @@ impl Wire {
                     json!({"index": self.block, "delta": delta}),
                 ));
             }
-            Api::Embeddings | Api::Other => {}
+            Api::Embeddings | Api::Models | Api::Other => {}
         }
         out
     }
@@ -228,7 +228,7 @@ impl Wire {
                     self.typed("message_stop", json!({})),
                 ]
             }
-            Api::Embeddings | Api::Other => Vec::new(),
+            Api::Embeddings | Api::Models | Api::Other => Vec::new(),
         }
     }
 

@@ -30,7 +30,7 @@ fn operation(api: Api) -> Option<&'static str> {
         Api::Chat | Api::Responses | Api::Messages => Some("chat"),
         Api::Completions => Some("text_completion"),
         Api::Embeddings => Some("embeddings"),
-        Api::Other => None,
+        Api::Models | Api::Other => None,
     }
 }
 
