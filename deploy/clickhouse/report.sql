@@ -2,19 +2,28 @@
 -- printed by `tokentap report --sql`, here for table default.requests, --top 20, --hop-arms gateway,direct,
 -- goodput TTFT <= 500 ms and tok/s >= 6.
 -- Percentiles are nearest-rank: the value at rank ceil(p·n) of the sorted values, with no
--- interpolation, over the requests served (`outcome = 'ok'`). Errors are every outcome but
--- `ok` and `client_cancelled`. Inner sides of a gateway tap feed only the tap section.
+-- interpolation, over the requests served (`outcome = 'ok'`). Only generations are judged
+-- (a generating shape not refused with a client's 4xx). Errors are every outcome but `ok`
+-- and `client_cancelled`, except a client's 4xx. Inner sides of a gateway tap feed only
+-- the tap section.
 -- Only SQL that ClickHouse 18.16 and today's ClickHouse both accept.
 
 -- totals: records read, and how many of them are live traffic (no bench `concurrency` or `request_rate`)
 SELECT
     count() AS records,
-    countIf(ifNull(tap_side, '') != 'inner' AND isNull(concurrency) AND isNull(request_rate)) AS live
+    countIf(ifNull(tap_side, '') != 'inner' AND isNull(concurrency) AND isNull(request_rate)) AS live,
+    countIf(ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+            AND NOT (status >= 400 AND status < 500 AND status != 429) AND isNotNull(experiment_arm)) AS armed,
+    countIf(ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+            AND NOT (status >= 400 AND status < 500 AND status != 429) AND stream = 1 AND outcome = 'ok' AND status != 429) AS streams,
+    countIf(ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+            AND NOT (status >= 400 AND status < 500 AND status != 429) AND stream = 1 AND outcome = 'ok' AND status != 429
+        AND isNull(input_tokens)) AS no_usage
 FROM default.requests;
 
 -- cells: cells[]: per bucket × arm × concurrency level (`live_`: a live in-flight range rather than a bench level; `rate_`: an open-loop cell, its level the offered rate in thousandths of a request a second): counts, goodput (the report's goodput SLO pair), wall time, percentiles, medians of tokens and of the TTFT split, client queue and lag times
 SELECT
-    bucket_, arm, level, live_, rate_, requests, errors, good, start_ns, end_ns, last_sent_ns,
+    bucket_, arm, level, live_, rate_, requests, errors, throttled, good, start_ns, end_ns, last_sent_ns,
     scheduled_n, scheduled_min, scheduled_max, out_tokens,
     length(ttft) AS ttft_n,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
@@ -58,16 +67,18 @@ FROM
 (
     SELECT
         ifNull(bucket, 'unknown') AS bucket_,
-        experiment_arm AS arm,
+        if(isNotNull(experiment_arm), experiment_arm, nullIf(route, '')) AS arm,
         if(isNotNull(request_rate) AND assumeNotNull(request_rate) > 0,
            toUInt64(round(assumeNotNull(request_rate) * 1000)),
            if(isNotNull(concurrency), assumeNotNull(concurrency),
            if(greatest(in_flight, 1) <= 2, greatest(in_flight, 1),
               toUInt64(pow(2, ceil(log2(greatest(in_flight, 1)))))))) AS level,
-        toUInt8(isNull(concurrency) AND isNull(request_rate) AND level > 2) AS live_,
+        toUInt8(isNull(concurrency) AND isNull(request_rate)) AS live_,
         toUInt8(isNotNull(request_rate) AND assumeNotNull(request_rate) > 0) AS rate_,
         count() AS requests,
-        countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
+        countIf(outcome NOT IN ('ok', 'client_cancelled')
+            AND NOT (status >= 400 AND status < 500 AND status != 429)) AS errors,
+        countIf(status = 429) AS throttled,
         countIf(outcome = 'ok'
             AND (isNull(ttft_ms) OR assumeNotNull(ttft_ms) <= 500.0)
             AND (isNull(tpot_ms) OR assumeNotNull(tpot_ms) <= 0 OR 1000 / assumeNotNull(tpot_ms) >= 6.0)) AS good,
@@ -93,14 +104,15 @@ FROM
         arraySort(groupArrayIf(assumeNotNull(ttft_split_engine_prefill_ms), outcome = 'ok' AND isNotNull(ttft_split_engine_prefill_ms))) AS split_engine_prefill_ms,
         arraySort(groupArrayIf(assumeNotNull(ttft_split_outside_engine_ms), outcome = 'ok' AND isNotNull(ttft_split_outside_engine_ms))) AS split_outside_engine_ms
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner'
+    WHERE ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+            AND NOT (status >= 400 AND status < 500 AND status != 429)
     GROUP BY bucket_, arm, level, live_, rate_
 )
 ORDER BY bucket_, arm, rate_, level, live_;
 
 -- keys: keys[]: per API key (by arm with --by-arm), the top ones by requests, then by key
 SELECT
-    key, requests, errors, input_tokens, output_tokens,
+    key, requests, errors, client_errors, input_tokens, output_tokens,
     length(ttft) AS ttft_n,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
@@ -121,18 +133,34 @@ FROM
     SELECT
         ifNull(key_id, '(no key)') AS key,
         count() AS requests,
-        countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
+        countIf(outcome NOT IN ('ok', 'client_cancelled')
+            AND NOT (status >= 400 AND status < 500 AND status != 429)) AS errors,
+        countIf(NOT (api IN ('chat', 'completions', 'responses', 'messages')
+            AND NOT (status >= 400 AND status < 500 AND status != 429))) AS client_errors,
         sum(ifNull(input_tokens, 0)) AS input_tokens,
         sum(ifNull(output_tokens, 0)) AS output_tokens,
         arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
         arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
-        arraySort(groupArrayIf(e2e_ms, outcome = 'ok')) AS e2e
+        arraySort(groupArrayIf(e2e_ms, outcome = 'ok' AND api IN ('chat', 'completions', 'responses', 'messages')
+            AND NOT (status >= 400 AND status < 500 AND status != 429))) AS e2e
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner'
+    WHERE ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
     GROUP BY key
 )
 ORDER BY requests DESC, key
 LIMIT 20;
+
+-- traffic: traffic and other_traffic: every client-facing record by endpoint, method, status and class (served, cancelled, failed, throttled, client_error, other)
+SELECT
+    endpoint, method, status, multiIf(api NOT IN ('chat', 'completions', 'responses', 'messages'), 'other',
+            status = 429, 'throttled',
+            status >= 400 AND status < 500, 'client_error',
+            outcome = 'ok', 'served',
+            outcome = 'client_cancelled', 'cancelled', 'failed') AS class, count() AS requests
+FROM default.requests
+WHERE ifNull(tap_side, '') != 'inner'
+GROUP BY endpoint, method, status, class
+ORDER BY endpoint, method, status, class;
 
 -- by_api: by_api: per API shape
 SELECT
@@ -162,7 +190,8 @@ FROM
     SELECT
         if(api = '', 'other', api) AS name,
         count() AS requests,
-        countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
+        countIf(outcome NOT IN ('ok', 'client_cancelled')
+            AND NOT (status >= 400 AND status < 500 AND status != 429)) AS errors,
         sum(ifNull(input_tokens, 0)) AS input_tokens,
         sum(ifNull(output_tokens, 0)) AS output_tokens,
         sum(ifNull(reasoning_tokens, 0)) AS reasoning_tokens,
@@ -171,12 +200,12 @@ FROM
         arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
         arraySort(groupArrayIf(e2e_ms, outcome = 'ok')) AS e2e
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner'
+    WHERE ifNull(tap_side, '') != 'inner' AND 1
     GROUP BY name
 )
 ORDER BY name;
 
--- by_bucket: by_bucket: per prompt-shape bucket, pooled over levels and arms
+-- by_bucket: by_bucket: per prompt-shape bucket, pooled over levels and arms (generations)
 SELECT
     name, requests, errors, input_tokens, output_tokens, reasoning_tokens,
     length(ttft) AS ttft_n,
@@ -204,7 +233,8 @@ FROM
     SELECT
         ifNull(bucket, 'unknown') AS name,
         count() AS requests,
-        countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
+        countIf(outcome NOT IN ('ok', 'client_cancelled')
+            AND NOT (status >= 400 AND status < 500 AND status != 429)) AS errors,
         sum(ifNull(input_tokens, 0)) AS input_tokens,
         sum(ifNull(output_tokens, 0)) AS output_tokens,
         sum(ifNull(reasoning_tokens, 0)) AS reasoning_tokens,
@@ -213,7 +243,8 @@ FROM
         arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
         arraySort(groupArrayIf(e2e_ms, outcome = 'ok')) AS e2e
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner'
+    WHERE ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+            AND NOT (status >= 400 AND status < 500 AND status != 429)
     GROUP BY name
 )
 ORDER BY name;
@@ -229,7 +260,8 @@ FROM
 (
     SELECT arraySort(groupArray(toFloat64(in_flight))) AS v
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner' AND isNull(concurrency) AND isNull(request_rate)
+    WHERE ifNull(tap_side, '') != 'inner' AND isNull(concurrency) AND isNull(request_rate) AND api IN ('chat', 'completions', 'responses', 'messages')
+            AND NOT (status >= 400 AND status < 500 AND status != 429)
 );
 
 -- prefix_cache: prefix_cache: TTFT by prefix-cache hit (cached_tokens > 0) and miss, overall ('all') and per bucket
@@ -263,7 +295,8 @@ FROM
             ifNull(input_tokens, 0) AS prompt_,
             ttft_ms AS ttft
         FROM default.requests
-        WHERE ifNull(tap_side, '') != 'inner' AND outcome = 'ok' AND isNotNull(cached_tokens)
+        WHERE ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+            AND NOT (status >= 400 AND status < 500 AND status != 429) AND outcome = 'ok' AND isNotNull(cached_tokens)
     )
     GROUP BY scope, name
 )
@@ -283,7 +316,8 @@ FROM
     SELECT
         assumeNotNull(turn) AS turn_,
         count() AS requests,
-        countIf(outcome NOT IN ('ok', 'client_cancelled')) AS errors,
+        countIf(outcome NOT IN ('ok', 'client_cancelled')
+            AND NOT (status >= 400 AND status < 500 AND status != 429)) AS errors,
         countIf(outcome = 'ok' AND isNotNull(cached_tokens)) AS known,
         countIf(outcome = 'ok' AND ifNull(cached_tokens, 0) > 0) AS hits,
         sumIf(ifNull(cached_tokens, 0), outcome = 'ok') AS cached,
@@ -291,7 +325,8 @@ FROM
         arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
         arraySort(groupArrayIf(toFloat64(assumeNotNull(input_tokens)), outcome = 'ok' AND isNotNull(input_tokens))) AS input
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner' AND isNotNull(turn)
+    WHERE ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+            AND NOT (status >= 400 AND status < 500 AND status != 429) AND isNotNull(turn)
     GROUP BY turn_
 )
 ORDER BY turn_;

@@ -10,11 +10,11 @@ use std::time::{Duration, SystemTime};
 use super::clock::Clock;
 use super::hop::HopRec;
 use super::names::{Map, Names, NONE};
-use super::row::{level, level_of, Row};
+use super::row::{level, level_of, Class, Row};
 use super::shapes::{CacheAcc, ShapeAcc, TurnAcc};
 use super::tap::TapRec;
 use super::values::{Method, Values};
-use super::{Dist, KeyRow, SplitCell};
+use super::{Dist, KeyRow, OtherRow, SplitCell, Traffic};
 use crate::openai::Api;
 
 /// Values held exactly before the report switches to sketches: about 8 bytes each, so the
@@ -35,7 +35,9 @@ const API_ORDER: [Api; 7] = [
 #[derive(Debug)]
 pub(super) struct CellAcc {
     pub requests: usize,
+    /// Service failures plus throttled requests.
     pub errors: usize,
+    pub throttled: usize,
     pub good: usize,
     pub start: Option<SystemTime>,
     pub end: Option<SystemTime>,
@@ -67,6 +69,7 @@ impl CellAcc {
         CellAcc {
             requests: 0,
             errors: 0,
+            throttled: 0,
             good: 0,
             start: None,
             end: None,
@@ -138,6 +141,7 @@ impl CellAcc {
 struct KeyAcc {
     requests: usize,
     errors: usize,
+    client_errors: usize,
     input: u64,
     output: u64,
     ttft: Values,
@@ -154,15 +158,16 @@ pub(super) struct CellIn {
     /// An open-loop cell's offered rate (requests a second); its `level` is that in
     /// thousandths.
     pub rate: Option<f64>,
+    pub kind: Kind,
     pub acc: CellAcc,
 }
 
-/// What a cell's level is.
+/// What a cell's level is. The three are never one axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Kind {
-    /// A load generator's concurrency, or a live in-flight count of 1 or 2.
+pub(super) enum Kind {
+    /// A load generator's concurrency.
     Concurrency,
-    /// A live in-flight range (3-4, 5-8, …).
+    /// Live traffic's in-flight count at admission, binned 1, 2, 3-4, 5-8, …
     Live,
     /// A load generator's offered arrival rate, in thousandths of a request a second.
     Rate,
@@ -213,6 +218,64 @@ pub(super) struct Read {
     pub by_turn: BTreeMap<String, super::shapes::TurnRow>,
     pub hop: Vec<HopRec>,
     pub tap: Vec<TapRec>,
+    pub traffic: Traffic,
+    pub other: Vec<OtherRow>,
+}
+
+/// Distinct endpoints the other-traffic table names (those with the most requests); the rest
+/// are pooled as `(other paths)`.
+const OTHER_ENDPOINTS: usize = 50;
+/// Distinct endpoints counted while reading (memory stays bounded on a scan of random paths).
+const OTHER_ENDPOINTS_HELD: usize = 10_000;
+
+/// The not-judged rows, the [`OTHER_ENDPOINTS`] endpoints with the most requests by name and
+/// the rest pooled as `(other paths)`; by endpoint, method, status, class.
+pub(super) fn other_rows(rows: BTreeMap<(String, String, u16, Class), usize>) -> Vec<OtherRow> {
+    let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+    for ((e, ..), n) in &rows {
+        *per.entry(e.as_str()).or_insert(0) += n;
+    }
+    let mut top: Vec<(&str, usize)> = per.into_iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    let named: std::collections::HashSet<String> = top
+        .iter()
+        .take(OTHER_ENDPOINTS)
+        .map(|(e, _)| (*e).to_owned())
+        .collect();
+    let mut pooled: BTreeMap<(String, String, u16, Class), usize> = BTreeMap::new();
+    for ((e, m, st, c), n) in rows {
+        let e = if named.contains(&e) {
+            e
+        } else {
+            OTHER_PATHS.to_owned()
+        };
+        *pooled.entry((e, m, st, c)).or_insert(0) += n;
+    }
+    pooled
+        .into_iter()
+        .map(|((endpoint, method, status, class), requests)| OtherRow {
+            endpoint,
+            method,
+            status,
+            class,
+            requests,
+        })
+        .collect()
+}
+
+const OTHER_PATHS: &str = "(other paths)";
+
+/// With no experiment arm and a single route, the cells name no arm: the route is the report's
+/// whole traffic.
+pub(super) fn drop_single_arm(cells: &mut [CellIn], armed: bool) {
+    let mut arms = cells.iter().map(|c| &c.arm).collect::<Vec<_>>();
+    arms.sort();
+    arms.dedup();
+    if !armed && arms.len() <= 1 {
+        for c in cells.iter_mut() {
+            c.arm = None;
+        }
+    }
 }
 
 /// The report's reading state. Feed it with [`Acc::add`] (and [`Acc::add_tap_only`]), then
@@ -239,6 +302,17 @@ pub struct Acc {
     cache: CacheAcc,
     hop: Vec<HopRec>,
     tap: Vec<TapRec>,
+    /// Records read, by [`Class`] as an index.
+    classes: [usize; 6],
+    /// Served generation streams without usage (no input tokens, so no bucket).
+    no_usage: usize,
+    /// Served generation streams.
+    streams: usize,
+    /// Whether a generation carried an experiment arm; else the cells' arm is the route.
+    armed: bool,
+    /// Not-judged requests by (endpoint, method, status, class).
+    other: BTreeMap<(String, String, u16, Class), usize>,
+    other_endpoints: std::collections::HashSet<String>,
 }
 
 impl Acc {
@@ -264,7 +338,35 @@ impl Acc {
             cache: CacheAcc::default(),
             hop: Vec::new(),
             tap: Vec::new(),
+            classes: [0; 6],
+            no_usage: 0,
+            streams: 0,
+            armed: false,
+            other: BTreeMap::new(),
+            other_endpoints: std::collections::HashSet::new(),
         }
+    }
+
+    /// A request that is not judged (client error, listing, probe, …): counted by endpoint,
+    /// method and status, at most [`OTHER_ENDPOINTS`] endpoints by name.
+    fn add_other(&mut self, r: &Row<'_>, class: Class) {
+        let mut endpoint = r.endpoint.as_str();
+        if !self.other_endpoints.contains(endpoint) {
+            if self.other_endpoints.len() < OTHER_ENDPOINTS_HELD {
+                self.other_endpoints.insert(endpoint.to_owned());
+            } else {
+                endpoint = OTHER_PATHS;
+            }
+        }
+        *self
+            .other
+            .entry((
+                endpoint.to_owned(),
+                r.method.as_str().to_owned(),
+                r.status,
+                class,
+            ))
+            .or_insert(0) += 1;
     }
 
     /// A record of the traffic being reported.
@@ -284,21 +386,38 @@ impl Acc {
         }
         let sketch = self.sketch;
         let mut held = 0;
-        let arm = r.arm().map_or(NONE, |a| self.names.id(a));
         let live = r.concurrency.is_none() && r.request_rate.is_none();
+        self.live += usize::from(live);
+        held += self.by_api[r.api as usize]
+            .get_or_insert_with(|| ShapeAcc::new(sketch))
+            .add(r);
+        let class = r.class();
+        self.classes[class as usize] += 1;
+        if !class.is_generation() {
+            if class == Class::ClientError {
+                self.add_key(r, NONE, class);
+            }
+            self.add_other(r, class);
+            self.note_held(held);
+            return;
+        }
+        if class == Class::Served && r.stream {
+            self.streams += 1;
+            self.no_usage += usize::from(r.input_tokens.is_none());
+        }
+        // The cells' arm: the experiment's, else the route (kept only when there are two).
+        let arm = match r.arm() {
+            Some(a) => {
+                self.armed = true;
+                self.names.id(a)
+            }
+            None if r.route.as_str().is_empty() => NONE,
+            None => self.names.id(r.route.as_str()),
+        };
         let (lvl, kind) = match r.request_rate.filter(|r| r.is_finite() && *r > 0.0) {
             Some(rate) => ((rate * 1000.0).round() as u64, Kind::Rate),
-            None => {
-                let lvl = level(r.concurrency, r.in_flight);
-                // Levels 1 and 2 have the same label live and from a load generator: one
-                // cell, as their labels say.
-                let kind = if live && lvl > 2 {
-                    Kind::Live
-                } else {
-                    Kind::Concurrency
-                };
-                (lvl, kind)
-            }
+            None if live => (level(None, r.in_flight), Kind::Live),
+            None => (level(r.concurrency, r.in_flight), Kind::Concurrency),
         };
         let c = self
             .cells
@@ -306,6 +425,7 @@ impl Acc {
             .or_insert_with(|| CellAcc::new(sketch));
         c.requests += 1;
         c.errors += usize::from(r.is_error());
+        c.throttled += usize::from(class == Class::Throttled);
         for (sum, t) in
             c.tokens
                 .iter_mut()
@@ -359,35 +479,14 @@ impl Acc {
             }
         }
 
-        let key = match &r.key_id {
-            Some(k) => self.names.id(k.as_str()),
-            None => self.names.id("(no key)"),
+        let key_arm = match r.arm() {
+            Some(a) if self.by_arm => self.names.id(a),
+            _ => NONE,
         };
-        let key_arm = if self.by_arm { arm } else { NONE };
-        let k = self.keys.entry((key, key_arm)).or_insert_with(|| KeyAcc {
-            requests: 0,
-            errors: 0,
-            input: 0,
-            output: 0,
-            ttft: Values::new(sketch),
-            tpot: Values::new(sketch),
-            e2e: Values::new(sketch),
-        });
-        k.requests += 1;
-        k.errors += usize::from(r.is_error());
-        k.input += r.input_tokens.unwrap_or(0);
-        k.output += r.output_tokens.unwrap_or(0);
-        if r.ok() {
-            held += k.ttft.opt(r.ttft_ms) + k.tpot.opt(r.tpot_ms) + k.e2e.push(r.e2e_ms);
-        }
-
+        held += self.add_key(r, key_arm, class);
         if live {
-            self.live += 1;
             held += self.in_flight.push(r.in_flight as f64);
         }
-        held += self.by_api[r.api as usize]
-            .get_or_insert_with(|| ShapeAcc::new(sketch))
-            .add(r);
         if let Some(turn) = r.turn {
             held += self
                 .by_turn
@@ -396,9 +495,42 @@ impl Acc {
                 .add(r);
         }
         held += self.cache.add(r, bucket, sketch);
+        self.note_held(held);
+    }
+
+    fn note_held(&mut self, held: usize) {
         self.held += held;
         if !self.sketch && self.held > self.budget {
             self.switch_to_sketches();
+        }
+    }
+
+    /// Per-key accounting of a generation or a client error; the values it held.
+    fn add_key(&mut self, r: &Row<'_>, key_arm: u32, class: Class) -> usize {
+        let sketch = self.sketch;
+        let key = match &r.key_id {
+            Some(k) => self.names.id(k.as_str()),
+            None => self.names.id("(no key)"),
+        };
+        let k = self.keys.entry((key, key_arm)).or_insert_with(|| KeyAcc {
+            requests: 0,
+            errors: 0,
+            client_errors: 0,
+            input: 0,
+            output: 0,
+            ttft: Values::new(sketch),
+            tpot: Values::new(sketch),
+            e2e: Values::new(sketch),
+        });
+        k.requests += 1;
+        k.errors += usize::from(r.is_error());
+        k.client_errors += usize::from(class == Class::ClientError);
+        k.input += r.input_tokens.unwrap_or(0);
+        k.output += r.output_tokens.unwrap_or(0);
+        if r.ok() && class == Class::Served {
+            k.ttft.opt(r.ttft_ms) + k.tpot.opt(r.tpot_ms) + k.e2e.push(r.e2e_ms)
+        } else {
+            0
         }
     }
 
@@ -477,10 +609,12 @@ impl Acc {
                     level,
                     label,
                     rate: (kind == Kind::Rate).then_some(lvl as f64 / 1000.0),
+                    kind,
                     acc,
                 }
             })
             .collect();
+        drop_single_arm(&mut cells, self.armed);
         sort_cells(&mut cells);
         let mut keys: Vec<KeyRow> = self
             .keys
@@ -490,6 +624,7 @@ impl Acc {
                 arm: label(a),
                 requests: acc.requests,
                 error_rate: acc.errors as f64 / acc.requests.max(1) as f64,
+                client_errors: acc.client_errors,
                 input_tokens: acc.input,
                 output_tokens: acc.output,
                 ttft_ms: acc.ttft.dist(),
@@ -529,6 +664,8 @@ impl Acc {
                 .collect(),
             hop: self.hop,
             tap: self.tap,
+            traffic: Traffic::of(self.classes, self.streams, self.no_usage),
+            other: other_rows(self.other),
         }
     }
 }

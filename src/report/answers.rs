@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{Cell, Report};
+use super::{Axis, Cell, Provision, Report};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Answer {
@@ -32,146 +32,174 @@ fn name(c: &Cell) -> String {
     }
 }
 
-/// The cells that describe the engine as a client reaches it: not the gateway arm of an A/B.
-fn engine_cells(r: &Report) -> Vec<&Cell> {
-    let gw = r.gateway_hop.as_ref().map(|h| h.gateway_arm.as_str());
-    r.cells
-        .iter()
-        .filter(|c| c.arm.is_none() || c.arm.as_deref() != gw)
-        .collect()
-}
-
-/// Where a cell sits: `C=4`, or an open-loop cell's rate, `at 4/s`.
-fn at(c: &Cell) -> String {
-    match c.request_rate {
-        Some(_) => format!("at {}", c.concurrency),
-        None => format!("C={}", c.concurrency),
+/// Where a cell sits: `C=4`, an open-loop cell's rate `4/s`, or a live level `3-4 in flight`.
+pub(super) fn at(c: &Cell) -> String {
+    match c.axis {
+        Axis::Concurrency => format!("C={}", c.concurrency),
+        Axis::RequestRate => c.concurrency.clone(),
+        Axis::InFlight => format!("{} in flight", c.concurrency),
     }
 }
 
-/// A concurrency-1 cell (not an open-loop one).
+/// The lowest level of a group: C=1, or a live level of 1 in flight (not an open-loop one).
 fn single_user(c: &Cell) -> bool {
     c.level == 1 && c.request_rate.is_none()
 }
 
+/// The arms the cells name, in order (`None` alone when they name none).
+fn arms(r: &Report) -> Vec<Option<&str>> {
+    let mut v: Vec<Option<&str>> = r.cells.iter().map(|c| c.arm.as_deref()).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Each arm's clause, `direct: …; gateway: …`, or the one clause when there are no arms.
+fn per_arm(r: &Report, clause: impl Fn(&[&Cell]) -> String) -> String {
+    let arms = arms(r);
+    if arms.len() <= 1 {
+        let cs: Vec<&Cell> = r.cells.iter().collect();
+        return clause(&cs);
+    }
+    arms.iter()
+        .map(|a| {
+            let cs: Vec<&Cell> = r.cells.iter().filter(|c| c.arm.as_deref() == *a).collect();
+            format!("{}: {}", a.unwrap_or("(no arm)"), clause(&cs))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn one_user(r: &Report) -> String {
-    let cs: Vec<&Cell> = engine_cells(r)
-        .into_iter()
-        .filter(|c| single_user(c))
-        .collect();
-    if cs.is_empty() {
+    if !r.cells.iter().any(single_user) {
         return "No cell at concurrency 1 in these records: run bench with --concurrency 1 (or read live traffic at an idle hour).".into();
     }
-    let ttft: Vec<f64> = cs.iter().filter_map(|c| c.ttft_ms.p95).collect();
-    let tps: Vec<f64> = cs.iter().filter_map(|c| c.tok_s_per_stream.p50).collect();
-    let (errors, n): (usize, usize) = cs
-        .iter()
-        .fold((0, 0), |(e, n), c| (e + c.errors, n + c.requests));
-    let inter = cs
-        .iter()
-        .filter(|c| c.slo.get("interactive") == Some(&true))
-        .count();
-    format!(
-        "TTFT p95 {}, {} per stream, {errors} errors in {n} requests; interactive (TTFT p95 ≤ {:.0} ms) met by {inter} of {} prompt shapes.",
-        range(&ttft, "ms", 0),
-        range(&tps, "tok/s", 0),
-        r.slos.ttft_interactive_ms,
-        cs.len()
-    )
+    per_arm(r, |cells| {
+        let cs: Vec<&&Cell> = cells.iter().filter(|c| single_user(c)).collect();
+        if cs.is_empty() {
+            return "no cell at concurrency 1.".into();
+        }
+        let ttft: Vec<f64> = cs.iter().filter_map(|c| c.ttft_ms.p95).collect();
+        let tps: Vec<f64> = cs.iter().filter_map(|c| c.tok_s_per_stream.p50).collect();
+        let (errors, n): (usize, usize) = cs
+            .iter()
+            .fold((0, 0), |(e, n), c| (e + c.errors, n + c.requests));
+        let inter = cs
+            .iter()
+            .filter(|c| c.slo.get("interactive") == Some(&true))
+            .count();
+        format!(
+            "TTFT p95 {}, {} per stream, {errors} errors in {n} requests; interactive (TTFT p95 ≤ {:.0} ms) met by {inter} of {} prompt shapes.",
+            range(&ttft, "ms", 0),
+            range(&tps, "tok/s", 0),
+            r.slos.ttft_interactive_ms,
+            cs.len()
+        )
+    })
+}
+
+/// A provisioning row's ceiling for `slo`, in words: `C=4`, `≥ C=8 (not reached)`, `none
+/// (not even C=1)`; on the rate axis `4/s`, live `3-4 in flight`.
+pub(super) fn ceiling_words(p: &Provision, slo: &str) -> String {
+    let show = |l: &str| match p.axis {
+        Some("request_rate") => l.to_owned(),
+        Some("in_flight") => format!("{l} in flight"),
+        _ => format!("C={l}"),
+    };
+    match p.ceiling.get(slo).cloned().flatten() {
+        Some(c) if c == p.top => format!("≥ {} (not reached)", show(&c)),
+        Some(c) => show(&c),
+        None => "none (not even the lowest level)".into(),
+    }
+}
+
+/// Provisioning rows split into (bucket, arm) the way cells name them.
+fn split_name(p: &Provision) -> (&str, Option<&str>) {
+    match p.bucket.rsplit_once(" [") {
+        Some((b, a)) if a.ends_with(']') => (b, Some(&a[..a.len() - 1])),
+        _ => (p.bucket.as_str(), None),
+    }
 }
 
 fn ceiling(r: &Report) -> String {
-    let gw = r
-        .gateway_hop
-        .as_ref()
-        .map(|h| format!("[{}]", h.gateway_arm));
-    let shown = |p: &&super::Provision| gw.as_ref().is_none_or(|g| !p.bucket.ends_with(g.as_str()));
-    let rates: Vec<String> = r
-        .provisioning
-        .iter()
-        .filter(shown)
-        .filter(|p| p.axis.is_some())
-        .map(|p| {
-            let c = p.ceiling.get("interactive").cloned().flatten();
-            format!(
-                "{} {}",
-                p.bucket,
-                c.unwrap_or_else(|| "none (not even the lowest rate)".into())
-            )
-        })
-        .collect();
-    let parts: Vec<String> = r
-        .provisioning
-        .iter()
-        .filter(shown)
-        .filter(|p| p.axis.is_none())
-        .map(|p| {
-            let c = p
-                .ceiling
-                .get("interactive")
-                .cloned()
-                .flatten()
-                .map_or_else(|| "none (not even C=1)".into(), |c| format!("C={c}"));
-            let tpd = p
-                .tokens_per_day_at_interactive_ceiling
-                .map(|t| format!(", {:.1} M tokens/day there", t / 1e6))
-                .unwrap_or_default();
-            format!("{} {c}{tpd}", p.bucket)
-        })
-        .collect();
-    let rates = (!rates.is_empty()).then(|| {
-        format!(
-            "Highest arrival rate (open loop) whose TTFT p95 stays ≤ {:.0} ms at it and every rate below: {}.",
-            r.slos.ttft_interactive_ms,
-            rates.join("; ")
-        )
-    });
-    if parts.is_empty() {
-        return rates.unwrap_or_else(|| "No prompt shape in these records.".into());
+    let axes: [(Option<&str>, &str); 3] = [
+        (None, "Highest concurrency whose TTFT p95 stays ≤ {slo} ms at it and every level below"),
+        (Some("in_flight"), "Live traffic, highest in-flight level whose TTFT p95 stays ≤ {slo} ms at it and every level below"),
+        (Some("request_rate"), "Highest arrival rate (open loop) whose TTFT p95 stays ≤ {slo} ms at it and every rate below"),
+    ];
+    let mut out = Vec::new();
+    for (axis, lead) in axes {
+        let rows: Vec<&Provision> = r.provisioning.iter().filter(|p| p.axis == axis).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        // Per bucket, every arm side by side.
+        let mut buckets: Vec<&str> = rows.iter().map(|p| split_name(p).0).collect();
+        buckets.dedup();
+        let parts: Vec<String> = buckets
+            .iter()
+            .map(|b| {
+                let arms: Vec<String> = rows
+                    .iter()
+                    .filter(|p| split_name(p).0 == *b)
+                    .map(|p| {
+                        let tpd = p
+                            .tokens_per_day_at_interactive_ceiling
+                            .map(|t| format!(" ({:.1} M tokens/day there)", t / 1e6))
+                            .unwrap_or_default();
+                        match split_name(p).1 {
+                            Some(a) => format!("{a} {}{tpd}", ceiling_words(p, "interactive")),
+                            None => format!("{}{tpd}", ceiling_words(p, "interactive")),
+                        }
+                    })
+                    .collect();
+                format!("{b} {}", arms.join(", "))
+            })
+            .collect();
+        out.push(format!(
+            "{}: {}.",
+            lead.replace("{slo}", &format!("{:.0}", r.slos.ttft_interactive_ms)),
+            parts.join("; ")
+        ));
     }
-    let mut s = format!(
-        "Highest concurrency whose TTFT p95 stays ≤ {:.0} ms at it and every level below: {}.",
-        r.slos.ttft_interactive_ms,
-        parts.join("; ")
-    );
-    if let Some(rates) = rates {
-        s.push(' ');
-        s.push_str(&rates);
+    if out.is_empty() {
+        return "No generation request in these records.".into();
     }
-    s
+    out.join(" ")
 }
 
 fn hurts(r: &Report) -> String {
-    // The cell furthest above its own shape's single-user TTFT p95.
-    let cs = engine_cells(r);
-    let worst = cs
-        .iter()
-        .filter_map(|c| {
-            let base = cs
-                .iter()
-                .find(|b| single_user(b) && b.bucket == c.bucket && b.arm == c.arm)?
-                .ttft_ms
-                .p95?;
-            Some((c, c.ttft_ms.p95? / base.max(1e-9)))
-        })
-        .max_by(|a, b| a.1.total_cmp(&b.1));
-    let missed: Vec<String> = cs
+    let missed: Vec<String> = r
+        .cells
         .iter()
         .filter(|c| c.slo.get("interactive") == Some(&false))
         .map(|c| format!("{} {}", name(c), at(c)))
         .collect();
-    let mut s = match worst {
-        Some((c, x)) if x > 1.0 => format!(
-            "{} {}: TTFT p95 {:.0} ms, {x:.1}× its single-user figure.",
-            name(c),
-            match c.request_rate {
-                Some(_) => at(c),
-                None => format!("at C={}", c.concurrency),
-            },
-            c.ttft_ms.p95.unwrap_or(f64::NAN)
-        ),
-        _ => "Nowhere measurable: no cell is slower than its shape at C=1.".into(),
-    };
+    let mut s = per_arm(r, |cs| {
+        // The cell furthest above its own shape's lowest-level TTFT p95.
+        let worst = cs
+            .iter()
+            .filter_map(|c| {
+                let base = cs
+                    .iter()
+                    .find(|b| {
+                        single_user(b) && b.bucket == c.bucket && b.arm == c.arm && b.axis == c.axis
+                    })?
+                    .ttft_ms
+                    .p95?;
+                Some((c, c.ttft_ms.p95? / base.max(1e-9)))
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        match worst {
+            Some((c, x)) if x > 1.0 => format!(
+                "{} at {}: TTFT p95 {:.0} ms, {x:.1}× its single-user figure.",
+                c.bucket,
+                at(c),
+                c.ttft_ms.p95.unwrap_or(f64::NAN)
+            ),
+            _ => "nowhere measurable: no cell is slower than its shape at its lowest level.".into(),
+        }
+    });
     if missed.is_empty() {
         s.push_str(" Every cell meets the interactive SLO.");
     } else {
@@ -184,32 +212,42 @@ fn hurts(r: &Report) -> String {
 }
 
 fn failure_mode(r: &Report) -> String {
-    let cs = engine_cells(r);
-    let (errors, n): (usize, usize) = cs
-        .iter()
-        .fold((0, 0), |(e, n), c| (e + c.errors, n + c.requests));
-    let worst = cs
-        .iter()
-        .max_by(|a, b| a.error_rate.total_cmp(&b.error_rate));
-    match worst {
-        Some(w) if w.errors > 0 => format!(
-            "Errors: {errors} of {n} requests failed; the worst cell is {} {} with {:.1} % errors.",
-            name(w),
-            match w.request_rate {
-                Some(_) => at(w),
-                None => format!("at C={}", w.concurrency),
-            },
-            100.0 * w.error_rate
-        ),
-        _ if r.provisioning.iter().any(|p| p.failure_mode == "slower") => format!(
-            "Slower, never wrong: 0 % errors in all {} cells ({n} requests); latency grows with load instead.",
-            cs.len()
-        ),
-        _ => format!(
-            "None seen: 0 % errors in all {} cells ({n} requests) and no knee reached.",
-            cs.len()
-        ),
-    }
+    per_arm(r, |cs| {
+        let (errors, throttled, n) = cs.iter().fold((0, 0, 0), |(e, t, n), c| {
+            (e + c.errors, t + c.throttled, n + c.requests)
+        });
+        let worst = cs
+            .iter()
+            .max_by(|a, b| a.error_rate.total_cmp(&b.error_rate));
+        let slower = cs.iter().any(|c| {
+            r.provisioning
+                .iter()
+                .any(|p| p.bucket == name(c) && p.failure_mode == "slower")
+        });
+        match worst {
+            Some(w) if w.errors > 0 => {
+                let kinds = match (errors - throttled, throttled) {
+                    (f, 0) => format!("{f} failed"),
+                    (0, t) => format!("{t} throttled (429)"),
+                    (f, t) => format!("{f} failed, {t} throttled (429)"),
+                };
+                format!(
+                    "Errors: {kinds} of {n} requests; the worst cell is {} at {} with {:.1} % errors.",
+                    w.bucket,
+                    at(w),
+                    100.0 * w.error_rate
+                )
+            }
+            _ if slower => format!(
+                "Slower, never wrong: 0 % errors in all {} cells ({n} requests); latency grows with load instead.",
+                cs.len()
+            ),
+            _ => format!(
+                "None seen: 0 % errors in all {} cells ({n} requests) and no knee reached.",
+                cs.len()
+            ),
+        }
+    })
 }
 
 fn gateway(r: &Report) -> String {
@@ -290,6 +328,24 @@ fn prefix_cache(r: &Report) -> String {
     }
 }
 
+/// What the records were and what of them is judged.
+fn judged(r: &Report) -> String {
+    let t = &r.traffic;
+    let mut s = format!(
+        "{} generation requests judged ({} served, {} cancelled, {} failed, {} throttled); {} client errors (4xx other than 429) and {} other requests (listings, probes, embeddings, other paths) counted apart.",
+        t.generation, t.served, t.cancelled, t.failed, t.throttled, t.client_errors, t.other
+    );
+    if t.streams_without_usage > 0 {
+        s.push_str(&format!(
+            " {} of {} served streams carried no usage, so no input tokens and no prompt-shape bucket (`unknown`): {}.",
+            t.streams_without_usage,
+            t.streams_served,
+            super::USAGE_FIX
+        ));
+    }
+    s
+}
+
 pub fn answers(r: &Report) -> Vec<Answer> {
     vec![
         Answer {
@@ -315,6 +371,10 @@ pub fn answers(r: &Report) -> Vec<Answer> {
         Answer {
             question: "What does the prefix cache give back?",
             answer: prefix_cache(r),
+        },
+        Answer {
+            question: "What was judged?",
+            answer: judged(r),
         },
     ]
 }

@@ -14,13 +14,15 @@ use http::{header, HeaderName, HeaderValue, Uri};
 use http_body_util::BodyExt;
 use serde_json::{Map, Value};
 
-use super::acc::{rate_label, CellAcc, CellIn, Read};
+use super::acc::{rate_label, CellAcc, CellIn, Kind, Read};
 use super::hop::HopRec;
+use super::row::Class;
 use super::row::{level_of, TapRow};
 use super::shapes::{saved, CacheBucket, CacheSplit, ShapeRow, TurnRow};
 use super::sql::{Params, Query};
 use super::tap::TapRec;
 use super::values::{Method, Values};
+use super::Traffic;
 use super::{Dist, KeyRow};
 use crate::keys::Secret;
 use crate::sink::export::{connect, post, tls_for, Tls};
@@ -212,6 +214,8 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
     let (records, live) = totals
         .first()
         .map_or((0, 0), |t| (count(t, "records"), count(t, "live")));
+    let total = |name: &str| totals.first().map_or(0, |t| count(t, name));
+    let (armed, streams, no_usage) = (total("armed"), total("streams"), total("no_usage"));
     if records == 0 {
         return Err(ClickHouseError::Empty {
             url: src.name(),
@@ -220,7 +224,28 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
     }
     // ClickHouse sorts NULL last; the report lists a cell without an arm first.
     let mut cells: Vec<CellIn> = take("cells").iter().map(cell).collect();
+    super::acc::drop_single_arm(&mut cells, armed > 0);
     super::acc::sort_cells(&mut cells);
+    let mut classes = [0usize; 6];
+    let mut other = BTreeMap::new();
+    for r in take("traffic") {
+        let class = match text(&r, "class").as_str() {
+            "served" => Class::Served,
+            "cancelled" => Class::Cancelled,
+            "failed" => Class::Failed,
+            "throttled" => Class::Throttled,
+            "client_error" => Class::ClientError,
+            _ => Class::Other,
+        };
+        let n = count(&r, "requests");
+        classes[class as usize] += n;
+        if !class.is_generation() {
+            let status = u16::try_from(count(&r, "status")).unwrap_or(0);
+            *other
+                .entry((text(&r, "endpoint"), text(&r, "method"), status, class))
+                .or_insert(0) += n;
+        }
+    }
     let mut keys: Vec<KeyRow> = take("keys").iter().map(key).collect();
     super::acc::sort_keys(&mut keys);
     let in_flight = take("in_flight").first().map_or_else(
@@ -250,6 +275,8 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
         by_turn,
         hop,
         tap,
+        traffic: Traffic::of(classes, streams, no_usage),
+        other: super::acc::other_rows(other),
     })
 }
 
@@ -382,6 +409,11 @@ fn cell(r: &Row) -> CellIn {
         None if live => level_of(None, level),
         None => level_of(Some(level), 0),
     };
+    let kind = match (rate, live) {
+        (Some(_), _) => Kind::Rate,
+        (None, true) => Kind::Live,
+        (None, false) => Kind::Concurrency,
+    };
     let sent = rate.and_then(|_| Some((time(int(r, "start_ns"))?, time(int(r, "last_sent_ns"))?)));
     let k = |name: &str| Values::Known(known(r, name));
     let split = [
@@ -398,9 +430,11 @@ fn cell(r: &Row) -> CellIn {
         level,
         label,
         rate,
+        kind,
         acc: CellAcc {
             requests: count(r, "requests"),
             errors: count(r, "errors"),
+            throttled: count(r, "throttled"),
             good: count(r, "good"),
             start: time(int(r, "start_ns")),
             end: time(int(r, "end_ns")),
@@ -455,6 +489,7 @@ fn key(r: &Row) -> KeyRow {
         arm: opt_text(r, "arm"),
         requests,
         error_rate: count(r, "errors") as f64 / requests.max(1) as f64,
+        client_errors: count(r, "client_errors"),
         input_tokens: count(r, "input_tokens") as u64,
         output_tokens: count(r, "output_tokens") as u64,
         ttft_ms: known(r, "ttft"),

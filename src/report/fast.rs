@@ -13,7 +13,8 @@
 //! value stepped over is checked as serde checks a value it ignores.
 
 use super::json::{
-    api, eat, nested, opt_f64, opt_text, opt_u64, outcome, plain, skip_value, split, text, ws,
+    api, boolean, eat, nested, opt_f64, opt_text, opt_u64, outcome, plain, skip_value, split, text,
+    ws,
 };
 use super::row::{ExpRow, Row, TapRow, Text};
 use super::scan::{f64_at, u64_at, word};
@@ -49,9 +50,13 @@ enum F {
     ClientLagMs,
     Turn,
     ScheduledMs,
+    Method,
+    Endpoint,
+    Status,
+    Stream,
 }
 
-const FIELDS: [(&[u8], F); 26] = [
+const FIELDS: [(&[u8], F); 30] = [
     (b"ts", F::Ts),
     (b"route", F::Route),
     (b"experiment", F::Experiment),
@@ -78,6 +83,10 @@ const FIELDS: [(&[u8], F); 26] = [
     (b"client_lag_ms", F::ClientLagMs),
     (b"turn", F::Turn),
     (b"scheduled_ms", F::ScheduledMs),
+    (b"method", F::Method),
+    (b"endpoint", F::Endpoint),
+    (b"status", F::Status),
+    (b"stream", F::Stream),
 ];
 
 /// A key's first eight bytes (zero-padded), little-endian.
@@ -120,7 +129,7 @@ const fn tail(k: &[u8]) -> u64 {
 const fn slot(head: u64, len: usize) -> usize {
     (head
         .wrapping_add(len as u64)
-        .wrapping_mul(0x1ba1_192e_c42b_7171)
+        .wrapping_mul(0x816b_2332_cfed_943b)
         >> 58) as usize
 }
 
@@ -211,6 +220,14 @@ fn read<'a>(b: &'a [u8], i: usize, f: F, r: &mut Row<'a>) -> Option<usize> {
         F::ClientLagMs => set!(client_lag_ms, opt_f64(b, i)),
         F::Turn => set!(turn, opt_u64(b, i)),
         F::ScheduledMs => set!(scheduled_ms, opt_f64(b, i)),
+        F::Method => set!(method, text(b, i)),
+        F::Endpoint => set!(endpoint, text(b, i)),
+        F::Status => {
+            let (v, e) = u64_at(b, ws(b, i))?;
+            r.status = u16::try_from(v).ok()?;
+            e
+        }
+        F::Stream => set!(stream, boolean(b, i)),
     })
 }
 
@@ -319,6 +336,10 @@ impl Fast {
         let mut r = Row {
             ts: Text::default(),
             route: Text::default(),
+            method: Text::default(),
+            endpoint: Text::default(),
+            status: 0,
+            stream: false,
             experiment: None,
             api: Api::Other,
             key_id: None,

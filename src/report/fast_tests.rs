@@ -34,8 +34,8 @@ fn every_field_and_no_other_key_is_recognised() {
     for k in [
         &b""[..],
         b"id",
-        b"method",
-        b"status",
+        b"methods",
+        b"statu",
         b"upstream_model",
         b"tokens_source",
     ] {

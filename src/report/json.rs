@@ -182,6 +182,17 @@ pub(super) fn opt_u64(b: &[u8], i: usize) -> Option<(Option<u64>, usize)> {
     Some((Some(v), e))
 }
 
+/// `true` or `false` (after optional whitespace).
+#[inline]
+pub(super) fn boolean(b: &[u8], i: usize) -> Option<(bool, usize)> {
+    let i = ws(b, i);
+    match b.get(i) {
+        Some(b't') => Some((true, lit(b, i, b"true")?)),
+        Some(b'f') => Some((false, lit(b, i, b"false")?)),
+        _ => None,
+    }
+}
+
 pub(super) fn text(b: &[u8], i: usize) -> Option<(Text<'_>, usize)> {
     let (s, e) = plain(b, i)?;
     Some((Text(Cow::Borrowed(std::str::from_utf8(s).ok()?)), e))

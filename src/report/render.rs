@@ -1,12 +1,11 @@
 //! Rendering a computed [`Report`]: terminal table, Markdown, JSON (stable schema) or HTML.
 
-use std::fmt::Write;
-
+use super::answers::ceiling_words;
 use super::hop::DiffStats;
 pub(super) use super::sections::{
     api_rows, bucket_rows, cache_rows, open_loop_rows, split_rows, turn_rows,
 };
-use super::{Cell, Dist, Report};
+use super::{Axis, Cell, Dist, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -31,6 +30,17 @@ pub(super) fn dist3(d: &Dist) -> String {
     format!("{}/{}/{}", n(d.p50, 0), n(d.p95, 0), n(d.p99, 0))
 }
 
+/// A cell's level as the tables show it: live in-flight levels say so when the report also has
+/// a load generator's levels.
+pub(super) fn level_cell(r: &Report, c: &Cell) -> String {
+    let mixed = c.axis == Axis::InFlight && r.cells.iter().any(|o| o.axis == Axis::Concurrency);
+    if mixed {
+        format!("{} live", c.concurrency)
+    } else {
+        c.concurrency.clone()
+    }
+}
+
 /// Rows of the main table: header + one row per cell.
 pub(super) fn cell_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
     let head = vec![
@@ -53,7 +63,7 @@ pub(super) fn cell_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
         .map(|c| {
             vec![
                 cell_name(c),
-                c.concurrency.clone(),
+                level_cell(r, c),
                 c.requests.to_string(),
                 format!("{:.1}", c.error_rate * 100.0),
                 dist3(&c.ttft_ms),
@@ -66,7 +76,7 @@ pub(super) fn cell_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
                     n(c.input_tokens_median, 0),
                     n(c.output_tokens_median, 0)
                 ),
-                c.tail.to_string(),
+                c.tail.as_str().to_owned(),
                 format!("{:.0}%", c.goodput * 100.0),
             ]
         })
@@ -85,13 +95,12 @@ pub(super) fn slo_rows(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
         .cells
         .iter()
         .map(|c| {
-            let mut row = vec![cell_name(c), c.concurrency.clone()];
-            row.extend(names.iter().map(|nm| {
-                if c.slo.get(nm).copied().unwrap_or(false) {
-                    "pass".into()
-                } else {
-                    "MISS".into()
-                }
+            let mut row = vec![cell_name(c), level_cell(r, c)];
+            row.extend(names.iter().map(|nm| match c.slo.get(nm) {
+                Some(true) => "pass".into(),
+                Some(false) => "MISS".into(),
+                // Nothing served to judge.
+                None => "-".into(),
             }));
             row
         })
@@ -113,18 +122,13 @@ pub(super) fn prov_rows(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
         .iter()
         .map(|p| {
             let mut row = vec![p.bucket.clone()];
-            row.extend(names.iter().map(|nm| {
-                p.ceiling
-                    .get(nm)
-                    .cloned()
-                    .flatten()
-                    .unwrap_or_else(|| "none".into())
-            }));
+            row.extend(names.iter().map(|nm| ceiling_words(p, nm)));
             row.push(p.knee.clone().unwrap_or_else(|| "not reached".into()));
             row.push(p.failure_mode.into());
             row.push(
                 p.tokens_per_day_at_interactive_ceiling
                     .map(|t| format!("{:.1} M", t / 1e6))
+                    .or_else(|| p.tokens_per_day_note.as_ref().map(|n| format!("- ({n})")))
                     .unwrap_or_else(|| "-".into()),
             );
             row
@@ -139,6 +143,7 @@ pub(super) fn key_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
         "arm",
         "n",
         "err%",
+        "client err",
         "tokens in",
         "tokens out",
         "TTFT p50/95/99",
@@ -154,6 +159,7 @@ pub(super) fn key_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
                 k.arm.clone().unwrap_or_else(|| "-".into()),
                 k.requests.to_string(),
                 format!("{:.1}", k.error_rate * 100.0),
+                k.client_errors.to_string(),
                 k.input_tokens.to_string(),
                 k.output_tokens.to_string(),
                 dist3(&k.ttft_ms),
@@ -302,34 +308,61 @@ pub(super) fn text_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> Str
     s
 }
 
+/// A GFM table: a header row, a delimiter row with one `---` per column, a row per row; a `|`
+/// inside a cell is escaped.
 pub(super) fn md_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
-    let mut s = format!(
-        "| {} |\n|{}|\n",
-        head.iter()
-            .map(|h| h.as_ref())
-            .collect::<Vec<_>>()
-            .join(" | "),
-        " --- |".repeat(head.len())
-    );
+    let esc = |c: &str| c.replace('|', "\\|");
+    let line = |cells: Vec<String>| format!("| {} |\n", cells.join(" | "));
+    let mut s = line(head.iter().map(|h| esc(h.as_ref())).collect());
+    s.push_str(&line(vec!["---".to_owned(); head.len()]));
     for r in rows {
-        let _ = writeln!(s, "| {} |", r.join(" | "));
+        s.push_str(&line(r.iter().map(|c| esc(c)).collect()));
     }
     s
+}
+
+/// The not-judged requests: by endpoint, method and status.
+pub(super) fn other_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    if r.other_traffic.is_empty() {
+        return None;
+    }
+    let head = vec!["endpoint", "method", "status", "class", "n"];
+    let rows = r
+        .other_traffic
+        .iter()
+        .map(|o| {
+            vec![
+                o.endpoint.clone(),
+                if o.method.is_empty() {
+                    "-".into()
+                } else {
+                    o.method.clone()
+                },
+                if o.status == 0 {
+                    "-".into()
+                } else {
+                    o.status.to_string()
+                },
+                o.class.as_str().to_owned(),
+                o.requests.to_string(),
+            ]
+        })
+        .collect();
+    Some((head, rows))
 }
 
 pub(super) fn readings(r: &Report) -> Vec<String> {
     let mut out = Vec::new();
     for p in &r.provisioning {
-        let inter = p.ceiling.get("interactive").cloned().flatten();
-        let (up, c) = match p.axis {
-            Some(_) => ("an arrival rate of ", ""),
-            None => ("C=", "C="),
+        let c = match p.axis {
+            Some("request_rate") | Some("in_flight") => "",
+            _ => "C=",
         };
         out.push(format!(
-            "{}: interactive (TTFT p95 < {:.0} ms) holds up to {up}{}; knee {}; at the highest level measured the failure mode is {}.",
+            "{}: interactive (TTFT p95 < {:.0} ms) holds up to {}; knee {}; at the highest level measured the failure mode is {}.",
             p.bucket,
             r.slos.ttft_interactive_ms,
-            inter.unwrap_or_else(|| "none".into()),
+            ceiling_words(p, "interactive"),
             p.knee.clone().map(|k| format!("at {c}{k}")).unwrap_or_else(|| "not reached".into()),
             p.failure_mode
         ));
@@ -351,8 +384,8 @@ pub fn render(r: &Report, f: Format) -> String {
         Format::Json => serde_json::to_string_pretty(r).unwrap_or_default() + "\n",
         Format::Table => {
             let mut s = format!(
-                "tokentap report — {} records ({})\n\n",
-                r.records, r.sources
+                "tokentap report — {} records ({})\n{}\n\n",
+                r.records, r.sources, r.judged
             );
             for a in &r.answers {
                 s += &format!("{}\n  {}\n", a.question, a.answer);
@@ -393,6 +426,10 @@ pub fn render(r: &Report, f: Format) -> String {
             s += "\nPer API shape\n";
             let (h, rows) = api_rows(r);
             s += &text_table(&h, &rows);
+            if let Some((h, rows)) = other_rows(r) {
+                s += "\nNot judged: client errors and other traffic\n";
+                s += &text_table(&h, &rows);
+            }
             if let Some((h, rows)) = cache_rows(r) {
                 s += "\nTTFT by prefix-cache hit vs miss\n";
                 s += &text_table(&h, &rows);
@@ -408,8 +445,8 @@ pub fn render(r: &Report, f: Format) -> String {
         }
         Format::Md => {
             let mut s = format!(
-                "# tokentap report\n\n{} records ({}).\n\n",
-                r.records, r.sources
+                "# tokentap report\n\n{} records ({}). {}\n\n",
+                r.records, r.sources, r.judged
             );
             for a in &r.answers {
                 s += &format!("- **{}** {}\n", a.question, a.answer);
@@ -451,6 +488,10 @@ pub fn render(r: &Report, f: Format) -> String {
             s += "\n## Per API shape\n\n";
             let (h, rows) = api_rows(r);
             s += &md_table(&h, &rows);
+            if let Some((h, rows)) = other_rows(r) {
+                s += "\n## Not judged: client errors and other traffic\n\n";
+                s += &md_table(&h, &rows);
+            }
             if let Some((h, rows)) = cache_rows(r) {
                 s += "\n## TTFT by prefix-cache hit vs miss\n\n";
                 s += &md_table(&h, &rows);

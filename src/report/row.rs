@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use serde::de::{Deserializer, Visitor};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::meter::{GatewayTap, JoinBy, Outcome, RequestRecord, TapSide, TtftSplit, Unjoined};
 use crate::openai::Api;
@@ -77,6 +77,50 @@ fn other_api() -> Api {
     Api::Other
 }
 
+/// What a record is to the report. Only generations (a generating API shape — chat,
+/// completions, Responses, Messages — that the service answered or failed: `Served`,
+/// `Cancelled`, `Failed`, `Throttled`) enter prompt-shape cells, SLO verdicts, goodput, the
+/// ceiling and the failure mode. docs/report.md states the rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// A generation served to its end.
+    Served,
+    /// A generation the client left before its end.
+    Cancelled,
+    /// A generation the service failed: 5xx, a timeout, a reset, a cut or broken stream,
+    /// tokentap's own 503.
+    Failed,
+    /// A generation refused with 429: throttling, counted apart from failures.
+    Throttled,
+    /// A generating shape refused as the client's fault: a 4xx other than 429 (bad key,
+    /// unknown model, malformed body).
+    ClientError,
+    /// Not a generation: model listings, health and metrics probes, embeddings, other paths.
+    Other,
+}
+
+impl Class {
+    /// Served, cancelled, failed or throttled: judged.
+    pub fn is_generation(self) -> bool {
+        matches!(
+            self,
+            Class::Served | Class::Cancelled | Class::Failed | Class::Throttled
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Served => "served",
+            Class::Cancelled => "cancelled",
+            Class::Failed => "failed",
+            Class::Throttled => "throttled",
+            Class::ClientError => "client_error",
+            Class::Other => "other",
+        }
+    }
+}
+
 /// The fields of a record that some figure of the report uses.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Row<'a> {
@@ -84,6 +128,15 @@ pub struct Row<'a> {
     pub ts: Text<'a>,
     #[serde(default, borrow)]
     pub route: Text<'a>,
+    #[serde(default, borrow)]
+    pub method: Text<'a>,
+    #[serde(default, borrow)]
+    pub endpoint: Text<'a>,
+    /// The status the client received (0: none sent, or an old log without it).
+    #[serde(default)]
+    pub status: u16,
+    #[serde(default)]
+    pub stream: bool,
     #[serde(default, borrow)]
     pub experiment: Option<ExpRow<'a>>,
     #[serde(default = "other_api")]
@@ -139,6 +192,10 @@ impl<'a> Row<'a> {
         Row {
             ts: t(&r.ts),
             route: t(&r.route),
+            method: t(&r.method),
+            endpoint: t(&r.endpoint),
+            status: r.status,
+            stream: r.stream,
             experiment: r.experiment.as_ref().map(|e| ExpRow {
                 arm: t(&e.arm),
                 pair_id: e.pair_id.as_deref().map(t),
@@ -181,8 +238,27 @@ impl<'a> Row<'a> {
         self.outcome == Outcome::Ok
     }
 
+    /// A service failure or throttling, of any shape: every outcome but `ok` and
+    /// `client_cancelled`, except a client's 4xx (other than 429).
     pub fn is_error(&self) -> bool {
-        !matches!(self.outcome, Outcome::Ok | Outcome::ClientCancelled)
+        let client_error = self.status != 429 && (400..=499).contains(&self.status);
+        !client_error && !matches!(self.outcome, Outcome::Ok | Outcome::ClientCancelled)
+    }
+
+    /// What the record is to the report: see [`Class`].
+    pub fn class(&self) -> Class {
+        if !self.api.generates() {
+            return Class::Other;
+        }
+        match self.status {
+            429 => Class::Throttled,
+            400..=499 => Class::ClientError,
+            _ => match self.outcome {
+                Outcome::Ok => Class::Served,
+                Outcome::ClientCancelled => Class::Cancelled,
+                _ => Class::Failed,
+            },
+        }
     }
 
     /// Per-stream output tok/s, 1000 ÷ TPOT.

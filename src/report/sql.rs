@@ -3,7 +3,11 @@
 //! `tokentap report --sql`). They use the report's definitions:
 //! - percentiles are nearest-rank, the value at rank ceil(p·n) of the sorted values, with no
 //!   interpolation (`arraySort(groupArray(…))[ceil(p·n)]`), over the requests served;
-//! - errors are every outcome but `ok` and `client_cancelled`;
+//! - only generations are judged (cells, keys' latencies, in-flight, turns, the prefix cache):
+//!   a generating shape (chat, completions, responses, messages) not refused as the client's
+//!   fault (a 4xx other than 429); the rest is counted by endpoint, method and status;
+//! - errors are every outcome but `ok` and `client_cancelled`, except a client's 4xx;
+//! - a cell's arm is the experiment's, else the route;
 //! - the concurrency level is bench's `concurrency`, else the live in-flight count bucketed
 //!   1, 2, 3-4, 5-8, …; an open-loop record's (`request_rate`) level is that rate, in
 //!   thousandths of a request a second, in a cell of its own (`rate_` = 1);
@@ -37,7 +41,19 @@ pub struct Query {
 
 const CLIENT: &str = "ifNull(tap_side, '') != 'inner'";
 const OK: &str = "outcome = 'ok'";
-const ERROR: &str = "outcome NOT IN ('ok', 'client_cancelled')";
+const ERROR: &str = "outcome NOT IN ('ok', 'client_cancelled')
+            AND NOT (status >= 400 AND status < 500 AND status != 429)";
+/// A generation: a generating shape the service answered or failed (docs/report.md).
+const GEN: &str = "api IN ('chat', 'completions', 'responses', 'messages')
+            AND NOT (status >= 400 AND status < 500 AND status != 429)";
+/// What a record is to the report (`report::Class`).
+const CLASS: &str = "multiIf(api NOT IN ('chat', 'completions', 'responses', 'messages'), 'other',
+            status = 429, 'throttled',
+            status >= 400 AND status < 500, 'client_error',
+            outcome = 'ok', 'served',
+            outcome = 'client_cancelled', 'cancelled', 'failed')";
+/// A cell's arm: the experiment's, else the route.
+const ARM: &str = "if(isNotNull(experiment_arm), experiment_arm, nullIf(route, ''))";
 const BUCKET: &str = "ifNull(bucket, 'unknown')";
 const LEVEL: &str = "if(isNotNull(request_rate) AND assumeNotNull(request_rate) > 0,
            toUInt64(round(assumeNotNull(request_rate) * 1000)),
@@ -99,8 +115,24 @@ fn totals(t: &str) -> String {
     format!(
         "SELECT
     count() AS records,
-    countIf({CLIENT} AND {LIVE}) AS live
+    countIf({CLIENT} AND {LIVE}) AS live,
+    countIf({CLIENT} AND {GEN} AND isNotNull(experiment_arm)) AS armed,
+    countIf({CLIENT} AND {GEN} AND stream = 1 AND outcome = 'ok' AND status != 429) AS streams,
+    countIf({CLIENT} AND {GEN} AND stream = 1 AND outcome = 'ok' AND status != 429
+        AND isNull(input_tokens)) AS no_usage
 FROM {t}"
+    )
+}
+
+/// Records by class (`report::Class`), and the ones not judged by endpoint, method, status.
+fn traffic(t: &str) -> String {
+    format!(
+        "SELECT
+    endpoint, method, status, {CLASS} AS class, count() AS requests
+FROM {t}
+WHERE {CLIENT}
+GROUP BY endpoint, method, status, class
+ORDER BY endpoint, method, status, class"
     )
 }
 
@@ -119,7 +151,7 @@ fn cells(p: &Params) -> String {
         .collect();
     format!(
         "SELECT
-    bucket_, arm, level, live_, rate_, requests, errors, good, start_ns, end_ns, last_sent_ns,
+    bucket_, arm, level, live_, rate_, requests, errors, throttled, good, start_ns, end_ns, last_sent_ns,
     scheduled_n, scheduled_min, scheduled_max, out_tokens,
     {ttft},
     {tpot},
@@ -135,12 +167,13 @@ FROM
 (
     SELECT
         {BUCKET} AS bucket_,
-        experiment_arm AS arm,
+        {ARM} AS arm,
         {LEVEL} AS level,
-        toUInt8({LIVE} AND level > 2) AS live_,
+        toUInt8({LIVE}) AS live_,
         {RATE} AS rate_,
         count() AS requests,
         countIf({ERROR}) AS errors,
+        countIf(status = 429) AS throttled,
         countIf({OK}
             AND (isNull(ttft_ms) OR assumeNotNull(ttft_ms) <= {gt})
             AND (isNull(tpot_ms) OR assumeNotNull(tpot_ms) <= 0 OR 1000 / assumeNotNull(tpot_ms) >= {gs})) AS good,
@@ -162,7 +195,7 @@ FROM
         countIf({OK} AND ({any_split})) AS split_n,
         {split_arrays}
     FROM {t}
-    WHERE {CLIENT}
+    WHERE {CLIENT} AND {GEN}
     GROUP BY bucket_, arm, level, live_, rate_
 )
 ORDER BY bucket_, arm, rate_, level, live_",
@@ -200,7 +233,7 @@ fn keys(p: &Params) -> String {
     let arm_out = if p.by_arm { " arm," } else { "" };
     format!(
         "SELECT
-    key,{arm_out} requests, errors, input_tokens, output_tokens,
+    key,{arm_out} requests, errors, client_errors, input_tokens, output_tokens,
     {ttft},
     {tpot},
     {e2e}
@@ -210,13 +243,14 @@ FROM
         ifNull(key_id, '(no key)') AS key,{arm}
         count() AS requests,
         countIf({ERROR}) AS errors,
+        countIf(NOT ({GEN})) AS client_errors,
         sum(ifNull(input_tokens, 0)) AS input_tokens,
         sum(ifNull(output_tokens, 0)) AS output_tokens,
         {s_ttft},
         {s_tpot},
-        arraySort(groupArrayIf(e2e_ms, {OK})) AS e2e
+        arraySort(groupArrayIf(e2e_ms, {OK} AND {GEN})) AS e2e
     FROM {t}
-    WHERE {CLIENT}
+    WHERE {CLIENT} AND api IN ('chat', 'completions', 'responses', 'messages')
     GROUP BY {group}
 )
 ORDER BY {order}
@@ -231,8 +265,9 @@ LIMIT {top}",
     )
 }
 
-/// Per API shape or per bucket (`name`), pooled over levels and arms.
-fn shapes(t: &str, group: &str) -> String {
+/// Per API shape or per bucket (`name`), pooled over levels and arms, over the records
+/// `filter` keeps.
+fn shapes(t: &str, group: &str, filter: &str) -> String {
     format!(
         "SELECT
     name, requests, errors, input_tokens, output_tokens, reasoning_tokens,
@@ -254,7 +289,7 @@ FROM
         {s_tpot},
         arraySort(groupArrayIf(e2e_ms, {OK})) AS e2e
     FROM {t}
-    WHERE {CLIENT}
+    WHERE {CLIENT} AND {filter}
     GROUP BY name
 )
 ORDER BY name",
@@ -276,7 +311,7 @@ FROM
 (
     SELECT arraySort(groupArray(toFloat64(in_flight))) AS v
     FROM {t}
-    WHERE {CLIENT} AND {LIVE}
+    WHERE {CLIENT} AND {LIVE} AND {GEN}
 )",
         d = dist("v", "in_flight")
     )
@@ -302,7 +337,7 @@ FROM
         {s_ttft},
         arraySort(groupArrayIf(toFloat64(assumeNotNull(input_tokens)), {OK} AND isNotNull(input_tokens))) AS input
     FROM {t}
-    WHERE {CLIENT} AND isNotNull(turn)
+    WHERE {CLIENT} AND {GEN} AND isNotNull(turn)
     GROUP BY turn_
 )
 ORDER BY turn_",
@@ -336,7 +371,7 @@ FROM
             ifNull(input_tokens, 0) AS prompt_,
             ttft_ms AS ttft
         FROM {t}
-        WHERE {CLIENT} AND {OK} AND isNotNull(cached_tokens)
+        WHERE {CLIENT} AND {GEN} AND {OK} AND isNotNull(cached_tokens)
     )
     GROUP BY scope, name
 )
@@ -464,8 +499,9 @@ pub fn queries(p: &Params) -> Vec<Query> {
         q("totals", "records read, and how many of them are live traffic (no bench `concurrency` or `request_rate`)", true, totals(t)),
         q("cells", "cells[]: per bucket × arm × concurrency level (`live_`: a live in-flight range rather than a bench level; `rate_`: an open-loop cell, its level the offered rate in thousandths of a request a second): counts, goodput (the report's goodput SLO pair), wall time, percentiles, medians of tokens and of the TTFT split, client queue and lag times", true, cells(p)),
         q("keys", "keys[]: per API key (by arm with --by-arm), the top ones by requests, then by key", true, keys(p)),
-        q("by_api", "by_api: per API shape", true, shapes(t, "if(api = '', 'other', api)")),
-        q("by_bucket", "by_bucket: per prompt-shape bucket, pooled over levels and arms", true, shapes(t, BUCKET)),
+        q("traffic", "traffic and other_traffic: every client-facing record by endpoint, method, status and class (served, cancelled, failed, throttled, client_error, other)", true, traffic(t)),
+        q("by_api", "by_api: per API shape", true, shapes(t, "if(api = '', 'other', api)", "1")),
+        q("by_bucket", "by_bucket: per prompt-shape bucket, pooled over levels and arms (generations)", true, shapes(t, BUCKET, GEN)),
         q("in_flight", "in_flight: the live in-flight counts", true, in_flight(t)),
         q("prefix_cache", "prefix_cache: TTFT by prefix-cache hit (cached_tokens > 0) and miss, overall ('all') and per bucket", true, prefix_cache(t)),
         q("by_turn", "by_turn: per conversation turn (bench --multi-turn): TTFT, prompt tokens, prefix-cache hits", true, by_turn(t)),
@@ -482,8 +518,10 @@ pub fn file(p: &Params) -> String {
          -- printed by `tokentap report --sql`, here for table {}, --top {}{}, --hop-arms {},{},\n\
          -- goodput TTFT <= {} ms and tok/s >= {}.\n\
          -- Percentiles are nearest-rank: the value at rank ceil(p·n) of the sorted values, with no\n\
-         -- interpolation, over the requests served (`outcome = 'ok'`). Errors are every outcome but\n\
-         -- `ok` and `client_cancelled`. Inner sides of a gateway tap feed only the tap section.\n\
+         -- interpolation, over the requests served (`outcome = 'ok'`). Only generations are judged\n\
+         -- (a generating shape not refused with a client's 4xx). Errors are every outcome but `ok`\n\
+         -- and `client_cancelled`, except a client's 4xx. Inner sides of a gateway tap feed only\n\
+         -- the tap section.\n\
          -- Only SQL that ClickHouse 18.16 and today's ClickHouse both accept.\n",
         p.table,
         p.top,
