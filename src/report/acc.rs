@@ -5,7 +5,7 @@
 //! tapped request, because their bootstrap intervals need every pair.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::clock::Clock;
 use super::hop::HopRec;
@@ -13,8 +13,9 @@ use super::names::{Map, Names, NONE};
 use super::row::{level, level_of, Class, Row};
 use super::shapes::{CacheAcc, ShapeAcc, TurnAcc};
 use super::tap::TapRec;
+use super::traffic::{drop_single_arm, other_rows, OTHER_ENDPOINTS_HELD, OTHER_PATHS};
 use super::values::{Method, Values};
-use super::{Dist, KeyRow, OtherRow, SplitCell, Traffic};
+use super::{Dist, KeyRow, OtherRow, Traffic};
 use crate::openai::Api;
 
 /// Values held exactly before the report switches to sketches: about 8 bytes each, so the
@@ -32,110 +33,7 @@ const API_ORDER: [Api; 7] = [
     Api::Other,
 ];
 
-#[derive(Debug)]
-pub(super) struct CellAcc {
-    pub requests: usize,
-    /// Service failures plus throttled requests.
-    pub errors: usize,
-    pub throttled: usize,
-    pub good: usize,
-    pub start: Option<SystemTime>,
-    pub end: Option<SystemTime>,
-    pub out_tokens: u64,
-    /// Input, output and reasoning tokens of every record (`by_bucket` pools them).
-    pub tokens: [u64; 3],
-    pub ttft: Values,
-    /// Time to first output: for `by_bucket`, which pools the cells of a bucket.
-    pub ttfo: Values,
-    pub tpot: Values,
-    pub e2e: Values,
-    pub tps: Values,
-    pub input: Values,
-    pub output: Values,
-    pub split_n: usize,
-    pub split: [Values; 5],
-    /// Open-loop cells: the first and last request sent (their `ts`), the client queue and
-    /// lag times.
-    pub sent: Option<(SystemTime, SystemTime)>,
-    /// The earliest and latest `scheduled_ms`, and how many records have one.
-    pub scheduled: Option<(f64, f64, usize)>,
-    pub queue: Values,
-    pub lag: Values,
-}
-
-impl CellAcc {
-    fn new(sketch: bool) -> CellAcc {
-        let v = || Values::new(sketch);
-        CellAcc {
-            requests: 0,
-            errors: 0,
-            throttled: 0,
-            good: 0,
-            start: None,
-            end: None,
-            out_tokens: 0,
-            tokens: [0; 3],
-            ttft: v(),
-            ttfo: v(),
-            tpot: v(),
-            e2e: v(),
-            tps: v(),
-            input: v(),
-            output: v(),
-            split_n: 0,
-            split: [v(), v(), v(), v(), v()],
-            sent: None,
-            scheduled: None,
-            queue: v(),
-            lag: v(),
-        }
-    }
-
-    fn values(&mut self) -> impl Iterator<Item = &mut Values> {
-        [
-            &mut self.ttft,
-            &mut self.ttfo,
-            &mut self.tpot,
-            &mut self.e2e,
-            &mut self.tps,
-            &mut self.input,
-            &mut self.output,
-            &mut self.queue,
-            &mut self.lag,
-        ]
-        .into_iter()
-        .chain(self.split.iter_mut())
-    }
-
-    /// Medians of the records' `ttft_split` parts; null when no served record has one.
-    pub fn split_cell(&mut self) -> Option<SplitCell> {
-        if self.split_n == 0 {
-            return None;
-        }
-        let med = |v: &mut Values| std::mem::replace(v, Values::new(false)).median();
-        let [a, b, c, d, e] = &mut self.split;
-        let c = SplitCell {
-            n: self.split_n,
-            proxy_ms: med(a),
-            upstream_headers_ms: med(b),
-            engine_queue_ms: med(c),
-            engine_prefill_ms: med(d),
-            outside_engine_ms: med(e),
-            missing: None,
-        };
-        let mut missing = Vec::new();
-        if c.proxy_ms.is_none() {
-            missing.push("proxy_ms: client-side records (tokentap's own share is in its records)");
-        }
-        if c.engine_queue_ms.is_none() || c.engine_prefill_ms.is_none() {
-            missing.push("engine parts: no per-request timings (vLLM --enable-per-request-metrics, with usage in the stream)");
-        }
-        Some(SplitCell {
-            missing: (!missing.is_empty()).then(|| missing.join("; ")),
-            ..c
-        })
-    }
-}
+pub(super) use super::cellacc::CellAcc;
 
 #[derive(Debug)]
 struct KeyAcc {
@@ -171,6 +69,16 @@ pub(super) enum Kind {
     Live,
     /// A load generator's offered arrival rate, in thousandths of a request a second.
     Rate,
+}
+
+impl Kind {
+    pub(super) fn of(rate: bool, live: bool) -> Kind {
+        match (rate, live) {
+            (true, _) => Kind::Rate,
+            (false, true) => Kind::Live,
+            (false, false) => Kind::Concurrency,
+        }
+    }
 }
 
 /// An open-loop cell's label: `2/s`, `0.5/s`, `12.25/s`.
@@ -220,62 +128,6 @@ pub(super) struct Read {
     pub tap: Vec<TapRec>,
     pub traffic: Traffic,
     pub other: Vec<OtherRow>,
-}
-
-/// Distinct endpoints the other-traffic table names (those with the most requests); the rest
-/// are pooled as `(other paths)`.
-const OTHER_ENDPOINTS: usize = 50;
-/// Distinct endpoints counted while reading (memory stays bounded on a scan of random paths).
-const OTHER_ENDPOINTS_HELD: usize = 10_000;
-
-/// The not-judged rows, the [`OTHER_ENDPOINTS`] endpoints with the most requests by name and
-/// the rest pooled as `(other paths)`; by endpoint, method, status, class.
-pub(super) fn other_rows(rows: BTreeMap<(String, String, u16, Class), usize>) -> Vec<OtherRow> {
-    let mut per: BTreeMap<&str, usize> = BTreeMap::new();
-    for ((e, ..), n) in &rows {
-        *per.entry(e.as_str()).or_insert(0) += n;
-    }
-    let mut top: Vec<(&str, usize)> = per.into_iter().collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-    let named: std::collections::HashSet<String> = top
-        .iter()
-        .take(OTHER_ENDPOINTS)
-        .map(|(e, _)| (*e).to_owned())
-        .collect();
-    let mut pooled: BTreeMap<(String, String, u16, Class), usize> = BTreeMap::new();
-    for ((e, m, st, c), n) in rows {
-        let e = if named.contains(&e) {
-            e
-        } else {
-            OTHER_PATHS.to_owned()
-        };
-        *pooled.entry((e, m, st, c)).or_insert(0) += n;
-    }
-    pooled
-        .into_iter()
-        .map(|((endpoint, method, status, class), requests)| OtherRow {
-            endpoint,
-            method,
-            status,
-            class,
-            requests,
-        })
-        .collect()
-}
-
-const OTHER_PATHS: &str = "(other paths)";
-
-/// With no experiment arm and a single route, the cells name no arm: the route is the report's
-/// whole traffic.
-pub(super) fn drop_single_arm(cells: &mut [CellIn], armed: bool) {
-    let mut arms = cells.iter().map(|c| &c.arm).collect::<Vec<_>>();
-    arms.sort();
-    arms.dedup();
-    if !armed && arms.len() <= 1 {
-        for c in cells.iter_mut() {
-            c.arm = None;
-        }
-    }
 }
 
 /// The report's reading state. Feed it with [`Acc::add`] (and [`Acc::add_tap_only`]), then

@@ -16,14 +16,12 @@ use serde_json::{Map, Value};
 
 use super::acc::{rate_label, CellAcc, CellIn, Kind, Read};
 use super::hop::HopRec;
-use super::row::Class;
 use super::row::{level_of, TapRow};
 use super::shapes::{saved, CacheBucket, CacheSplit, ShapeRow, TurnRow};
 use super::sql::{Params, Query};
 use super::tap::TapRec;
 use super::values::{Method, Values};
-use super::Traffic;
-use super::{Dist, KeyRow};
+use super::{Dist, KeyRow, Traffic};
 use crate::keys::Secret;
 use crate::sink::export::{connect, post, tls_for, Tls};
 
@@ -224,28 +222,10 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
     }
     // ClickHouse sorts NULL last; the report lists a cell without an arm first.
     let mut cells: Vec<CellIn> = take("cells").iter().map(cell).collect();
-    super::acc::drop_single_arm(&mut cells, armed > 0);
+    super::traffic::drop_single_arm(&mut cells, armed > 0);
     super::acc::sort_cells(&mut cells);
-    let mut classes = [0usize; 6];
-    let mut other = BTreeMap::new();
-    for r in take("traffic") {
-        let class = match text(&r, "class").as_str() {
-            "served" => Class::Served,
-            "cancelled" => Class::Cancelled,
-            "failed" => Class::Failed,
-            "throttled" => Class::Throttled,
-            "client_error" => Class::ClientError,
-            _ => Class::Other,
-        };
-        let n = count(&r, "requests");
-        classes[class as usize] += n;
-        if !class.is_generation() {
-            let status = u16::try_from(count(&r, "status")).unwrap_or(0);
-            *other
-                .entry((text(&r, "endpoint"), text(&r, "method"), status, class))
-                .or_insert(0) += n;
-        }
-    }
+    let (classes, other) =
+        super::traffic::from_rows(&take("traffic"), |r, k| text(r, k), |r, k| count(r, k));
     let mut keys: Vec<KeyRow> = take("keys").iter().map(key).collect();
     super::acc::sort_keys(&mut keys);
     let in_flight = take("in_flight").first().map_or_else(
@@ -276,7 +256,7 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
         hop,
         tap,
         traffic: Traffic::of(classes, streams, no_usage),
-        other: super::acc::other_rows(other),
+        other,
     })
 }
 
@@ -409,11 +389,7 @@ fn cell(r: &Row) -> CellIn {
         None if live => level_of(None, level),
         None => level_of(Some(level), 0),
     };
-    let kind = match (rate, live) {
-        (Some(_), _) => Kind::Rate,
-        (None, true) => Kind::Live,
-        (None, false) => Kind::Concurrency,
-    };
+    let kind = Kind::of(rate.is_some(), live);
     let sent = rate.and_then(|_| Some((time(int(r, "start_ns"))?, time(int(r, "last_sent_ns"))?)));
     let k = |name: &str| Values::Known(known(r, name));
     let split = [

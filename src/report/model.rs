@@ -1,0 +1,280 @@
+//! The report as computed: its figures and verdicts as typed values. The renderers (text,
+//! Markdown, JSON, HTML) only format them.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::row::Class;
+use super::{answers, hop, shapes, tap, values, Slos};
+use crate::stats::pct;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Dist {
+    pub n: usize,
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+    pub max: Option<f64>,
+}
+
+pub fn dist(values: impl Iterator<Item = f64>) -> Dist {
+    let v = crate::stats::sorted(values);
+    Dist {
+        n: v.len(),
+        p50: pct(&v, 0.5),
+        p95: pct(&v, 0.95),
+        p99: pct(&v, 0.99),
+        max: v.last().copied(),
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub bucket: String,
+    /// The experiment's arm; else the route, when generations came by more than one.
+    pub arm: Option<String>,
+    pub concurrency: String,
+    /// Sort key for the concurrency label.
+    pub level: u64,
+    /// What the level is: a load generator's `concurrency`, live traffic's `in_flight` count
+    /// (binned 1, 2, 3-4, 5-8, …) or an open loop's `request_rate`. Never mixed on one axis.
+    pub axis: Axis,
+    pub requests: usize,
+    /// Service failures and throttled requests (429); never a client's 4xx.
+    pub errors: usize,
+    /// Of `errors`, those throttled (429).
+    pub throttled: usize,
+    pub error_rate: f64,
+    pub ttft_ms: Dist,
+    pub tpot_ms: Dist,
+    pub e2e_ms: Dist,
+    /// Per-stream output tok/s = 1000 ÷ TPOT, per request.
+    pub tok_s_per_stream: Dist,
+    /// All output tokens ÷ the cell's wall time (first start to last end), across streams.
+    pub aggregate_tok_s: Option<f64>,
+    pub input_tokens_median: Option<f64>,
+    pub output_tokens_median: Option<f64>,
+    /// How the TTFT tail reads: see [`Tail`].
+    pub tail: Tail,
+    /// SLO name → met at p95; an SLO the cell has no value for (no served request with a
+    /// TTFT, or with a TPOT) is absent: not judged.
+    pub slo: BTreeMap<&'static str, bool>,
+    /// Share of requests meeting the goodput SLO pair.
+    pub goodput: f64,
+    /// Where TTFT went, as medians over the cell's served requests; null when no record says.
+    pub ttft_split: Option<SplitCell>,
+    /// An open-loop cell (`bench --request-rate`): the offered arrival rate, requests a second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_rate: Option<f64>,
+    /// An open-loop cell: the rate of its drawn schedule, (n − 1) ÷ first to last due time (a
+    /// Poisson draw is not exactly the offered mean).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduled_rate: Option<f64>,
+    /// An open-loop cell: the rate the requests were sent at, (n − 1) ÷ first to last send.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub achieved_rate: Option<f64>,
+    /// An open-loop cell: time requests waited for the client's `--max-concurrency`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_queue_ms: Option<Dist>,
+    /// An open-loop cell: how late the client sent requests beyond their schedule and queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_lag_ms: Option<Dist>,
+}
+
+/// Medians of the records' `ttft_split` (each over the records that have that part).
+#[derive(Debug, Clone, Serialize)]
+pub struct SplitCell {
+    pub n: usize,
+    pub proxy_ms: Option<f64>,
+    pub upstream_headers_ms: Option<f64>,
+    pub engine_queue_ms: Option<f64>,
+    pub engine_prefill_ms: Option<f64>,
+    pub outside_engine_ms: Option<f64>,
+    /// What is missing and why, when a part is.
+    pub missing: Option<String>,
+}
+
+/// What a cell's level is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Axis {
+    /// A load generator's concurrency (closed loop): exact levels.
+    Concurrency,
+    /// Live traffic: requests in flight on the route at admission, binned 1, 2, 3-4, 5-8, 9-16, …
+    InFlight,
+    /// A load generator's offered arrival rate (open loop).
+    RequestRate,
+}
+
+/// How a cell's TTFT tail reads against its group's lowest level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Tail {
+    /// p99 ≤ 1.5 × p50, near the lowest level's figure.
+    #[serde(rename = "tight")]
+    Tight,
+    /// p99 > 1.5 × p50: some requests queue.
+    #[serde(rename = "widening")]
+    Widening,
+    /// Tight, above `knee_factor` × the lowest level's p95, while aggregate throughput still
+    /// rose (more than 10 % over the level below): contention, not saturation.
+    #[serde(rename = "shifted")]
+    Shifted,
+    /// Tight, above `knee_factor` × the lowest level's p95, and aggregate throughput stopped
+    /// rising (at most 10 % over the level below): saturation.
+    #[serde(rename = "converged-high")]
+    ConvergedHigh,
+    /// No TTFT to read.
+    #[serde(rename = "-")]
+    Unknown,
+}
+
+impl Tail {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tail::Tight => "tight",
+            Tail::Widening => "widening",
+            Tail::Shifted => "shifted",
+            Tail::ConvergedHigh => "converged-high",
+            Tail::Unknown => "-",
+        }
+    }
+}
+
+/// Aggregate throughput "stopped rising": at most this much above the level below.
+pub const SATURATION_RISE: f64 = 1.10;
+/// Tokens per day are extrapolated only from a load generator's cell with at least this many
+/// served requests.
+pub const TOKENS_PER_DAY_MIN_REQUESTS: usize = 20;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Provision {
+    pub bucket: String,
+    /// SLO name → highest concurrency label meeting it (null: none does).
+    pub ceiling: BTreeMap<&'static str, Option<String>>,
+    /// The highest level measured: a ceiling equal to it was not reached (`≥ C=4`).
+    pub top: String,
+    /// First concurrency whose p95 TTFT exceeds `knee_factor` × the C=1 value.
+    pub knee: Option<String>,
+    /// What happens at the highest level measured: `slower` (latency grows, no errors),
+    /// `errors` (error rate ≥ 1 %), or `none`.
+    pub failure_mode: &'static str,
+    /// Aggregate output tokens per day at the interactive ceiling: only from a load
+    /// generator's cell with at least [`TOKENS_PER_DAY_MIN_REQUESTS`] served requests.
+    pub tokens_per_day_at_interactive_ceiling: Option<f64>,
+    /// Why there is no tokens-per-day figure, when there is a ceiling but no figure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_per_day_note: Option<String>,
+    /// `request_rate` when the levels are open-loop arrival rates (the ceilings and knee are
+    /// then rates, `4/s`); absent for concurrency levels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub axis: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyRow {
+    pub key_id: String,
+    pub arm: Option<String>,
+    /// Generations and client errors (4xx other than 429) by this key.
+    pub requests: usize,
+    /// Service failures and throttling over `requests`.
+    pub error_rate: f64,
+    /// Requests refused as the client's fault (4xx other than 429).
+    pub client_errors: usize,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub ttft_ms: Dist,
+    pub tpot_ms: Dist,
+    pub e2e_ms: Dist,
+}
+
+/// What the records were, before anything is judged (docs/report.md, "What is judged").
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Traffic {
+    /// Generations: a generating shape the service answered or failed. Only these are judged.
+    pub generation: usize,
+    pub served: usize,
+    pub cancelled: usize,
+    /// Service failures: 5xx, timeouts, resets, cut or broken streams.
+    pub failed: usize,
+    /// Refused with 429.
+    pub throttled: usize,
+    /// A generating shape refused as the client's fault (4xx other than 429).
+    pub client_errors: usize,
+    /// Listings, probes, embeddings, other paths.
+    pub other: usize,
+    /// Served streams without usage: no input tokens, so no prompt-shape bucket (`unknown`).
+    pub streams_without_usage: usize,
+    pub streams_served: usize,
+}
+
+impl Traffic {
+    pub(crate) fn of(classes: [usize; 6], streams: usize, no_usage: usize) -> Traffic {
+        let n = |c: Class| classes[c as usize];
+        Traffic {
+            generation: n(Class::Served)
+                + n(Class::Cancelled)
+                + n(Class::Failed)
+                + n(Class::Throttled),
+            served: n(Class::Served),
+            cancelled: n(Class::Cancelled),
+            failed: n(Class::Failed),
+            throttled: n(Class::Throttled),
+            client_errors: n(Class::ClientError),
+            other: n(Class::Other),
+            streams_without_usage: no_usage,
+            streams_served: streams,
+        }
+    }
+}
+
+/// The rule, as the report states it.
+pub const JUDGED: &str = "Judged: generation requests only (chat, completions, Responses, Messages that the service answered or failed). Client errors (4xx other than 429) and other traffic (listings, probes, embeddings, other paths) are counted apart; failures (5xx, timeouts, resets, cut streams) and throttling (429) are counted apart from each other.";
+
+/// How to get usage into streams, at the source.
+pub const USAGE_FIX: &str = "have clients send stream_options.include_usage, or turn it on at the source: vLLM --enable-force-include-usage; LiteLLM general_settings.always_include_stream_usage: true";
+
+/// A request that is not judged, counted by endpoint, method and status.
+#[derive(Debug, Clone, Serialize)]
+pub struct OtherRow {
+    pub endpoint: String,
+    pub method: String,
+    pub status: u16,
+    pub class: Class,
+    pub requests: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The write-up's questions answered in sentences, each with its figure.
+    pub answers: Vec<answers::Answer>,
+    pub records: usize,
+    pub sources: &'static str,
+    /// What the records were: generations (judged), client errors, other traffic.
+    pub traffic: Traffic,
+    /// The rule for what is judged, in one line.
+    pub judged: &'static str,
+    /// How the percentiles were computed: `exact` nearest rank, or `hdr` sketches with their
+    /// stated error bound (when the values outgrew `report --exact-values`).
+    pub percentiles: values::Method,
+    pub slos: Slos,
+    pub cells: Vec<Cell>,
+    pub in_flight: Dist,
+    pub provisioning: Vec<Provision>,
+    pub keys: Vec<KeyRow>,
+    /// Present when records carry the two experiment arms.
+    pub gateway_hop: Option<hop::GatewayHop>,
+    /// Present when records come from a gateway tap (routes `behind` a gateway).
+    pub gateway_tap: Option<tap::GatewayTap>,
+    /// Per API shape (`chat`, `completions`, `responses`, `messages`, `embeddings`, `other`).
+    pub by_api: BTreeMap<String, shapes::ShapeRow>,
+    /// Per prompt-shape bucket, pooled over concurrency levels and arms.
+    pub by_bucket: BTreeMap<String, shapes::ShapeRow>,
+    /// TTFT by prefix-cache hit vs miss, when usage carries `cached_tokens`.
+    pub prefix_cache: Option<shapes::CacheSplit>,
+    /// Per conversation turn (`bench --multi-turn`): where prefix caching pays.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_turn: BTreeMap<String, shapes::TurnRow>,
+    /// Requests not judged (client errors and other traffic), by endpoint, method and status.
+    pub other_traffic: Vec<OtherRow>,
+}

@@ -1,0 +1,190 @@
+//! `tokentap report` on live logs: a proxy log of real traffic holds listings, probes and
+//! client errors beside the generations, and only generations are judged. Over real sockets
+//! (the sim behind the proxy, a real HTTP client), and on the recorded corpus in
+//! `tests/fixtures/logs/`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use tokentap_test_support as support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use support::load::sim_on;
+use support::{client, proxy, send};
+use tokentap::sim::Profile;
+
+fn report(args: &[&str], path: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .arg("report")
+        .args(args)
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    let out = report(&["--format", "json"], path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Two streamed chats without usage, a model listing while they stream, a 404 and a 400: the
+/// gate passes, and the listing and the client errors are counted apart, not judged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_log_with_a_listing_and_client_errors_passes_a_healthy_gate() {
+    let sim = sim_on(Profile::v100());
+    let px = proxy(&format!("http://{}", sim.engine), "").await;
+    let c = client();
+    let chat = br#"{"model":"sim","messages":[{"role":"user","content":"hello there"}],"max_tokens":24,"stream":true}"#.to_vec();
+    let (chat_url, models_url) = (px.url("/v1/chat/completions"), px.url("/v1/models"));
+    let (a, b, list) = tokio::join!(
+        send(&c, "POST", &chat_url, &[], chat.clone()),
+        send(&c, "POST", &chat_url, &[], chat),
+        async {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            send(&c, "GET", &models_url, &[], Vec::new()).await
+        }
+    );
+    assert_eq!(
+        (a.unwrap().status, b.unwrap().status, list.unwrap().status),
+        (200, 200, 200)
+    );
+    let missing = send(&c, "GET", &px.url("/v1/nothing"), &[], Vec::new()).await;
+    assert_eq!(missing.unwrap().status, 404);
+    let bad = send(
+        &c,
+        "POST",
+        &px.url("/v1/chat/completions"),
+        &[("content-type", "application/json")],
+        b"{not json".to_vec(),
+    )
+    .await;
+    assert_eq!(bad.unwrap().status, 400);
+    let recs = px.records(5).await;
+    assert_eq!(recs.len(), 5);
+    let listing = recs.iter().find(|r| r.endpoint == "/v1/models").unwrap();
+    assert_eq!(listing.api.as_str(), "models");
+
+    let out = report(&["--fail-on-slo", "interactive"], &px.log);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Not judged: client errors and other traffic"),
+        "{text}"
+    );
+
+    let r = json(&px.log);
+    assert_eq!(r["traffic"]["generation"], 2);
+    assert_eq!(r["traffic"]["served"], 2);
+    assert_eq!(r["traffic"]["client_errors"], 1);
+    assert_eq!(r["traffic"]["other"], 2);
+    // The sim's streams carry no usage unless asked: named, with the fix.
+    assert_eq!(r["traffic"]["streams_without_usage"], 2);
+    let judged = r["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["question"] == "What was judged?")
+        .unwrap()["answer"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(judged.contains("--enable-force-include-usage"), "{judged}");
+    assert!(judged.contains("always_include_stream_usage"), "{judged}");
+    // Only the two chats are in cells, on the live in-flight axis.
+    let cells = r["cells"].as_array().unwrap();
+    let n: u64 = cells.iter().map(|c| c["requests"].as_u64().unwrap()).sum();
+    assert_eq!(n, 2, "{cells:?}");
+    assert!(cells.iter().all(|c| c["axis"] == "in_flight"));
+    assert!(cells.iter().all(|c| c["errors"] == 0));
+    let other = r["other_traffic"].as_array().unwrap();
+    let row = |e: &str, m: &str, s: u64| {
+        other
+            .iter()
+            .find(|o| o["endpoint"] == e && o["method"] == m && o["status"] == s)
+            .unwrap_or_else(|| panic!("{e} {m} {s} in {other:?}"))["class"]
+            .clone()
+    };
+    assert_eq!(row("/v1/models", "GET", 200), "other");
+    assert_eq!(row("/v1/nothing", "GET", 404), "other");
+    assert_eq!(row("/v1/chat/completions", "POST", 400), "client_error");
+}
+
+/// Every GFM table in `md`: its column count and each row's cell count (header first).
+fn gfm_tables(md: &str) -> Vec<(usize, Vec<usize>)> {
+    use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+    let mut tables = Vec::new();
+    let mut row: Option<usize> = None;
+    for ev in Parser::new_ext(md, Options::ENABLE_TABLES) {
+        match ev {
+            Event::Start(Tag::Table(aligns)) => tables.push((aligns.len(), Vec::new())),
+            Event::Start(Tag::TableHead | Tag::TableRow) => row = Some(0),
+            Event::Start(Tag::TableCell) => *row.get_or_insert(0) += 1,
+            Event::End(TagEnd::TableHead | TagEnd::TableRow) => {
+                if let (Some(n), Some(t)) = (row.take(), tables.last_mut()) {
+                    t.1.push(n);
+                }
+            }
+            _ => {}
+        }
+    }
+    tables
+}
+
+/// Tables as the report writes them: a header line followed by a delimiter line.
+fn delimiter_rows(md: &str) -> usize {
+    md.lines().filter(|l| l.starts_with("| ---")).count()
+}
+
+#[test]
+fn every_markdown_table_renders_with_its_columns() {
+    // The checker fails on the shape the report once wrote (`| --- ||`: no table at all).
+    assert!(gfm_tables("| a | b |\n| --- | --- ||\n| 1 | 2 |\n").is_empty());
+    let dir = support::scratch("report-md");
+    // A mixed log: every API shape, outcomes, keys, levels; and a live log with listings.
+    let mixed = dir.join("mixed.jsonl");
+    std::fs::write(
+        &mixed,
+        support::records::jsonl(0, 400, 7, support::records::Mix::Everything),
+    )
+    .unwrap();
+    let fixtures = support::fixtures_dir().join("../logs");
+    let mut logs = vec![mixed];
+    if let Ok(rd) = std::fs::read_dir(&fixtures) {
+        logs.extend(
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl")),
+        );
+    }
+    for log in logs {
+        let out = report(&["--format", "md"], &log);
+        assert!(out.status.success(), "{}", log.display());
+        let md = String::from_utf8(out.stdout).unwrap();
+        let tables = gfm_tables(&md);
+        assert!(
+            tables.len() >= 6,
+            "{}: {} tables",
+            log.display(),
+            tables.len()
+        );
+        assert_eq!(tables.len(), delimiter_rows(&md), "{}", log.display());
+        for (cols, rows) in tables {
+            assert!(rows.len() >= 2, "a table with no row: {}", log.display());
+            assert!(
+                rows.iter().all(|n| *n == cols),
+                "{}: {cols} columns, rows {rows:?}",
+                log.display()
+            );
+        }
+    }
+}
