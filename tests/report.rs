@@ -565,3 +565,125 @@ fn compressed_rotated_logs_are_read_like_plain_ones() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("log.jsonl.2.gz") && warnings[0].contains("ends early"));
 }
+
+/// Only generations are judged: a client's 4xx, a listing and a probe never make a cell; a
+/// 429 is an error, counted as throttling apart from failures.
+#[test]
+fn only_generations_are_judged_and_throttling_is_named() {
+    let mut v: Vec<RequestRecord> = (0..10)
+        .map(|i| rec(i, "balanced", 1, 50.0, 10.0, "k"))
+        .collect();
+    let listing = {
+        let mut r = rec(20, "balanced", 1, 0.0, 0.0, "k");
+        (r.method, r.endpoint, r.api) = (
+            "GET".into(),
+            "/v1/models".into(),
+            tokentap::openai::Api::Models,
+        );
+        (r.ttft_ms, r.tpot_ms, r.bucket) = (None, None, None);
+        r
+    };
+    let mut client_error = rec(21, "balanced", 1, 0.0, 0.0, "k");
+    (client_error.status, client_error.outcome) = (404, Outcome::UpstreamError);
+    (client_error.ttft_ms, client_error.bucket) = (None, None);
+    let mut throttled = rec(22, "balanced", 1, 0.0, 0.0, "k");
+    (throttled.status, throttled.outcome, throttled.ttft_ms) = (429, Outcome::UpstreamError, None);
+    let mut failed = rec(23, "balanced", 1, 0.0, 0.0, "k");
+    (failed.status, failed.outcome, failed.ttft_ms) = (502, Outcome::ConnectError, None);
+    v.extend([listing, client_error, throttled, failed]);
+    let r = report::compute(&v, &Slos::default(), 10, false);
+    assert_eq!(r.cells.len(), 1, "{:?}", r.cells);
+    let c = &r.cells[0];
+    assert_eq!((c.requests, c.errors, c.throttled), (12, 2, 1));
+    assert_eq!(
+        (r.traffic.generation, r.traffic.failed, r.traffic.throttled),
+        (12, 1, 1)
+    );
+    assert_eq!((r.traffic.client_errors, r.traffic.other), (1, 1));
+    let fm = &r
+        .answers
+        .iter()
+        .find(|a| a.question == "What is the failure mode?")
+        .unwrap()
+        .answer;
+    assert!(fm.contains("1 failed, 1 throttled (429)"), "{fm}");
+    assert_eq!(r.keys[0].client_errors, 1);
+    assert_eq!(r.other_traffic.len(), 2);
+    assert!(r.cells.iter().all(|c| c.bucket != "unknown"));
+}
+
+/// Saturation is named only when aggregate throughput stopped rising; a ceiling at the top of
+/// the sweep was not reached; tokens per day need 20 served requests.
+#[test]
+fn saturation_ceilings_and_tokens_per_day_follow_their_rules() {
+    // Per level: TTFT (tight), and the spacing of requests in time, which sets aggregate tok/s.
+    let mut v = Vec::new();
+    let mut i = 0;
+    for (c, ttft, n, step_ms) in [
+        (1u64, 50.0, 20, 100),
+        (2, 150.0, 20, 50),
+        (4, 160.0, 20, 48),
+    ] {
+        for k in 0..n {
+            let mut r = rec(i, "balanced", c, ttft, 10.0, "k");
+            // Requests spread so the cell's wall time (and so its aggregate tok/s) is chosen.
+            r.ts = format!(
+                "2026-11-30T00:{:02}:{:02}.{:03}Z",
+                c,
+                (k * step_ms) / 1000,
+                (k * step_ms) % 1000
+            );
+            v.push(r);
+            i += 1;
+        }
+    }
+    let r = report::compute(&v, &Slos::default(), 10, false);
+    let tail = |lvl: &str| {
+        r.cells
+            .iter()
+            .find(|c| c.concurrency == lvl)
+            .unwrap()
+            .tail
+            .as_str()
+    };
+    let agg = |lvl: &str| {
+        r.cells
+            .iter()
+            .find(|c| c.concurrency == lvl)
+            .unwrap()
+            .aggregate_tok_s
+            .unwrap()
+    };
+    assert!(agg("2") > 1.1 * agg("1"), "{} {}", agg("1"), agg("2"));
+    assert!(agg("4") <= 1.1 * agg("2"), "{} {}", agg("2"), agg("4"));
+    // C=2: far above C=1 with throughput still rising; C=4: throughput flat.
+    assert_eq!(
+        (tail("1"), tail("2"), tail("4")),
+        ("tight", "shifted", "converged-high")
+    );
+    let p = &r.provisioning[0];
+    assert_eq!(p.top, "4");
+    assert_eq!(p.ceiling["interactive"].as_deref(), Some("4"));
+    let answer = &r
+        .answers
+        .iter()
+        .find(|a| a.question.contains("ceiling"))
+        .unwrap()
+        .answer;
+    assert!(answer.contains("≥ C=4 (not reached)"), "{answer}");
+    assert!(p.tokens_per_day_at_interactive_ceiling.is_some());
+    // With fewer than 20 served requests at the ceiling, no extrapolation, and a reason.
+    let few: Vec<RequestRecord> = v
+        .iter()
+        .filter(|r| r.concurrency != Some(4) || r.id < format!("{:016x}", 45))
+        .cloned()
+        .collect();
+    let r = report::compute(&few, &Slos::default(), 10, false);
+    let p = &r.provisioning[0];
+    assert_eq!(p.tokens_per_day_at_interactive_ceiling, None);
+    assert!(p
+        .tokens_per_day_note
+        .as_deref()
+        .unwrap()
+        .contains("fewer than 20"));
+}

@@ -224,8 +224,7 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
     let mut cells: Vec<CellIn> = take("cells").iter().map(cell).collect();
     super::traffic::drop_single_arm(&mut cells, armed > 0);
     super::acc::sort_cells(&mut cells);
-    let (classes, other) =
-        super::traffic::from_rows(&take("traffic"), |r, k| text(r, k), |r, k| count(r, k));
+    let (classes, other) = super::traffic::from_rows(&take("traffic"), text, count);
     let mut keys: Vec<KeyRow> = take("keys").iter().map(key).collect();
     super::acc::sort_keys(&mut keys);
     let in_flight = take("in_flight").first().map_or_else(
