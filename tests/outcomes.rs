@@ -326,7 +326,7 @@ async fn headers_keys_and_no_open_proxy() {
     let up = Upstream::spawn(|_| Script::json(200, "{}")).await;
     let px = proxy(
         &up.url(),
-        "set_headers = { authorization = \"Bearer ${TOKENTAP_TEST_UPSTREAM_KEY}\" }\n",
+        "set_headers = { authorization = \"Bearer ${TOKENTAP_TEST_UPSTREAM_KEY}\" }\nadmit_sources = [\"127.0.0.1\"]\n",
     )
     .await;
     let c = client();

@@ -5,6 +5,7 @@
 //! secrets stay out of files); `$$` is a literal `$`. Imports nothing above it: the layers that
 //! use a `Config` depend on it, never the reverse.
 
+mod admit;
 mod clickhouse;
 pub mod defaults;
 mod env;
@@ -236,7 +237,13 @@ impl RawConfig {
         let limits = self.limits(file)?;
         let buckets = self.buckets(file)?;
         let key_aliases = self.aliases(file)?;
-        let routes = routes::validate(self.routes, file)?;
+        let secret_headers = self.secret_headers(file)?;
+        let ctx = admit::Context {
+            aliases: &key_aliases,
+            secret_headers: &secret_headers,
+            listen,
+        };
+        let routes = routes::validate(std::mem::take(&mut self.routes), &ctx, file)?;
         let experiment = experiment::validate(self.experiment, &routes, file)?;
         let otlp = otlp::validate(self.otlp, file)?;
         let clickhouse = clickhouse::validate(self.clickhouse, file)?;
@@ -413,6 +420,26 @@ impl RawConfig {
             ));
         }
         Ok(buckets)
+    }
+
+    /// `[keys].secret_headers`: header names, lowercased.
+    fn secret_headers(&mut self, file: &str) -> Result<Vec<http::HeaderName>, ConfigError> {
+        let mut out = Vec::new();
+        for (i, h) in std::mem::take(&mut self.keys.secret_headers)
+            .iter()
+            .enumerate()
+        {
+            out.push(
+                http::HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).map_err(|_| {
+                    err(
+                        file,
+                        format!("keys.secret_headers[{i}]"),
+                        format!("{h:?} is not a valid header name"),
+                    )
+                })?,
+            );
+        }
+        Ok(out)
     }
 
     fn aliases(&mut self, file: &str) -> Result<HashMap<String, String>, ConfigError> {

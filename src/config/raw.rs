@@ -137,6 +137,9 @@ pub struct RawKeys {
     /// `"sha256:<hex>" = "alias"`.
     #[serde(default)]
     pub aliases: BTreeMap<String, String>,
+    /// Headers that carry a credential, beside `authorization`, `x-api-key` and `api-key`.
+    #[serde(default)]
+    pub secret_headers: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -156,4 +159,12 @@ pub struct RawRoute {
     #[serde(default)]
     pub behind_sources: Vec<String>,
     pub behind_window_ms: Option<u64>,
+    /// Key ids (fingerprints or aliases) admitted on this route.
+    #[serde(default)]
+    pub admit_keys: Vec<String>,
+    /// Networks admitted on this route.
+    #[serde(default)]
+    pub admit_sources: Vec<String>,
+    /// A loopback-only sidecar's opt-out: inject credentials for any client.
+    pub inject_without_admission: Option<bool>,
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use http::header::{HeaderName, HeaderValue};
 use http::Uri;
 
+use super::admit::{self, Admit, Context};
 use super::env::expand_env;
 use super::raw::RawRoute;
 use super::{defaults, err, ConfigError};
@@ -32,6 +33,8 @@ pub struct RouteConfig {
     pub ca_file: Option<PathBuf>,
     /// Set on the inner route of a gateway tap: the gateway's upstream is this route.
     pub behind: Option<Behind>,
+    /// Who may use this route (always set when it injects a credential).
+    pub admit: Option<Admit>,
 }
 
 /// `behind = "gateway"`: this route serves only the gateway named, and tokentap joins each of
@@ -96,10 +99,14 @@ impl Cidr {
 }
 
 /// Check every route, in order; names and prefixes must be unique.
-pub fn validate(raw: Vec<RawRoute>, file: &str) -> Result<Vec<RouteConfig>, ConfigError> {
+pub fn validate(
+    raw: Vec<RawRoute>,
+    ctx: &Context<'_>,
+    file: &str,
+) -> Result<Vec<RouteConfig>, ConfigError> {
     let mut routes: Vec<RouteConfig> = Vec::with_capacity(raw.len());
     for (i, r) in raw.into_iter().enumerate() {
-        let route = validate_one(r, i, file)?;
+        let route = validate_one(r, i, ctx, file)?;
         let k = |f: &str| format!("routes[{i}].{f}");
         if routes.iter().any(|x| x.name == route.name) {
             return Err(err(
@@ -205,7 +212,12 @@ fn validate_behind(r: &RawRoute, i: usize, file: &str) -> Result<Option<Behind>,
     }))
 }
 
-fn validate_one(r: RawRoute, i: usize, file: &str) -> Result<RouteConfig, ConfigError> {
+fn validate_one(
+    r: RawRoute,
+    i: usize,
+    ctx: &Context<'_>,
+    file: &str,
+) -> Result<RouteConfig, ConfigError> {
     let k = |f: &str| format!("routes[{i}].{f}");
     let behind = validate_behind(&r, i, file)?;
     if r.name.is_empty()
@@ -231,6 +243,7 @@ fn validate_one(r: RawRoute, i: usize, file: &str) -> Result<RouteConfig, Config
     let (upstream, base_path) = parse_upstream(&upstream_s, file, &k("upstream"))?;
     let prefix = r
         .path_prefix
+        .clone()
         .unwrap_or_else(|| defaults::PATH_PREFIX.into());
     if !prefix.starts_with('/') {
         return Err(err(
@@ -245,7 +258,7 @@ fn validate_one(r: RawRoute, i: usize, file: &str) -> Result<RouteConfig, Config
         prefix
     };
     let mut set_headers = Vec::new();
-    for (name, value) in r.set_headers {
+    for (name, value) in &r.set_headers {
         let hk = k(&format!("set_headers.{name}"));
         let hn = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| err(file, &hk, format!("{name:?} is not a valid header name")))?;
@@ -256,12 +269,18 @@ fn validate_one(r: RawRoute, i: usize, file: &str) -> Result<RouteConfig, Config
                 format!("{name} cannot be set (hop-by-hop or Host)"),
             ));
         }
-        let v = expand_env(&value, file, &hk)?;
+        let v = expand_env(value, file, &hk)?;
         // NB: never echo the value: it is usually a credential.
         let hv = HeaderValue::from_str(&v)
             .map_err(|_| err(file, &hk, "value is not a valid header value"))?;
         set_headers.push((hn, Secret::new(hv)));
     }
+    let injected: Vec<HeaderName> = set_headers
+        .iter()
+        .map(|(h, _)| h.clone())
+        .filter(|h| admit::is_credential(h, ctx))
+        .collect();
+    let admit = admit::validate(&r, i, &injected, ctx, file)?;
     let ca_file = match r.ca_file {
         None => None,
         Some(p) => {
@@ -285,6 +304,7 @@ fn validate_one(r: RawRoute, i: usize, file: &str) -> Result<RouteConfig, Config
         model_map: r.model_map.into_iter().collect(),
         ca_file,
         behind,
+        admit,
     })
 }
 

@@ -50,7 +50,8 @@ pub fn verdict(ending: &Ending<'_>, head: Option<u16>, meter: &mut Meter, cut: b
                 | ProxyError::Overloaded(_)
                 | ProxyError::BadRequest(_)
                 | ProxyError::ForcedDirect
-                | ProxyError::NotTheGateway(_) => Outcome::Rejected,
+                | ProxyError::NotTheGateway(_)
+                | ProxyError::NotAdmitted(_) => Outcome::Rejected,
             };
             let text = match err {
                 ProxyError::BodyRead => "request body not received".to_owned(),

@@ -23,6 +23,8 @@ pub enum ProxyError {
     ForcedDirect,
     #[error("route {0} serves only its gateway: neither this key nor this address is in its behind_keys or behind_sources")]
     NotTheGateway(String),
+    #[error("route {0} sends its own credential upstream and admits only listed clients: this key or address is not in its admit_keys or admit_sources")]
+    NotAdmitted(String),
     #[error("upstream {0} unreachable: {1}")]
     Connect(String, String),
     #[error("upstream {0} failed before responding: {1}")]
@@ -37,7 +39,9 @@ impl ProxyError {
             ProxyError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::BodyRead | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
-            ProxyError::ForcedDirect | ProxyError::NotTheGateway(_) => StatusCode::FORBIDDEN,
+            ProxyError::ForcedDirect
+            | ProxyError::NotTheGateway(_)
+            | ProxyError::NotAdmitted(_) => StatusCode::FORBIDDEN,
             ProxyError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Connect(..) | ProxyError::Upstream(..) => StatusCode::BAD_GATEWAY,
             ProxyError::Timeout(..) => StatusCode::GATEWAY_TIMEOUT,
@@ -53,6 +57,7 @@ impl ProxyError {
             ProxyError::NoRoute => ("invalid_request_error", "no_route"),
             ProxyError::ForcedDirect => ("permission_error", "forced_direct_not_allowed"),
             ProxyError::NotTheGateway(_) => ("permission_error", "not_the_gateway"),
+            ProxyError::NotAdmitted(_) => ("permission_error", "not_admitted"),
             ProxyError::Overloaded(_) => ("server_error", "overloaded"),
             ProxyError::Connect(..) => ("upstream_error", "upstream_unreachable"),
             ProxyError::Upstream(..) => ("upstream_error", "upstream_failed"),

@@ -286,8 +286,33 @@ where
                 let fp = key.as_ref().map(|k| keys::fingerprint(k.expose()));
                 !b.admits(fp.as_deref(), peer)
             });
+        // A route that injects a credential serves only the clients it admits; an
+        // experiment's copy goes to such a route only for them too.
+        let admitted = |r: &super::routes::Route| {
+            r.target
+                .as_ref()
+                .and_then(|t| t.config.admit.as_ref())
+                .is_none_or(|a| {
+                    let id = key.as_ref().map(|k| state.keys.id_of(k.expose()));
+                    a.admits(id.as_deref(), peer)
+                })
+        };
+        let not_admitted = !admitted(&route);
+        let choice = choice.map(|mut c| {
+            if c.copy
+                .as_ref()
+                .is_some_and(|(i, _)| !admitted(state.routes.get(*i)))
+            {
+                c.copy = None;
+            }
+            c
+        });
         let mut ex = Exchange::begin(state.clone(), route, t0, facts, key);
         ex.facts().key_id = key_id;
+        if not_admitted {
+            let name = ex.route().name.clone();
+            return now(ex.reject(ProxyError::NotAdmitted(name)));
+        }
         if not_the_gateway {
             let name = ex.route().name.clone();
             return now(ex.reject(ProxyError::NotTheGateway(name)));

@@ -61,7 +61,7 @@ pub(super) struct CellIn {
 }
 
 /// What a cell's level is. The three are never one axis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(super) enum Kind {
     /// A load generator's concurrency.
     Concurrency,
@@ -88,17 +88,12 @@ pub(super) fn rate_label(rate: f64) -> String {
     format!("{s}/s")
 }
 
-/// The order of (bucket, arm, level, label), as the report has always listed cells; a
-/// bucket's open-loop (rate) cells after its concurrency cells.
+/// The order of (bucket, arm, axis, level, label): a bucket's concurrency cells, then its live
+/// in-flight cells, then its open-loop (rate) cells, each axis in level order.
 pub(super) fn sort_cells(cells: &mut [CellIn]) {
     cells.sort_by(|x, y| {
-        (&x.bucket, &x.arm, x.rate.is_some(), x.level, &x.label).cmp(&(
-            &y.bucket,
-            &y.arm,
-            y.rate.is_some(),
-            y.level,
-            &y.label,
-        ))
+        (&x.bucket, &x.arm, x.kind, x.level, &x.label)
+            .cmp(&(&y.bucket, &y.arm, y.kind, y.level, &y.label))
     });
 }
 

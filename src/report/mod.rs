@@ -276,8 +276,12 @@ fn group_of(c: &Cell) -> Group {
 /// Ceilings, knee and failure mode per (bucket, arm) and axis, from its cells in level order.
 fn provision(cells: &[Cell], base: &BTreeMap<Group, f64>, slos: &Slos) -> Vec<Provision> {
     let mut provisioning = Vec::new();
-    let mut keyset: Vec<Group> = cells.iter().map(group_of).collect();
-    keyset.dedup();
+    let mut keyset: Vec<Group> = Vec::new();
+    for g in cells.iter().map(group_of) {
+        if !keyset.contains(&g) {
+            keyset.push(g);
+        }
+    }
     for group in keyset {
         let cs: Vec<&Cell> = cells.iter().filter(|c| group_of(c) == group).collect();
         let b = base.get(&group).copied();
