@@ -23,8 +23,10 @@ use crate::sink::Sink;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr} ({which}): {source}")]
     Bind {
+        /// `listen.addr` (the proxy) or `admin.addr` (the admin listener).
+        which: &'static str,
         addr: SocketAddr,
         source: std::io::Error,
     },
@@ -51,6 +53,7 @@ pub async fn bind(config: &Config) -> Result<(TcpListener, Option<TcpListener>),
     let main = TcpListener::bind(config.listen)
         .await
         .map_err(|source| ServeError::Bind {
+            which: "listen.addr, the proxy",
             addr: config.listen,
             source,
         })?;
@@ -58,7 +61,11 @@ pub async fn bind(config: &Config) -> Result<(TcpListener, Option<TcpListener>),
         Some(addr) => Some(
             TcpListener::bind(addr)
                 .await
-                .map_err(|source| ServeError::Bind { addr, source })?,
+                .map_err(|source| ServeError::Bind {
+                    which: "admin.addr, the admin listener",
+                    addr,
+                    source,
+                })?,
         ),
         None => None,
     };
@@ -236,6 +243,7 @@ impl Running {
     pub async fn start_from(config: Config, origin: Origin) -> Result<Running, ServeError> {
         let (main, admin) = bind(&config).await?;
         let addr = main.local_addr().map_err(|source| ServeError::Bind {
+            which: "listen.addr, the proxy",
             addr: config.listen,
             source,
         })?;

@@ -92,6 +92,22 @@ fn check_names_file_key_and_problem_and_exits_64() {
             "[listen]\naddr='nowhere'\n[[routes]]\nname='a'\nupstream='http://h:1'\n",
             "listen.addr",
         ),
+        // An unknown key is named at its own line, not its table's.
+        (
+            "[[routes]]\nname='a'\nupstream='http://h:1'\n\n[limits]\nmax_concurrent = 5\nmax_concurent = 6\n",
+            "limits.max_concurent: unknown field `max_concurent`",
+        ),
+        (
+            "[[routes]]\nname='a'\nupstream='http://h:1'\n\n[limits]\nmax_concurrent = 5\nmax_concurent = 6\n",
+            "(line 7)",
+        ),
+        // Types in words.
+        (
+            "[limits]\nmax_concurrent = \"many\"\n[[routes]]\nname='a'\nupstream='http://h:1'\n",
+            "expected a whole number (0 or more) (line 2)",
+        ),
+        // A TOML syntax error: one line too.
+        ("[limits\nmax_concurrent = 1\n", "invalid table header"),
     ];
     for (i, (text, key)) in cases.iter().enumerate() {
         let f = dir.join(format!("bad{i}.toml"));
@@ -110,6 +126,29 @@ fn check_names_file_key_and_problem_and_exits_64() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
+}
+
+/// A listener that cannot be bound is named: the proxy's or the admin's.
+#[test]
+fn serve_names_the_listener_it_could_not_bind() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    for (flags, which) in [
+        (
+            ["--listen", "127.0.0.1:0", "--admin", addr.as_str()],
+            "admin.addr",
+        ),
+        (["--listen", addr.as_str(), "--admin", "off"], "listen.addr"),
+    ] {
+        let out = bin()
+            .args(["serve", "--upstream", "http://127.0.0.1:9", "--log", "off"])
+            .args(flags)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(which) && err.contains(&addr), "{err}");
+    }
 }
 
 #[test]

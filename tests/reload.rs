@@ -268,7 +268,12 @@ async fn reload_over_http_needs_the_token_and_refusals_are_counted() {
         Some(3.0),
         "{m}"
     );
-    assert!(m.contains("tokentap_config_reloads_total") && !m.contains("result=\"ok\""));
+    // Refusals leave the applied count alone.
+    assert_eq!(
+        metric(&m, "tokentap_config_reloads_total{result=\"ok\"}"),
+        Some(0.0),
+        "{m}"
+    );
 
     // Without a token in the file, the endpoint is off whatever is sent; the reload that
     // removed the token went through with the old one.
@@ -386,4 +391,21 @@ async fn started_without_a_file_a_reload_says_there_is_nothing_to_read() {
     assert!(String::from_utf8_lossy(&r.body).contains("without --config"));
     assert_eq!(px.chat().await.status, 200);
     px.shutdown().await;
+}
+
+/// The reload metrics exist before the first reload, so an alert on them has a series to read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_metrics_exist_from_the_start() {
+    let up = Upstream::spawn(|_| Script::json(200, "{}")).await;
+    let px = proxy(&up.url(), "").await;
+    let (status, m) = px.admin_get("/metrics").await;
+    assert_eq!(status, 200);
+    for result in ["ok", "restart_needed", "error", "unauthorized"] {
+        let name = format!("tokentap_config_reloads_total{{result=\"{result}\"}}");
+        assert_eq!(metric(&m, &name), Some(0.0), "{name} in {m}");
+    }
+    assert_eq!(
+        metric(&m, "tokentap_config_last_reload_successful"),
+        Some(1.0)
+    );
 }

@@ -319,6 +319,14 @@ impl Metrics {
             "1 when the last reload was applied (or none was asked), 0 when it was refused.",
             'g',
         );
+        // From the start, so that a dashboard or an alert finds them before the first reload.
+        for result in ["ok", "restart_needed", "error", "unauthorized"] {
+            let k = Self::key(RELOADS, vec![Label::new("result", result)]);
+            recorder.register_counter(&k, &META).absolute(0);
+        }
+        recorder
+            .register_gauge(&Self::key(RELOAD_OK, vec![]), &META)
+            .set(1.0);
         Ok(Self {
             recorder,
             handle,
