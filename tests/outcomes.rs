@@ -35,6 +35,29 @@ async fn streaming_ok_with_usage_and_exact_timing() {
     );
 }
 
+/// An empty body (`content-length: 0`, as vLLM's `/health` answers) is read whole without a
+/// poll: the record says ok, not that the client went away.
+#[tokio::test]
+async fn an_empty_body_is_ok_not_cancelled() {
+    let up = Upstream::spawn(|_| Script::json(200, "")).await;
+    let px = proxy(&up.url(), "").await;
+    let c = client();
+    for _ in 0..2 {
+        let got = send(&c, "GET", &px.url("/health"), &[], Vec::new())
+            .await
+            .unwrap();
+        assert_eq!((got.status, got.body.len()), (200, 0));
+    }
+    let recs = px.records(2).await;
+    assert_eq!(recs.len(), 2);
+    for r in recs {
+        assert_eq!(
+            (r.outcome, r.status, r.error.as_deref()),
+            (Outcome::Ok, 200, None)
+        );
+    }
+}
+
 #[tokio::test]
 async fn non_streaming_has_no_ttft() {
     let body = r#"{"choices":[{"message":{"content":"hello"}}],"usage":{"prompt_tokens":3,"completion_tokens":5}}"#;

@@ -50,6 +50,8 @@ pin_project_lite::pin_project! {
         last_frame: Instant,
         // End a completed body on the runtime once the current task yielded.
         after_yield: bool,
+        // The wrapped body's `is_end_stream` (the drop has no `Body` bound to call it by).
+        at_end: fn(&B) -> bool,
     }
 
     impl<B, O: Observer> PinnedDrop for MeteredBody<B, O> {
@@ -57,6 +59,11 @@ pin_project_lite::pin_project! {
             let this = this.project();
             if let Some(mut o) = this.observer.take() {
                 o.meter().catch_up();
+                // An empty body (`content-length: 0`) is at its end before any poll: its
+                // consumer had it all and never polls. Complete, not cancelled.
+                if (this.at_end)(&this.inner) {
+                    return o.end(BodyEnd::Complete);
+                }
                 if o.meter().done {
                     if let Some(hook) = this.on_complete.take() {
                         hook(this.inner);
@@ -68,7 +75,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<B, O: Observer> MeteredBody<B, O> {
+impl<B: Body, O: Observer> MeteredBody<B, O> {
     pub fn new(inner: B, observer: O) -> Self {
         Self {
             inner,
@@ -77,9 +84,12 @@ impl<B, O: Observer> MeteredBody<B, O> {
             on_complete: None,
             last_frame: Instant::now(),
             after_yield: false,
+            at_end: B::is_end_stream,
         }
     }
+}
 
+impl<B, O: Observer> MeteredBody<B, O> {
     /// Report a clean end once the current task has yielded, on the runtime, instead of at
     /// once: a server's consumer (hyper) writes the last chunk first, so the observer's work is
     /// off the client's path. A client reading its own responses wants the default.
