@@ -60,8 +60,13 @@ pub(crate) enum Plan {
         calibrated: bool,
         basis: String,
     },
-    /// A search: its levels depend on what they measure; it takes at most this long.
-    AtMost { bound_s: f64, basis: String },
+    /// A search: its levels depend on what they measure; it takes at most this long, and
+    /// about `pace_s` if its levels keep the probes' pace.
+    AtMost {
+        bound_s: f64,
+        pace_s: Option<f64>,
+        basis: String,
+    },
 }
 
 impl Plan {
@@ -80,7 +85,7 @@ impl Plan {
                 if cells.len() == 1 { "" } else { "s" },
                 cells.iter().map(|c| c.requests).sum::<usize>(),
             ),
-            Plan::AtMost { bound_s, basis } => {
+            Plan::AtMost { bound_s, basis, .. } => {
                 format!("estimate: at most {} ({basis})", about(*bound_s))
             }
         }
@@ -116,7 +121,7 @@ pub(crate) async fn plan(
             est_s: span.as_secs_f64(),
         };
         let basis = format!(
-            "the replay's span at --speed {}, plus the last requests' own time",
+            "the replay's span at --speed {}; the last requests' own time comes on top",
             cfg.speed
         );
         return Plan::Cells {
@@ -174,23 +179,25 @@ pub(crate) async fn plan(
             basis,
         };
     }
-    if let Some(until) = &cfg.until {
-        let bound_s = search_bound(load, &per_bucket);
-        let whole = bound_s < cfg.max_time.as_secs_f64();
-        let basis = if whole {
-            format!("levels doubling to --max-level without a break; the search stops sooner when one breaks {until}; {basis}")
-        } else {
-            format!(
-                "--max-time bounds the search and the level under way then is finished; {basis}"
-            )
+    if cfg.until.is_some() {
+        let bound_s = cfg.max_time.as_secs_f64();
+        let top = match (cfg.request_rates.is_empty(), cfg.max_level) {
+            (true, m) => format!("C={}", m.unwrap_or(256.0)),
+            (false, m) => format!("{}/s", m.unwrap_or(1000.0)),
         };
-        if !calibrated {
-            return Plan::AtMost {
-                bound_s: cfg.max_time.as_secs_f64(),
-                basis: format!("--max-time; {basis}, so no sooner figure"),
-            };
-        }
-        return Plan::AtMost { bound_s, basis };
+        let pace_s = calibrated.then(|| search_pace(load, &per_bucket));
+        let basis = match pace_s {
+            Some(p) => format!(
+                "--max-time, the level under way then finishing; at the probe's pace, every level up to {top} and a refinement below it would take {}; {basis}",
+                about(p)
+            ),
+            None => format!("--max-time, the level under way then finishing; {basis}"),
+        };
+        return Plan::AtMost {
+            bound_s,
+            pace_s: pace_s.filter(|p| *p < bound_s),
+            basis,
+        };
     }
     let mut cells = Vec::new();
     for (c, p) in per_bucket {
@@ -256,11 +263,10 @@ fn turn_s(cfg: &super::BenchConfig, convs: &[Conversation], p: Probe) -> f64 {
     p.ttft_s + (mean_out - 1.0).max(0.0) * p.tpot_s + think
 }
 
-/// The longest a search can take: every bucket's levels doubling to the top without a break,
-/// cut where `--max-time` passes (the level under way then is finished).
-fn search_bound(load: &Load<'_>, buckets: &[(&Chosen, Probe)]) -> f64 {
+/// A search at the probes' pace if no level breaks: every bucket's levels doubling to the top,
+/// then the refinement a break at the top would bring (each of its levels costing the top's).
+fn search_pace(load: &Load<'_>, buckets: &[(&Chosen, Probe)]) -> f64 {
     let cfg = load.cfg;
-    let max_time = cfg.max_time.as_secs_f64();
     let rate = cfg.request_rates.iter().copied().reduce(f64::min);
     let (start, max) = match rate {
         Some(r) => (r, cfg.max_level.unwrap_or(1000.0)),
@@ -269,30 +275,34 @@ fn search_bound(load: &Load<'_>, buckets: &[(&Chosen, Probe)]) -> f64 {
             cfg.max_level.unwrap_or(256.0),
         ),
     };
+    // As the search sizes a level (`search.rs`).
+    let level_s = |v: f64, e2e: f64| match rate {
+        Some(_) => {
+            let n = cfg.requests.max((2.0 * v).ceil() as usize) + cfg.warmup;
+            open_s(load, v, n, e2e)
+        }
+        None => {
+            let n = cfg.requests.max(2 * v as usize) + cfg.warmup.max(v as usize);
+            rounds(n, v as usize) * e2e
+        }
+    };
     let mut total = 0.0;
     for (c, p) in buckets {
         let e2e = p.e2e_s(c.spec.output_tokens);
         let mut v = start.min(max);
         loop {
-            if total >= max_time {
-                return total;
-            }
-            // As the search sizes a level (`search.rs`).
-            total += match rate {
-                Some(_) => {
-                    let n = cfg.requests.max((2.0 * v).ceil() as usize) + cfg.warmup;
-                    open_s(load, v, n, e2e)
-                }
-                None => {
-                    let n = cfg.requests.max(2 * v as usize) + cfg.warmup.max(v as usize);
-                    rounds(n, v as usize) * e2e
-                }
-            };
+            total += level_s(v, e2e);
             if v >= max {
                 break;
             }
             v = (v * 2.0).min(max);
         }
+        // Halving the gap from half the top: to one in flight, or to 10 % of the rate.
+        let refine = match rate {
+            Some(_) => 3.0,
+            None => (v / 2.0).log2().ceil().max(0.0),
+        };
+        total += refine * level_s(v, e2e);
     }
     total
 }

@@ -52,8 +52,8 @@ struct Current {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Eta {
     About(f64),
-    /// A search's bound.
-    AtMost(f64),
+    /// A search's bound, and what is left at the probes' pace.
+    AtMost(f64, Option<f64>),
     Unknown,
 }
 
@@ -61,8 +61,11 @@ impl std::fmt::Display for Eta {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
             Eta::About(s) => write!(f, "ETA {}", clock(*s)),
-            Eta::AtMost(s) if *s > 0.0 => write!(f, "ETA at most {}", clock(*s)),
-            Eta::AtMost(_) => f.write_str("ETA: the level under way"),
+            Eta::AtMost(s, Some(p)) if *s > 0.0 && *p > 0.0 => {
+                write!(f, "ETA at most {}, likely {}", clock(*s), clock(*p))
+            }
+            Eta::AtMost(s, _) if *s > 0.0 => write!(f, "ETA at most {}", clock(*s)),
+            Eta::AtMost(..) => f.write_str("ETA: the level under way"),
             Eta::Unknown => f.write_str("ETA -"),
         }
     }
@@ -92,11 +95,14 @@ fn ratio(cells: &[Cell], took: &[Option<f64>], level: f64) -> Option<f64> {
             .iter()
             .zip(took)
             .filter(|(c, _)| c.level == l)
-            .filter_map(|(c, t)| t.map(|t| (t, c.est_s)))
+            .filter_map(|(c, t)| t.filter(|t| t.is_finite()).map(|t| (t, c.est_s)))
             .fold((0.0, 0.0), |(a, b), (t, e)| (a + t, b + e));
         (e > 0.0).then(|| t / e)
     };
-    let done = || cells.iter().zip(took).filter(|(_, t)| t.is_some());
+    let done = || {
+        let paced = |t: &&Option<f64>| t.is_some_and(f64::is_finite);
+        cells.iter().zip(took).filter(move |(_, t)| paced(t))
+    };
     let below = done()
         .map(|(c, _)| c.level)
         .filter(|l| *l < level)
@@ -138,8 +144,14 @@ impl State {
     fn eta(&self, now: Instant) -> Eta {
         match &self.plan {
             None => Eta::Unknown,
-            Some((Plan::AtMost { bound_s, .. }, at)) => {
-                Eta::AtMost(bound_s - now.saturating_duration_since(*at).as_secs_f64())
+            Some((
+                Plan::AtMost {
+                    bound_s, pace_s, ..
+                },
+                at,
+            )) => {
+                let since = now.saturating_duration_since(*at).as_secs_f64();
+                Eta::AtMost(bound_s - since, pace_s.map(|p| p - since))
             }
             Some((
                 Plan::Cells {
@@ -187,14 +199,16 @@ impl State {
 
     fn heartbeat(&self, now: Instant) -> String {
         let what = match &self.cell {
-            Some(c) => format!(
-                "{}: {}/{} requests ({} warm-up), {} errors",
-                c.label,
-                c.done,
-                c.planned,
-                c.planned - c.measured_total,
-                c.errors
-            ),
+            Some(c) => {
+                let warmup = match c.planned - c.measured_total {
+                    0 => String::new(),
+                    w => format!(" ({w} warm-up)"),
+                };
+                format!(
+                    "{}: {}/{} requests{warmup}, {} errors",
+                    c.label, c.done, c.planned, c.errors
+                )
+            }
             None if self.plan.is_none() => "probing the target".into(),
             None => "between cells".into(),
         };
@@ -301,8 +315,13 @@ impl Progress {
         let now = Instant::now();
         let tail = self.with(|s| {
             if let Some(c) = s.cell.take() {
+                // A cell cut short (Ctrl-C) is done, but says nothing of the pace.
+                let took = match c.done >= c.planned {
+                    true => now.saturating_duration_since(c.started).as_secs_f64(),
+                    false => f64::NAN,
+                };
                 if let Some(t) = c.index.and_then(|i| s.took.get_mut(i)) {
-                    *t = Some(now.saturating_duration_since(c.started).as_secs_f64());
+                    *t = Some(took);
                 }
             }
             s.cells_done += 1;
@@ -420,8 +439,13 @@ mod tests {
     #[test]
     fn the_etas_say_what_they_are() {
         assert_eq!(Eta::About(70.0).to_string(), "ETA 1m10s");
-        assert_eq!(Eta::AtMost(70.0).to_string(), "ETA at most 1m10s");
-        assert_eq!(Eta::AtMost(-1.0).to_string(), "ETA: the level under way");
+        assert_eq!(Eta::AtMost(70.0, None).to_string(), "ETA at most 1m10s");
+        let likely = Eta::AtMost(70.0, Some(12.0)).to_string();
+        assert_eq!(likely, "ETA at most 1m10s, likely 12s");
+        let late = Eta::AtMost(70.0, Some(-2.0)).to_string();
+        assert_eq!(late, "ETA at most 1m10s");
+        let over = Eta::AtMost(-1.0, None).to_string();
+        assert_eq!(over, "ETA: the level under way");
         assert_eq!(Eta::Unknown.to_string(), "ETA -");
     }
 }
