@@ -276,3 +276,45 @@ fn a_search_says_at_most_and_keeps_to_it() {
     let took = run_time(&run);
     assert!(took > 2.0 && took < 15.0, "{took} s: {:#?}", run.lines);
 }
+
+#[test]
+fn without_probes_the_eta_comes_with_the_first_cell() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = bench(&[
+        "--no-estimate",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "4",
+        "--warmup",
+        "1",
+        "--outputs",
+        "8,8,8",
+        "--buckets",
+        "long-short,balanced",
+    ]);
+    let (_, e) = run.estimate();
+    assert_eq!(
+        e,
+        "estimate: none yet (no probe sent); an ETA follows the first cell"
+    );
+    let cells = run.cells();
+    assert_eq!(cells.len(), 4);
+    for (_, c) in &cells {
+        assert!(!c.ends_with("ETA -"), "the first cell sets the pace: {c}");
+    }
+    // The first cell's pace, scaled to the three left, is near what they took.
+    let eta: f64 = cells[0]
+        .1
+        .rsplit_once("ETA ")
+        .unwrap()
+        .1
+        .trim_end_matches('s')
+        .parse()
+        .unwrap();
+    let rest = cells[3].0.duration_since(cells[0].0).as_secs_f64();
+    assert!(
+        eta > rest / 2.0 && eta < rest * 2.0,
+        "ETA {eta} s, took {rest} s"
+    );
+}

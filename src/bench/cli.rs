@@ -121,8 +121,8 @@ pub struct Args {
     /// At most this many turns of a conversation.
     #[arg(long, default_value_t = 8)]
     pub max_turns: usize,
-    /// Send no probe requests before the load: no estimate line, and the ETA waits for the
-    /// first cell.
+    /// Send no probe requests before the load: no estimate, and the ETA waits for the first
+    /// cell.
     #[arg(long)]
     pub no_estimate: bool,
     /// Print a progress line after this long without one (a terminal's bar is redrawn instead).

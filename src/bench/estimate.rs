@@ -109,6 +109,7 @@ pub(crate) async fn plan(
     chosen: &[Chosen],
     convs: &[Conversation],
     replay: Option<&[Planned]>,
+    send_probes: bool,
     stop: &AtomicBool,
 ) -> Plan {
     let cfg = load.cfg;
@@ -132,13 +133,13 @@ pub(crate) async fn plan(
     }
     // One probe per bucket (the conversations' first turns are one bucket).
     let mut probes = Vec::new();
-    if cfg.multi_turn {
+    if send_probes && cfg.multi_turn {
         let firsts = convs.iter().filter_map(|c| c.turns.first());
         let mut t: Vec<u64> = firsts.map(|(h, _)| estimate_tokens(h)).collect();
         t.sort_unstable();
         let tokens = t.get(t.len() / 2).copied().unwrap_or(100);
         probes.push(probe(target, load, tokens, stop).await);
-    } else {
+    } else if send_probes {
         for c in chosen.iter().filter(|c| !c.prompts.is_empty()) {
             let mut t: Vec<u64> = c.prompts.iter().map(|p| p.est_tokens).collect();
             t.sort_unstable();
@@ -151,6 +152,8 @@ pub(crate) async fn plan(
     let fallback = got.first().copied().unwrap_or(Probe::NOMINAL);
     let basis = if calibrated {
         probe_basis(&got, probes.len())
+    } else if !send_probes {
+        "no probe sent".into()
     } else if probes.is_empty() {
         "no bucket to probe".into()
     } else {
@@ -159,7 +162,8 @@ pub(crate) async fn plan(
     let n = cfg.warmup + cfg.requests;
     let buckets = chosen.iter().filter(|c| !c.prompts.is_empty());
     let per_bucket: Vec<(&Chosen, Probe)> = buckets
-        .zip(probes.iter().map(|p| p.unwrap_or(fallback)))
+        .enumerate()
+        .map(|(i, c)| (c, probes.get(i).copied().flatten().unwrap_or(fallback)))
         .collect();
     if cfg.multi_turn {
         let p = probes.first().copied().flatten().unwrap_or(fallback);

@@ -89,8 +89,8 @@ pub struct BenchConfig {
     /// The API shape to send requests in (`chat` by default).
     pub api: crate::openai::Api,
     pub quiet: bool,
-    /// Before the load, send one probe request per bucket (not recorded) and print an estimate
-    /// of the run's length; never when quiet.
+    /// Before the load, send one probe request per bucket (not recorded) for an estimate of the
+    /// run's length; never when quiet. Without it the ETA waits for the first cell.
     pub estimate: bool,
     /// Without a line for this long, a heartbeat line (on a terminal, the bar redrawn).
     pub progress_every: Duration,
@@ -284,9 +284,10 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     }
 
     let _beat = progress.heartbeat();
-    if cfg.estimate && !cfg.quiet {
+    if !cfg.quiet {
         let replayed = plan.as_ref().map(|p| p.0.as_slice());
-        let e = estimate::plan(&target, &load, &chosen, &convs, replayed, &stop).await;
+        let (c, t) = (&chosen, &target);
+        let e = estimate::plan(t, &load, c, &convs, replayed, cfg.estimate, &stop).await;
         progress.plan(e);
     }
 
