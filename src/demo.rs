@@ -97,6 +97,8 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
             ("direct".into(), String::new()),
             ("gateway".into(), "/gateway".into()),
         ],
+        // No probe requests: the proxy's log holds the pairs alone.
+        estimate: false,
         ..BenchConfig::default()
     };
     let stop = Arc::new(AtomicBool::new(false));

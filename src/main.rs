@@ -41,6 +41,8 @@ enum Command {
     /// Load generator: prompt-shape buckets × a concurrency sweep (closed loop) or arrival rates
     /// (open loop), a saturation search, replay of recorded traffic, shared prefixes,
     /// conversations; seeded, with warm-up; writes requests.jsonl, run.json and a summary.
+    /// On stderr: an estimate of the run's length before the load (from a probe request per
+    /// bucket), a line per cell with the ETA, and a heartbeat line every 10 s without one.
     ///
     /// Try: tokentap bench --target http://127.0.0.1:8080 --out bench-out --concurrency 1,2,4,8
     Bench(Box<tokentap::bench::Args>),

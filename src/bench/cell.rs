@@ -144,7 +144,7 @@ pub(crate) async fn measure(
     level: Level,
     (requests, warmup): (usize, usize),
     stop: &Arc<AtomicBool>,
-    progress: &runner::Progress,
+    progress: &super::progress::Progress,
     out: &mut Out,
 ) -> std::ops::Range<usize> {
     let cfg = load.cfg;

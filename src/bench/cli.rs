@@ -121,6 +121,13 @@ pub struct Args {
     /// At most this many turns of a conversation.
     #[arg(long, default_value_t = 8)]
     pub max_turns: usize,
+    /// Send no probe requests before the load: no estimate, and the ETA waits for the first
+    /// cell.
+    #[arg(long)]
+    pub no_estimate: bool,
+    /// Print a progress line after this long without one (a terminal's bar is redrawn instead).
+    #[arg(long, default_value = "10s", hide = true)]
+    pub progress_every: humantime::Duration,
 }
 
 /// Run the sweep the arguments describe.
@@ -210,6 +217,8 @@ pub fn cli(a: Args) -> Exit {
         multi_turn: a.multi_turn,
         think_time: a.think_time.into(),
         max_turns: a.max_turns,
+        estimate: !a.no_estimate,
+        progress_every: a.progress_every.into(),
         ..Default::default()
     };
     if cfg.route_header.is_some() && cfg.arms.len() != 2 {

@@ -16,8 +16,10 @@ pub mod arrival;
 mod cell;
 pub mod cli;
 pub mod dataset;
+mod estimate;
 mod info;
 mod open;
+mod progress;
 pub mod replay;
 pub mod request;
 mod runner;
@@ -87,6 +89,11 @@ pub struct BenchConfig {
     /// The API shape to send requests in (`chat` by default).
     pub api: crate::openai::Api,
     pub quiet: bool,
+    /// Before the load, send one probe request per bucket (not recorded) for an estimate of the
+    /// run's length; never when quiet. Without it the ETA waits for the first cell.
+    pub estimate: bool,
+    /// Without a line for this long, a heartbeat line (on a terminal, the bar redrawn).
+    pub progress_every: Duration,
     /// Only these buckets (all three when empty).
     pub buckets: Vec<String>,
     /// Open-loop cells at these arrival rates (requests a second) instead of the concurrency
@@ -144,6 +151,8 @@ impl Default for BenchConfig {
             route_header: None,
             api: crate::openai::Api::Chat,
             quiet: false,
+            estimate: true,
+            progress_every: Duration::from_secs(10),
             buckets: Vec::new(),
             request_rates: Vec::new(),
             arrivals: Arrivals {
@@ -244,7 +253,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     } else {
         None
     };
-    let progress = runner::Progress::new(cfg.quiet);
+    let progress = progress::Progress::new(cfg.quiet, cfg.progress_every);
     let prefixes = chosen
         .iter()
         .map(|c| c.spec.name)
@@ -272,6 +281,14 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
             },
             cfg.seed
         );
+    }
+
+    let _beat = progress.heartbeat();
+    if !cfg.quiet {
+        let replayed = plan.as_ref().map(|p| p.0.as_slice());
+        let (c, t) = (&chosen, &target);
+        let e = estimate::plan(t, &load, c, &convs, replayed, cfg.estimate, &stop).await;
+        progress.plan(e);
     }
 
     let mut out = Out::default();
@@ -457,6 +474,9 @@ fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
     }
     if cfg.prefix_groups == 0 {
         return usage("--prefix-groups must be at least 1");
+    }
+    if cfg.progress_every.is_zero() {
+        return usage("--progress-every must be positive");
     }
     if cfg.max_turns == 0 {
         return usage("--max-turns must be at least 1");

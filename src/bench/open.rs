@@ -13,8 +13,9 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::progress::{ttft_p95, Progress};
 use super::request::{Req, Sent};
-use super::runner::{Progress, Target};
+use super::runner::Target;
 use crate::meter::{duration_ms, Outcome, RequestRecord, Schedule};
 
 /// A request of the plan: when it is due (from the start of the cell) and whether it is
@@ -55,6 +56,7 @@ pub async fn run_open(
     progress: &Progress,
 ) -> OpenResult {
     let measured = plan.iter().filter(|p| p.measured).count();
+    progress.begin(label, measured, plan.len() - measured);
     let sem = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
     let in_flight = Arc::new(AtomicUsize::new(0));
     // A little ahead, so the first request is not late by the time it takes to get here.
@@ -65,6 +67,9 @@ pub async fn run_open(
     let mut on_done =
         |r: Option<(usize, bool, Instant, Duration, RequestRecord)>,
          done: &mut Vec<(usize, Instant, Duration, RequestRecord)>| {
+            if r.is_some() {
+                progress.request_done();
+            }
             if let Some((i, true, sent, at, rec)) = r {
                 errors += usize::from(rec.outcome != Outcome::Ok);
                 done.push((i, sent, at, rec));
@@ -128,7 +133,8 @@ pub async fn run_open(
         .iter()
         .map(|d| d.1.saturating_duration_since(start).as_secs_f64())
         .collect();
-    progress.cell_done(label, done.len(), errors, wall_s);
+    let p95 = ttft_p95(done.iter().map(|d| &d.3));
+    progress.cell_done(label, done.len(), errors, wall_s, p95);
     OpenResult {
         records: done.into_iter().map(|d| d.3).collect(),
         wall_s,

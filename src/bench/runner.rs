@@ -1,7 +1,6 @@
 //! The load itself: an HTTP client that measures each streamed request with the proxy's own
 //! `Meter`, and the closed loop that keeps exactly C requests in flight.
 
-use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +13,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
+use super::progress::{ttft_p95, Progress};
 use super::request::{Message, Req, Sent};
 use super::Overhead;
 use crate::meter::{
@@ -325,6 +325,7 @@ pub(crate) struct Tally<'a> {
 
 impl<'a> Tally<'a> {
     pub fn new(label: &'a str, requests: usize, warmup: usize, progress: &'a Progress) -> Self {
+        progress.begin(label, requests, warmup);
         Tally {
             label,
             requests,
@@ -348,6 +349,7 @@ impl<'a> Tally<'a> {
 
     /// Request `i` ended with this record.
     pub fn finished(&self, i: usize, rec: RequestRecord) {
+        self.progress.request_done();
         if i < self.warmup {
             return;
         }
@@ -373,8 +375,9 @@ impl<'a> Tally<'a> {
         let mut records = self.results.into_inner().unwrap_or_default();
         records.sort_by_key(|(i, _)| *i);
         let errors = self.errors.load(Ordering::Relaxed);
+        let p95 = ttft_p95(records.iter().map(|(_, r)| r));
         self.progress
-            .cell_done(self.label, records.len(), errors, wall_s);
+            .cell_done(self.label, records.len(), errors, wall_s, p95);
         CellResult {
             records: records.into_iter().map(|(_, r)| r).collect(),
             wall_s,
@@ -536,45 +539,5 @@ pub async fn client_overhead() -> Overhead {
         p50: q(0.5),
         p99: q(0.99),
         how,
-    }
-}
-
-/// Progress on stderr: a live line on a terminal, a line per cell otherwise.
-pub struct Progress {
-    tty: bool,
-    quiet: bool,
-}
-
-impl Progress {
-    pub fn new(quiet: bool) -> Self {
-        Progress {
-            tty: std::io::stderr().is_terminal(),
-            quiet,
-        }
-    }
-    pub fn update(&self, label: &str, done: usize, total: usize, errors: usize) {
-        if self.tty && !self.quiet {
-            let w = 30;
-            let filled = done * w / total.max(1);
-            eprint!(
-                "\r{label:<20} [{}{}] {done}/{total} errors {errors}   ",
-                "#".repeat(filled),
-                ".".repeat(w - filled)
-            );
-        }
-    }
-    pub fn cell_done(&self, label: &str, n: usize, errors: usize, wall_s: f64) {
-        if self.quiet {
-            return;
-        }
-        if self.tty {
-            eprint!("\r{:<80}\r", "");
-        }
-        eprintln!("{label:<20} {n} measured, {errors} errors, {wall_s:.1} s");
-    }
-    pub fn line(&self, s: &str) {
-        if !self.quiet {
-            eprintln!("{s}");
-        }
     }
 }

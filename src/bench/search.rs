@@ -15,7 +15,8 @@ use tokio::time::Instant;
 
 use super::cell::{measure, Level, Load, Out};
 use super::dataset::Chosen;
-use super::runner::{Progress, Target};
+use super::progress::Progress;
+use super::runner::Target;
 use crate::meter::RequestRecord;
 use crate::report::Slos;
 use crate::stats::{pct, sorted};

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use super::cell::Load;
 use super::dataset::{BucketSpec, Conversation};
+use super::progress::Progress;
 use super::request::{Message, Req, Role, Sent};
-use super::runner::{CellResult, Progress, Tally, Target};
+use super::runner::{CellResult, Tally, Target};
 use crate::sim::http::estimate_tokens;
 
 /// The bucket whose prompt range holds `tokens`.

@@ -1,0 +1,440 @@
+//! How long a run will take, said before the load starts: one probe request per bucket (TTFT
+//! and TPOT on this client's clock, a synthetic prompt of the bucket's median length, never one
+//! of the measured prompts), and from it every planned cell's duration. The ETA then corrects
+//! the cells still to run by what the finished ones took (`progress.rs`). Never sends a measured
+//! request; a probe that fails leaves the estimate unknown, never the run.
+
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use super::cell::{Level, Load};
+use super::dataset::{Chosen, Conversation};
+use super::open::Planned;
+use super::request::{text_of_tokens, Message, Req, Sent};
+use super::runner::Target;
+use crate::meter::Outcome;
+use crate::sim::http::estimate_tokens;
+
+/// Output tokens a probe asks for: enough gaps for a TPOT, few enough to cost little.
+const PROBE_TOKENS: u64 = 16;
+
+/// What a probe measured, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Probe {
+    pub ttft_s: f64,
+    pub tpot_s: f64,
+}
+
+impl Probe {
+    /// Used to weigh cells against each other when no probe answered; never printed.
+    const NOMINAL: Probe = Probe {
+        ttft_s: 0.1,
+        tpot_s: 0.03,
+    };
+
+    /// One request's duration with `out` output tokens.
+    pub fn e2e_s(self, out: u64) -> f64 {
+        self.ttft_s + out.saturating_sub(1) as f64 * self.tpot_s
+    }
+}
+
+/// A cell the run will measure and how long it should take (warm-up included).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Cell {
+    /// As the cell's progress lines name it (`long-short C=4`).
+    pub label: String,
+    /// Its concurrency or rate: cells at one level are corrected together.
+    pub level: f64,
+    /// Warm-up and measured requests.
+    pub requests: usize,
+    pub est_s: f64,
+}
+
+/// The run's estimate, decided once before the load.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Plan {
+    /// The cells are known in advance (a sweep, rates, conversations, a replay).
+    Cells {
+        cells: Vec<Cell>,
+        /// Whether the figures rest on a measurement (else they only weigh cells).
+        calibrated: bool,
+        basis: String,
+    },
+    /// A search: its levels depend on what they measure; it takes at most this long, and
+    /// about `pace_s` if its levels keep the probes' pace.
+    AtMost {
+        bound_s: f64,
+        pace_s: Option<f64>,
+        basis: String,
+    },
+}
+
+impl Plan {
+    /// The line printed before the load.
+    pub fn line(&self) -> String {
+        match self {
+            Plan::Cells {
+                calibrated: false,
+                basis,
+                ..
+            } => format!("estimate: none yet ({basis}); an ETA follows the first cell"),
+            Plan::Cells { cells, basis, .. } => format!(
+                "estimate: about {} ({} cell{}, {} requests with warm-up; {basis})",
+                about(cells.iter().map(|c| c.est_s).sum()),
+                cells.len(),
+                if cells.len() == 1 { "" } else { "s" },
+                cells.iter().map(|c| c.requests).sum::<usize>(),
+            ),
+            Plan::AtMost { bound_s, basis, .. } => {
+                format!("estimate: at most {} ({basis})", about(*bound_s))
+            }
+        }
+    }
+}
+
+/// A duration as the estimate line says it: `45 s`, `12 min`, `2 h 05 min`.
+pub(crate) fn about(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    match s {
+        0..=89 => format!("{s} s"),
+        90..=5399 => format!("{} min", (s + 30) / 60),
+        _ => format!("{} h {:02} min", s / 3600, (s % 3600 + 30) / 60),
+    }
+}
+
+/// Probe the target and plan the run's cells (`replay`: the replay's requests, if it is one).
+pub(crate) async fn plan(
+    target: &Target,
+    load: &Load<'_>,
+    chosen: &[Chosen],
+    convs: &[Conversation],
+    replay: Option<&[Planned]>,
+    send_probes: bool,
+    stop: &AtomicBool,
+) -> Plan {
+    let cfg = load.cfg;
+    if let Some(r) = replay {
+        let span = r.iter().map(|p| p.at).max().unwrap_or_default();
+        let cell = Cell {
+            label: "replay".into(),
+            level: 0.0,
+            requests: r.len(),
+            est_s: span.as_secs_f64(),
+        };
+        let basis = format!(
+            "the replay's span at --speed {}; the last requests' own time comes on top",
+            cfg.speed
+        );
+        return Plan::Cells {
+            cells: vec![cell],
+            calibrated: true,
+            basis,
+        };
+    }
+    // One probe per bucket (the conversations' first turns are one bucket).
+    let mut probes = Vec::new();
+    if send_probes && cfg.multi_turn {
+        let firsts = convs.iter().filter_map(|c| c.turns.first());
+        let mut t: Vec<u64> = firsts.map(|(h, _)| estimate_tokens(h)).collect();
+        t.sort_unstable();
+        let tokens = t.get(t.len() / 2).copied().unwrap_or(100);
+        probes.push(probe(target, load, tokens, stop).await);
+    } else if send_probes {
+        for c in chosen.iter().filter(|c| !c.prompts.is_empty()) {
+            let mut t: Vec<u64> = c.prompts.iter().map(|p| p.est_tokens).collect();
+            t.sort_unstable();
+            let tokens = t[t.len() / 2] + cfg.shared_prefix;
+            probes.push(probe(target, load, tokens, stop).await);
+        }
+    }
+    let got: Vec<Probe> = probes.iter().flatten().copied().collect();
+    let calibrated = !got.is_empty();
+    let fallback = got.first().copied().unwrap_or(Probe::NOMINAL);
+    let basis = if calibrated {
+        probe_basis(&got, probes.len())
+    } else if !send_probes {
+        "no probe sent".into()
+    } else if probes.is_empty() {
+        "no bucket to probe".into()
+    } else {
+        "the probe requests failed".into()
+    };
+    let n = cfg.warmup + cfg.requests;
+    let buckets = chosen.iter().filter(|c| !c.prompts.is_empty());
+    let per_bucket: Vec<(&Chosen, Probe)> = buckets
+        .enumerate()
+        .map(|(i, c)| (c, probes.get(i).copied().flatten().unwrap_or(fallback)))
+        .collect();
+    if cfg.multi_turn {
+        let p = probes.first().copied().flatten().unwrap_or(fallback);
+        let cells = cfg
+            .concurrency
+            .iter()
+            .map(|&conc| Cell {
+                label: format!("conversations C={conc}"),
+                level: conc as f64,
+                requests: n,
+                est_s: rounds(n, conc) * turn_s(cfg, convs, p),
+            })
+            .collect();
+        return Plan::Cells {
+            cells,
+            calibrated,
+            basis,
+        };
+    }
+    if cfg.until.is_some() {
+        let bound_s = cfg.max_time.as_secs_f64();
+        let top = match (cfg.request_rates.is_empty(), cfg.max_level) {
+            (true, m) => format!("C={}", m.unwrap_or(256.0)),
+            (false, m) => format!("{}/s", m.unwrap_or(1000.0)),
+        };
+        let pace_s = calibrated.then(|| search_pace(load, &per_bucket));
+        let basis = match pace_s {
+            Some(p) => format!(
+                "--max-time, the level under way then finishing; at the probe's pace, every level up to {top} and a refinement below it would take {}; {basis}",
+                about(p)
+            ),
+            None => format!("--max-time, the level under way then finishing; {basis}"),
+        };
+        return Plan::AtMost {
+            bound_s,
+            pace_s: pace_s.filter(|p| *p < bound_s),
+            basis,
+        };
+    }
+    let mut cells = Vec::new();
+    for (c, p) in per_bucket {
+        let e2e = p.e2e_s(c.spec.output_tokens);
+        let levels: Vec<Level> = if cfg.request_rates.is_empty() {
+            cfg.concurrency
+                .iter()
+                .map(|&c| Level::Concurrency(c))
+                .collect()
+        } else {
+            cfg.request_rates.iter().map(|&r| Level::Rate(r)).collect()
+        };
+        for level in levels {
+            let (value, est_s) = match level {
+                Level::Concurrency(conc) => (conc as f64, rounds(n, conc) * e2e),
+                Level::Rate(rate) => (rate, open_s(load, rate, n, e2e)),
+            };
+            cells.push(Cell {
+                label: format!("{} {}", c.spec.name, level.label()),
+                level: value,
+                requests: n,
+                est_s,
+            });
+        }
+    }
+    Plan::Cells {
+        cells,
+        calibrated,
+        basis,
+    }
+}
+
+/// Closed-loop rounds of `n` requests, `conc` at a time.
+fn rounds(n: usize, conc: usize) -> f64 {
+    n.div_ceil(conc.max(1)) as f64
+}
+
+/// An open-loop cell: its schedule's span (or the cap's pace, if slower) and the last request.
+fn open_s(load: &Load<'_>, rate: f64, n: usize, e2e: f64) -> f64 {
+    let cfg = load.cfg;
+    let span = cfg
+        .arrivals
+        .offsets(rate, n)
+        .last()
+        .map_or(0.0, Duration::as_secs_f64);
+    let capped = cfg.max_concurrency.map_or(0.0, |k| rounds(n, k) * e2e);
+    span.max(capped) + e2e
+}
+
+/// A turn of a conversation: its request and, but for the first turns, the think before it.
+fn turn_s(cfg: &super::BenchConfig, convs: &[Conversation], p: Probe) -> f64 {
+    let turns: Vec<&(String, Option<String>)> = convs
+        .iter()
+        .flat_map(|c| c.turns.iter().take(cfg.max_turns))
+        .collect();
+    let outs = turns.iter().map(|(_, r)| {
+        r.as_deref()
+            .map_or(128, |r| estimate_tokens(r).clamp(16, 1024))
+    });
+    let mean_out = outs.sum::<u64>() as f64 / turns.len().max(1) as f64;
+    let per_conv = turns.len() as f64 / convs.len().max(1) as f64;
+    let think = cfg.think_time.as_secs_f64() * (1.0 - 1.0 / per_conv.max(1.0));
+    p.ttft_s + (mean_out - 1.0).max(0.0) * p.tpot_s + think
+}
+
+/// A search at the probes' pace if no level breaks: every bucket's levels doubling to the top,
+/// then the refinement a break at the top would bring (each of its levels costing the top's).
+fn search_pace(load: &Load<'_>, buckets: &[(&Chosen, Probe)]) -> f64 {
+    let cfg = load.cfg;
+    let rate = cfg.request_rates.iter().copied().reduce(f64::min);
+    let (start, max) = match rate {
+        Some(r) => (r, cfg.max_level.unwrap_or(1000.0)),
+        None => (
+            cfg.concurrency.iter().copied().min().unwrap_or(1) as f64,
+            cfg.max_level.unwrap_or(256.0),
+        ),
+    };
+    // As the search sizes a level (`search.rs`).
+    let level_s = |v: f64, e2e: f64| match rate {
+        Some(_) => {
+            let n = cfg.requests.max((2.0 * v).ceil() as usize) + cfg.warmup;
+            open_s(load, v, n, e2e)
+        }
+        None => {
+            let n = cfg.requests.max(2 * v as usize) + cfg.warmup.max(v as usize);
+            rounds(n, v as usize) * e2e
+        }
+    };
+    let mut total = 0.0;
+    for (c, p) in buckets {
+        let e2e = p.e2e_s(c.spec.output_tokens);
+        let mut v = start.min(max);
+        loop {
+            total += level_s(v, e2e);
+            if v >= max {
+                break;
+            }
+            v = (v * 2.0).min(max);
+        }
+        // Halving the gap from half the top: to one in flight, or to 10 % of the rate.
+        let refine = match rate {
+            Some(_) => 3.0,
+            None => (v / 2.0).log2().ceil().max(0.0),
+        };
+        total += refine * level_s(v, e2e);
+    }
+    total
+}
+
+/// What the probes measured, for the estimate line.
+fn probe_basis(got: &[Probe], sent: usize) -> String {
+    let ms = |s: f64| format!("{:.0}", s * 1000.0);
+    let ttft = got.iter().map(|p| p.ttft_s);
+    let (lo, hi) = ttft.fold((f64::MAX, 0.0f64), |(l, h), t| (l.min(t), h.max(t)));
+    let mut tpot: Vec<f64> = got.iter().map(|p| p.tpot_s).collect();
+    tpot.sort_by(f64::total_cmp);
+    let ttft = if ms(lo) == ms(hi) {
+        ms(lo)
+    } else {
+        format!("{}–{}", ms(lo), ms(hi))
+    };
+    let what = match (sent, got.len()) {
+        (1, _) => "a probe request".to_owned(),
+        (n, k) if n == k => "a probe request per bucket".to_owned(),
+        (n, k) => format!("a probe request per bucket ({k} of {n} answered)"),
+    };
+    format!(
+        "from {what}: TTFT {ttft} ms, TPOT {:.1} ms",
+        tpot[tpot.len() / 2] * 1000.0
+    )
+}
+
+/// One request of `tokens` prompt tokens, not recorded; its TTFT and TPOT if it succeeded.
+async fn probe(target: &Target, load: &Load<'_>, tokens: u64, stop: &AtomicBool) -> Option<Probe> {
+    let cfg = load.cfg;
+    let req = Req {
+        model: load.model.clone(),
+        api: cfg.api,
+        system: None,
+        messages: vec![Message::user(text_of_tokens(
+            tokens,
+            cfg.seed ^ 0x7072_6f62_6521,
+        ))],
+        out: PROBE_TOKENS,
+        fixed: cfg.fixed_output,
+        bucket: "probe".into(),
+        concurrency: None,
+        request_rate: None,
+        turn: None,
+        arm: None,
+        route_header: None,
+    };
+    let r = target.one(&req, Sent::default(), stop).await;
+    let ttft = r.ttft_ms.filter(|_| r.outcome == Outcome::Ok)?;
+    Some(Probe {
+        ttft_s: ttft / 1000.0,
+        tpot_s: r.tpot_ms.unwrap_or(0.0) / 1000.0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_a_person_says_them() {
+        assert_eq!(about(44.6), "45 s");
+        assert_eq!(about(89.0), "89 s");
+        assert_eq!(about(90.0), "2 min");
+        assert_eq!(about(31.0 * 60.0), "31 min");
+        assert_eq!(about(2.0 * 3600.0 + 5.0 * 60.0), "2 h 05 min");
+        assert_eq!(about(-3.0), "0 s");
+    }
+
+    #[test]
+    fn a_request_lasts_its_ttft_and_a_gap_per_further_token() {
+        let p = Probe {
+            ttft_s: 0.12,
+            tpot_s: 0.028,
+        };
+        assert!((p.e2e_s(64) - (0.12 + 63.0 * 0.028)).abs() < 1e-9);
+        assert_eq!(p.e2e_s(1), 0.12);
+        assert_eq!(rounds(35, 8), 5.0);
+        assert_eq!(rounds(35, 1), 35.0);
+    }
+
+    #[test]
+    fn the_line_says_what_it_rests_on() {
+        let cells = vec![
+            Cell {
+                label: "long-short C=1".into(),
+                level: 1.0,
+                requests: 35,
+                est_s: 600.0,
+            },
+            Cell {
+                label: "long-short C=2".into(),
+                level: 2.0,
+                requests: 35,
+                est_s: 1260.0,
+            },
+        ];
+        let basis = probe_basis(
+            &[
+                Probe {
+                    ttft_s: 0.075,
+                    tpot_s: 0.028,
+                },
+                Probe {
+                    ttft_s: 0.12,
+                    tpot_s: 0.029,
+                },
+            ],
+            2,
+        );
+        assert_eq!(
+            basis,
+            "from a probe request per bucket: TTFT 75–120 ms, TPOT 29.0 ms"
+        );
+        let plan = Plan::Cells {
+            cells: cells.clone(),
+            calibrated: true,
+            basis,
+        };
+        assert_eq!(
+            plan.line(),
+            "estimate: about 31 min (2 cells, 70 requests with warm-up; from a probe request per bucket: TTFT 75–120 ms, TPOT 29.0 ms)"
+        );
+        let none = Plan::Cells {
+            cells,
+            calibrated: false,
+            basis: "the probe requests failed".into(),
+        };
+        assert!(none.line().starts_with("estimate: none yet"));
+    }
+}
