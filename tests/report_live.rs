@@ -188,3 +188,135 @@ fn every_markdown_table_renders_with_its_columns() {
         }
     }
 }
+
+/// A recorded log and what its report must say.
+struct Case {
+    file: &'static str,
+    /// An SLO file beside the logs (the CPU rig's own bar), or the write-up's defaults.
+    slo: Option<&'static str>,
+    /// Whether `--fail-on-slo interactive` passes.
+    healthy: bool,
+    /// Arms (or routes) every answer names.
+    arms: &'static [&'static str],
+}
+
+const CORPUS: [Case; 4] = [
+    Case {
+        file: "live-rig.jsonl",
+        slo: Some("rig-slo.toml"),
+        healthy: true,
+        arms: &["direct", "gateway"],
+    },
+    Case {
+        file: "live-rig-slow.jsonl",
+        slo: Some("rig-slo.toml"),
+        healthy: false,
+        arms: &["direct", "gateway"],
+    },
+    // The demo's long-short cells at C=8 miss 500 ms on both arms (565 ms).
+    Case {
+        file: "demo-bench.jsonl",
+        slo: None,
+        healthy: false,
+        arms: &["direct", "gateway"],
+    },
+    Case {
+        file: "demo-proxy.jsonl",
+        slo: None,
+        healthy: false,
+        arms: &["direct", "gateway"],
+    },
+];
+
+#[test]
+fn recorded_logs_are_judged_on_their_generations_alone() {
+    let dir = support::fixtures_dir().join("../logs");
+    for case in CORPUS {
+        let log = dir.join(case.file);
+        let slo: Vec<String> = case
+            .slo
+            .map(|s| vec!["--slo".into(), dir.join(s).display().to_string()])
+            .unwrap_or_default();
+        let mut args: Vec<&str> = slo.iter().map(String::as_str).collect();
+        args.extend(["--fail-on-slo", "interactive"]);
+        let out = report(&args, &log);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), case.healthy, "{}: {err}", case.file);
+        if !case.healthy {
+            assert!(err.contains("SLO missed: interactive"), "{err}");
+            for arm in case.arms {
+                assert!(err.contains(&format!("[{arm}]")), "{}: {arm}: {err}", case.file);
+            }
+        }
+        args.extend(["--format", "json"]);
+        let out = report(&args, &log);
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let t = &r["traffic"];
+        // Cells hold the generations and nothing else; the rest is in its own table.
+        let cells = r["cells"].as_array().unwrap();
+        let in_cells: u64 = cells.iter().map(|c| c["requests"].as_u64().unwrap()).sum();
+        assert_eq!(in_cells, t["generation"].as_u64().unwrap(), "{}", case.file);
+        let apart: u64 = r["other_traffic"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["requests"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            apart,
+            t["client_errors"].as_u64().unwrap() + t["other"].as_u64().unwrap(),
+            "{}",
+            case.file
+        );
+        // Every answer that judges names every arm.
+        for a in r["answers"].as_array().unwrap() {
+            let q = a["question"].as_str().unwrap();
+            if q.contains("one user") || q.contains("ceiling") || q.contains("failure mode") {
+                for arm in case.arms {
+                    assert!(
+                        a["answer"].as_str().unwrap().contains(arm),
+                        "{}: {q} names no {arm}: {}",
+                        case.file,
+                        a["answer"]
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The mixed rig log: listings, probes, LiteLLM's 401s and 429s, bad bodies and unknown
+/// models each land where they belong.
+#[test]
+fn the_rig_log_puts_each_kind_of_request_in_its_place() {
+    let r = json(&support::fixtures_dir().join("../logs/live-rig.jsonl"));
+    let t = &r["traffic"];
+    assert_eq!(t["throttled"], 9, "LiteLLM's 429s");
+    assert_eq!(t["cancelled"], 6);
+    assert_eq!(t["client_errors"], 12);
+    let other = r["other_traffic"].as_array().unwrap();
+    let class = |e: &str, s: u64| {
+        other
+            .iter()
+            .filter(|o| o["endpoint"] == e && o["status"] == s)
+            .map(|o| o["class"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(class("/v1/models", 200), ["other"]);
+    assert_eq!(class("/health", 200), ["other"]);
+    assert_eq!(class("/gateway/metrics", 401), ["other"]);
+    assert_eq!(class("/gateway/v1/chat/completions", 401), ["client_error"]);
+    assert_eq!(class("/v1/chat/completions", 404), ["client_error"]);
+    // No cell is all refusals of the client's own making; 429s are throttling, named.
+    let fm = r["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["question"] == "What is the failure mode?")
+        .unwrap()["answer"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(fm.contains("9 throttled (429)"), "{fm}");
+    assert!(t["streams_without_usage"].as_u64().unwrap() > 0);
+}
