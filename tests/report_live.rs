@@ -245,7 +245,11 @@ fn recorded_logs_are_judged_on_their_generations_alone() {
         if !case.healthy {
             assert!(err.contains("SLO missed: interactive"), "{err}");
             for arm in case.arms {
-                assert!(err.contains(&format!("[{arm}]")), "{}: {arm}: {err}", case.file);
+                assert!(
+                    err.contains(&format!("[{arm}]")),
+                    "{}: {arm}: {err}",
+                    case.file
+                );
             }
         }
         args.extend(["--format", "json"]);

@@ -11,6 +11,7 @@ pub mod defaults;
 mod env;
 mod experiment;
 mod otlp;
+mod parse_error;
 pub mod raw;
 mod routes;
 
@@ -154,14 +155,14 @@ impl Config {
         let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
             let inner = e.into_inner();
-            let msg = in_words(inner.message());
+            let msg = parse_error::in_words(inner.message());
             // An unknown key: its own line, not its table's.
             let unknown = msg
                 .strip_prefix("unknown field `")
                 .and_then(|m| m.split('`').next());
             let at = inner
                 .span()
-                .map(|s| format!(" (line {})", line_of(text, s.start, unknown)))
+                .map(|s| format!(" (line {})", parse_error::line_of(text, s.start, unknown)))
                 .unwrap_or_default();
             err(
                 file,
@@ -180,49 +181,6 @@ impl Config {
     pub fn from_flags(over: &Overrides) -> Result<Config, ConfigError> {
         RawConfig::default().validate("(command line)", over)
     }
-}
-
-/// A TOML or serde message in one line, with Rust's type names in words.
-fn in_words(msg: &str) -> String {
-    let mut m = msg.trim().replace('\n', "; ");
-    for (ty, words) in [
-        ("usize", "a whole number (0 or more)"),
-        ("u64", "a whole number (0 or more)"),
-        ("u32", "a whole number (0 or more)"),
-        ("u16", "a whole number from 0 to 65535"),
-        ("u8", "a whole number from 0 to 255"),
-        ("i64", "a whole number"),
-        ("f64", "a number"),
-    ] {
-        m = m.replace(&format!("expected {ty}"), &format!("expected {words}"));
-    }
-    m
-}
-
-/// The 1-based line of byte `at`; for an unknown key, the line where that key is written at or
-/// after `at` (its table's span starts at the table).
-fn line_of(text: &str, at: usize, unknown: Option<&str>) -> usize {
-    let at = at.min(text.len());
-    let line = text.as_bytes()[..at]
-        .iter()
-        .filter(|b| **b == b'\n')
-        .count()
-        + 1;
-    let Some(key) = unknown else { return line };
-    text.lines()
-        .enumerate()
-        .skip(line - 1)
-        .find(|(_, l)| {
-            let l = l.trim_start();
-            let bare = l.strip_prefix(key);
-            let quoted = l
-                .strip_prefix('"')
-                .and_then(|q| q.strip_prefix(key))
-                .and_then(|q| q.strip_prefix('"'));
-            bare.or(quoted)
-                .is_some_and(|rest| matches!(rest.trim_start().chars().next(), Some('=' | '.')))
-        })
-        .map_or(line, |(i, _)| i + 1)
 }
 
 fn parse_addr(s: &str, file: &str, key: &str) -> Result<SocketAddr, ConfigError> {
@@ -560,7 +518,7 @@ mod tests {
     fn env_expansion_and_secret_header() {
         std::env::set_var("TOKENTAP_TEST_KEY", "sk-secret-value");
         let c = load(
-            "[[routes]]\nname='g'\nupstream='http://h:1'\nset_headers={authorization='Bearer ${TOKENTAP_TEST_KEY}'}\n",
+            "[[routes]]\nname='g'\nupstream='http://h:1'\nset_headers={authorization='Bearer ${TOKENTAP_TEST_KEY}'}\nadmit_sources=['10.0.0.0/8']\n",
         )
         .unwrap();
         assert_eq!(
