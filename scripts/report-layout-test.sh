@@ -34,7 +34,7 @@ make_reports() {
   cargo build --locked -q
   local bin=target/debug/tokentap
   rm -rf "$OUT/demo" "$OUT/live.jsonl"
-  "$bin" demo --out "$OUT/demo" >"$OUT/demo.log"
+  "$bin" demo --out "$OUT/demo" >"$OUT/demo.log" 2>&1
   "$bin" report "$OUT/demo/bench" --tap "$OUT/demo/proxy.jsonl" --format html --out "$OUT/demo.html"
   local port sim proxy admin
   port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
