@@ -1,17 +1,30 @@
-//! Minimal inline SVG charts (no scripts, no fonts to fetch): lines over a categorical x axis,
-//! and grouped bars; each draws the thresholds it is judged against as dashed lines.
+//! Inline SVG charts (no scripts, no fonts to fetch) a reader takes in at a glance: lines over a
+//! categorical x axis, and grouped bars. The value axis is fitted to the data (`axis`); each
+//! series has its bucket's colour and its arm's dash and marker; intervals are whiskers; the
+//! thresholds within reach of the data are dashed lines labelled beside the plot where no label
+//! touches another (`place`), the others named in a note under the chart; the legend is below
+//! the plot. Draws what `html` hands it; never computes a figure.
+
+mod axis;
+mod frame;
+mod marks;
+mod place;
 
 use std::fmt::Write;
 
-const W: f64 = 640.0;
-const H: f64 = 300.0;
-const L: f64 = 60.0;
-const R: f64 = 140.0;
-const T: f64 = 30.0;
-const B: f64 = 40.0;
-const COLORS: [&str; 6] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+use axis::Axis;
+use frame::Frame;
+
+/// Series colours, one per bucket.
+pub const COLORS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 ];
+/// Percentiles of one cell, light to dark (apart from the buckets' colours).
+pub const PCT_COLORS: [&str; 3] = ["#9ecae1", "#4292c6", "#08306b"];
+/// A legend key that stands for a dash alone (an arm, in every bucket's colour).
+pub const GREY: &str = "#555";
+/// Dashes, one per arm; the dash also picks the marker (`marks::marker`).
+const DASHES: [&str; 4] = ["", "7,4", "2,3", "9,3,2,3"];
 
 pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -20,211 +33,155 @@ pub fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-fn frame(out: &mut String, title: &str, y_label: &str, ymax: f64, xs: &[String]) {
-    // Many categories: labels are rotated below the axis, in extra room under the plot.
-    let rotate = xs.len() > 6;
-    let h = if rotate { H + 110.0 } else { H };
-    let _ = write!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="{t}" style="font-family:sans-serif;font-size:11px">"#,
-        t = escape(title)
-    );
-    let _ = write!(
-        out,
-        r#"<text x="{L}" y="18" font-size="13" font-weight="bold">{}</text>"#,
-        escape(title)
-    );
-    let (pw, ph) = (W - L - R, H - T - B);
-    for i in 0..=4 {
-        let v = ymax * f64::from(i) / 4.0;
-        let y = T + ph - ph * f64::from(i) / 4.0;
-        let _ = write!(
-            out,
-            r##"<line x1="{L}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            L + pw,
-            L - 4.0,
-            y + 4.0,
-            fmt_num(v)
-        );
-    }
-    let mid = T + ph / 2.0;
-    let _ = write!(
-        out,
-        r#"<text x="14" y="{mid:.1}" transform="rotate(-90 14 {mid:.1})" text-anchor="middle">{}</text>"#,
-        escape(y_label)
-    );
-    for (i, x) in xs.iter().enumerate() {
-        let cx = L + pw * (i as f64 + 0.5) / xs.len().max(1) as f64;
-        let y = T + ph + 14.0;
-        if rotate {
-            let _ = write!(
-                out,
-                r#"<text x="{cx:.1}" y="{y:.1}" font-size="9" text-anchor="end" transform="rotate(-55 {cx:.1} {y:.1})">{}</text>"#,
-                escape(x)
-            );
-        } else {
-            let _ = write!(
-                out,
-                r#"<text x="{cx:.1}" y="{y:.1}" text-anchor="middle">{}</text>"#,
-                escape(x)
-            );
-        }
-    }
-    if !rotate {
-        let _ = write!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">concurrency</text>"#,
-            L + pw / 2.0,
-            H - 6.0
-        );
-    }
-}
-
-fn fmt_num(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
-fn nice_max(v: f64) -> f64 {
-    if v <= 0.0 || !v.is_finite() {
-        return 1.0;
-    }
-    let mag = 10f64.powf(v.log10().floor());
-    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
-        if v <= m * mag {
-            return m * mag;
-        }
-    }
-    10.0 * mag
-}
-
 /// A threshold line: its label and value (e.g. `interactive 500 ms`, 500).
 pub type Threshold = (String, f64);
 
-/// The frame of a chart scaled to its series and the thresholds near them (up to 3× the data:
-/// a far one would flatten the data), drawn dashed: the SVG so far and the y maximum.
-fn start(
-    title: &str,
-    y_label: &str,
-    xs: &[String],
-    series: &[(String, Vec<Option<f64>>)],
-    thresholds: &[Threshold],
-) -> (String, f64) {
-    let data = series
-        .iter()
-        .flat_map(|s| s.1.iter().flatten())
-        .fold(0.0_f64, |a, b| a.max(*b));
-    let near: Vec<&Threshold> = thresholds
-        .iter()
-        .filter(|t| t.1 > 0.0 && (data <= 0.0 || t.1 <= 3.0 * data))
-        .collect();
-    let ymax = nice_max(near.iter().map(|t| t.1 * 1.05).fold(data, f64::max));
-    let mut out = String::new();
-    frame(&mut out, title, y_label, ymax, xs);
-    let (pw, ph) = (W - L - R, H - T - B);
-    for (label, v) in near {
-        let y = T + ph - ph * v / ymax;
-        let _ = write!(
-            out,
-            r##"<line x1="{L}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#900" stroke-dasharray="5,4"/><text x="{:.1}" y="{:.1}" fill="#900" text-anchor="end" font-size="10">{}</text>"##,
-            L + pw,
-            L + pw - 2.0,
-            y - 3.0,
-            escape(label)
-        );
-    }
-    (out, ymax)
+/// How a series looks: its colour, and its dash (which picks its marker too).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Style {
+    pub color: &'static str,
+    pub dash: usize,
 }
 
-/// The legend entry of series `si`, right of the plot.
-fn legend(out: &mut String, si: usize, name: &str, color: &str) {
-    let ly = T + 14.0 * si as f64;
-    let _ = write!(
-        out,
-        r#"<rect x="{:.1}" y="{ly:.1}" width="10" height="10" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-        W - R + 10.0,
-        W - R + 24.0,
-        ly + 9.0,
-        escape(name)
-    );
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: String,
+    pub style: Style,
+    /// One value per x category; `None` leaves a gap.
+    pub ys: Vec<Option<f64>>,
+    /// 95 % intervals per x category, drawn as whiskers; empty when the series has none.
+    pub ci: Vec<Option<[f64; 2]>>,
+}
+
+/// A legend entry: a filled box (a colour) or, when `line`, a line sample with its marker.
+#[derive(Debug, Clone)]
+pub struct Key {
+    pub label: String,
+    pub style: Style,
+    pub line: bool,
+}
+
+impl Key {
+    /// Whether the key stands for the series: the same colour (a grey key stands for every
+    /// colour) and, for a line sample, the same dash.
+    fn covers(&self, s: &Series) -> bool {
+        (self.style.color == GREY || self.style.color == s.style.color)
+            && (!self.line || self.style.dash == s.style.dash)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Chart {
+    pub title: String,
+    pub y_label: String,
+    pub x_label: String,
+    /// The categories along x.
+    pub xs: Vec<String>,
+    /// When not empty, one per category: the name of its group, written once under each run
+    /// of categories that share it (a cell's bucket and arm under its levels).
+    pub groups: Vec<String>,
+    pub series: Vec<Series>,
+    pub thresholds: Vec<Threshold>,
+    pub legend: Vec<Key>,
+}
+
+impl Chart {
+    /// Without what has no data: series with no value, categories no series has a value at
+    /// (no empty bar groups), and keys that stand for no series left.
+    pub fn pruned(mut self) -> Chart {
+        self.series.retain(|s| s.ys.iter().any(Option::is_some));
+        let keep: Vec<bool> = (0..self.xs.len())
+            .map(|i| {
+                self.series
+                    .iter()
+                    .any(|s| s.ys.get(i).copied().flatten().is_some())
+            })
+            .collect();
+        keep_where(&mut self.xs, &keep);
+        keep_where(&mut self.groups, &keep);
+        for s in &mut self.series {
+            keep_where(&mut s.ys, &keep);
+            keep_where(&mut s.ci, &keep);
+        }
+        let series = &self.series;
+        self.legend.retain(|k| series.iter().any(|s| k.covers(s)));
+        self
+    }
+
+    /// The values the axis must hold: every point and every interval's ends.
+    fn extent(&self) -> Option<(f64, f64)> {
+        let vals = self.series.iter().flat_map(|s| {
+            s.ys.iter()
+                .flatten()
+                .copied()
+                .chain(s.ci.iter().flatten().flat_map(|c| c.iter().copied()))
+        });
+        vals.filter(|v| v.is_finite())
+            .fold(None, |acc, v| match acc {
+                None => Some((v, v)),
+                Some((lo, hi)) => Some((f64::min(lo, v), f64::max(hi, v))),
+            })
+    }
+
+    /// The axis, the thresholds drawn on it and those only named: a threshold above the data
+    /// by at most half the data's height again (1.5 × its maximum) stretches the axis to show
+    /// it; one further away would flatten the data, so it is named under the chart instead.
+    fn fit(&self) -> (Axis, Vec<&Threshold>, Vec<&Threshold>) {
+        let (lo, hi) = self.extent().unwrap_or((0.0, 0.0));
+        let reach = self
+            .thresholds
+            .iter()
+            .map(|t| t.1)
+            .filter(|t| *t > hi && hi > 0.0 && *t <= 1.5 * hi)
+            .fold(hi, f64::max);
+        let axis = Axis::fit(lo, reach);
+        let (drawn, named) = self
+            .thresholds
+            .iter()
+            .filter(|t| t.1.is_finite())
+            .partition(|t| (axis.min..=axis.max).contains(&t.1));
+        (axis, drawn, named)
+    }
 }
 
 /// One line per series over categorical x values; `None` leaves a gap.
-pub fn lines(
-    title: &str,
-    y_label: &str,
-    xs: &[String],
-    series: &[(String, Vec<Option<f64>>)],
-    thresholds: &[Threshold],
-) -> String {
-    let (mut out, ymax) = start(title, y_label, xs, series, thresholds);
-    let (pw, ph) = (W - L - R, H - T - B);
-    for (si, (name, ys)) in series.iter().enumerate() {
-        let color = COLORS[si % COLORS.len()];
-        let pts: Vec<(f64, f64)> = ys
-            .iter()
-            .enumerate()
-            .filter_map(|(i, y)| {
-                y.map(|y| {
-                    (
-                        L + pw * (i as f64 + 0.5) / xs.len().max(1) as f64,
-                        T + ph - ph * y / ymax,
-                    )
-                })
-            })
-            .collect();
-        let path: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-        let _ = write!(
-            out,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
-            path.join(" ")
-        );
-        for (x, y) in &pts {
-            let _ = write!(
-                out,
-                r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{color}"/>"#
-            );
-        }
-        legend(&mut out, si, name, color);
-    }
+pub fn lines(c: Chart) -> String {
+    let c = c.pruned();
+    let (axis, drawn, named) = c.fit();
+    let f = Frame::new(&c, axis, &drawn, &named, false);
+    let mut out = f.open(&c, &drawn);
+    marks::lines(&mut out, &f, &c.series);
     out.push_str("</svg>");
     out
 }
 
-/// Grouped bars: for each x, one bar per series.
-pub fn bars(
-    title: &str,
-    y_label: &str,
-    xs: &[String],
-    series: &[(String, Vec<Option<f64>>)],
-    thresholds: &[Threshold],
-) -> String {
-    let (mut out, ymax) = start(title, y_label, xs, series, thresholds);
-    let (pw, ph) = (W - L - R, H - T - B);
-    let slot = pw / xs.len().max(1) as f64;
-    let bw = slot * 0.8 / series.len().max(1) as f64;
-    for (si, (name, ys)) in series.iter().enumerate() {
-        let color = COLORS[si % COLORS.len()];
-        for (i, y) in ys.iter().enumerate() {
-            if let Some(y) = y {
-                let h = ph * y / ymax;
-                let x = L + slot * i as f64 + slot * 0.1 + bw * si as f64;
-                let _ = write!(
-                    out,
-                    r#"<rect x="{x:.1}" y="{:.1}" width="{bw:.1}" height="{h:.1}" fill="{color}"><title>{}: {}</title></rect>"#,
-                    T + ph - h,
-                    escape(name),
-                    fmt_num(*y)
-                );
-            }
-        }
-        legend(&mut out, si, name, color);
-    }
+/// Grouped bars: for each x, one bar per series, from zero.
+pub fn bars(c: Chart) -> String {
+    let c = c.pruned();
+    let (axis, drawn, named) = c.fit();
+    let f = Frame::new(&c, axis, &drawn, &named, true);
+    let mut out = f.open(&c, &drawn);
+    marks::bars(&mut out, &f, &c.series);
     out.push_str("</svg>");
     out
 }
+
+/// The items of `v` whose `keep` is true (`v` untouched when it is not one per category).
+fn keep_where<T>(v: &mut Vec<T>, keep: &[bool]) {
+    if v.len() == keep.len() {
+        let mut k = keep.iter();
+        v.retain(|_| k.next().copied().unwrap_or(false));
+    }
+}
+
+/// `<text>` at (x, y), escaped, with extra attributes.
+fn text(out: &mut String, x: f64, y: f64, attrs: &str, s: &str) {
+    let _ = write!(
+        out,
+        r#"<text x="{x:.1}" y="{y:.1}" {attrs}>{}</text>"#,
+        escape(s)
+    );
+}
+
+#[cfg(test)]
+mod tests;
