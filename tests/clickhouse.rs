@@ -82,7 +82,12 @@ const INSERTED: &str = "tokentap_clickhouse_rows_inserted_total";
 
 #[tokio::test]
 async fn records_go_in_batched_inserts_of_flat_rows_beside_the_file_log() {
-    let up = Upstream::spawn(|_| Script::chat_stream(MS(1), MS(1), 3, true)).await;
+    let up = Upstream::spawn(|_| {
+        let mut s = Script::chat_stream(MS(1), MS(1), 3, true);
+        s.headers.push(("x-request-id".into(), "engine-1".into()));
+        s
+    })
+    .await;
     let ch = FakeClickHouse::spawn().await;
     std::env::set_var("TOKENTAP_TEST_CH_PASS", "pa55");
     let mut px = proxy(
@@ -94,8 +99,18 @@ async fn records_go_in_batched_inserts_of_flat_rows_beside_the_file_log() {
     )
     .await;
     let c = client();
-    for _ in 0..12 {
-        assert_eq!(px.chat_with(&c).await.status, 200);
+    for i in 0..12 {
+        let id = format!("req-{i}");
+        let got = send(
+            &c,
+            "POST",
+            &px.url("/v1/chat/completions"),
+            &[("x-request-id", &id)],
+            chat_body("m", true),
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.status, 200);
     }
     ch.wait_rows(12).await;
     let recs = px.records(12).await;
@@ -112,7 +127,7 @@ async fn records_go_in_batched_inserts_of_flat_rows_beside_the_file_log() {
         assert_eq!(auth.as_deref(), Some("Basic dHQ6cGE1NQ=="));
     }
     let rows: Vec<&serde_json::Value> = got.iter().flat_map(|g| &g.2).collect();
-    for (row, rec) in rows.iter().zip(&recs) {
+    for (i, (row, rec)) in rows.iter().zip(&recs).enumerate() {
         assert_eq!(
             row["id"],
             rec.id.as_str(),
@@ -122,6 +137,10 @@ async fn records_go_in_batched_inserts_of_flat_rows_beside_the_file_log() {
         assert_eq!(row["stream"], 1);
         assert_eq!(row["output_tokens"], 3);
         assert_eq!(row["e2e_ms"], rec.e2e_ms);
+        // The ids, in the columns schema.sql gives them.
+        assert_eq!(row["request_id"], format!("req-{i}"));
+        assert_eq!(rec.request_id, Some(format!("req-{i}")));
+        assert_eq!(row["upstream_request_id"], "engine-1");
         assert!(row.as_object().unwrap().values().all(|v| !v.is_object()));
     }
     assert_eq!(counter(&px, INSERTED).await, 12.0);

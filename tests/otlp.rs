@@ -218,7 +218,7 @@ async fn a_span_per_request_continues_the_callers_trace_with_genai_attributes() 
     let up = Upstream::spawn(|_| {
         let mut s = Script::chat_stream(MS(30), MS(5), 5, true);
         s.chunks[0].1 = bytes::Bytes::from_static(
-            b"data: {\"model\":\"served-m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+            b"data: {\"id\":\"chatcmpl-otel\",\"model\":\"served-m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
         );
         s
     })
@@ -229,7 +229,11 @@ async fn a_span_per_request_continues_the_callers_trace_with_genai_attributes() 
         &client(),
         "POST",
         &px.url("/v1/chat/completions"),
-        &[("traceparent", PARENT), ("tracestate", "vendor=1")],
+        &[
+            ("traceparent", PARENT),
+            ("tracestate", "vendor=1"),
+            ("x-request-id", "client-req-1"),
+        ],
         chat_body("m", true),
     )
     .await
@@ -284,6 +288,11 @@ async fn a_span_per_request_continues_the_callers_trace_with_genai_attributes() 
     assert_eq!(a["gen_ai.request.model"], V::S("m".into()));
     assert_eq!(a["gen_ai.response.model"], V::S("served-m".into()));
     assert_eq!(rec.response_model.as_deref(), Some("served-m"));
+    // The ids: the client's as tokentap's own attribute, the upstream's completion id as the
+    // GenAI conventions name it.
+    assert_eq!(a["tokentap.request_id"], V::S("client-req-1".into()));
+    assert_eq!(a["gen_ai.response.id"], V::S("chatcmpl-otel".into()));
+    assert_eq!(rec.upstream_request_id.as_deref(), Some("chatcmpl-otel"));
     assert_eq!(a["gen_ai.usage.input_tokens"], V::I(7));
     assert_eq!(a["gen_ai.usage.output_tokens"], V::I(5));
     assert_eq!(a["gen_ai.request.max_tokens"], V::I(16));

@@ -71,6 +71,8 @@ fn rec(i: usize, bucket: &str, c: u64, ttft: f64, tpot: f64, key: &str) -> Reque
         ttft_split: None,
         gateway_tap: None,
         response_model: None,
+        request_id: None,
+        upstream_request_id: None,
         trace_id: None,
         span_id: None,
         error: None,

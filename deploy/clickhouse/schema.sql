@@ -70,12 +70,18 @@ CREATE TABLE IF NOT EXISTS requests
     ttft_split_engine_queue_ms Nullable(Float64),
     ttft_split_engine_prefill_ms Nullable(Float64),
     ttft_split_outside_engine_ms Nullable(Float64),
+    request_id Nullable(String),                -- the client's, at most 128 bytes
+    upstream_request_id Nullable(String),       -- the upstream's (chatcmpl-…), at most 128 bytes
     trace_id Nullable(String),
     error Nullable(String)
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMM(date)
 ORDER BY (route, date, ts_us);
+
+-- A table made by an earlier schema.sql lacks the request ids; rows insert without them (the
+-- sink skips unknown fields). To keep them, add them once:
+-- ALTER TABLE requests ADD COLUMN request_id Nullable(String), ADD COLUMN upstream_request_id Nullable(String);
 
 -- Keep 90 days. TTL needs ClickHouse 19.6 or later (18.16 has none: drop old partitions with
 -- `ALTER TABLE requests DROP PARTITION 202601` there instead).

@@ -7,6 +7,11 @@ pub const LISTEN: &str = "0.0.0.0:8080";
 pub const ADMIN: &str = "127.0.0.1:9464";
 /// The shortest `admin.reload_token` accepted (no default: unset, `POST /reload` is off).
 pub const RELOAD_TOKEN_MIN: usize = 16;
+/// `request_id.headers`: where a client's request id is read (the first present), a generated
+/// one is sent (the first), and the upstream's is read from its response.
+pub const REQUEST_ID_HEADERS: &[&str] = &["x-request-id"];
+/// `request_id.generate`: make an id for a request that came without one.
+pub const REQUEST_ID_GENERATE: bool = false;
 /// `[otlp]`: spans waiting for export, spans per export, how long a span waits for its batch,
 /// one export's deadline, and `service.name`.
 pub const OTLP_QUEUE: u64 = 8192;

@@ -13,6 +13,7 @@ mod experiment;
 mod otlp;
 mod parse_error;
 pub mod raw;
+mod request_id;
 mod routes;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ pub use env::expand_env;
 pub use experiment::{ExperimentConfig, Mode};
 pub use otlp::OtlpConfig;
 use raw::RawConfig;
+pub use request_id::RequestIdConfig;
 pub use routes::{RouteConfig, UNROUTED};
 
 use crate::keys::Secret;
@@ -89,6 +91,8 @@ pub struct Config {
     pub key_aliases: HashMap<String, String>,
     pub routes: Vec<RouteConfig>,
     pub experiment: ExperimentConfig,
+    /// `[request_id]`: the client's request id, read, and made when none came.
+    pub request_id: RequestIdConfig,
     /// `[otlp]`: span export, off when `None`.
     pub otlp: Option<OtlpConfig>,
     /// `[clickhouse]`: records also inserted into ClickHouse, off when `None`.
@@ -245,6 +249,7 @@ impl RawConfig {
         };
         let routes = routes::validate(std::mem::take(&mut self.routes), &ctx, file)?;
         let experiment = experiment::validate(self.experiment, &routes, file)?;
+        let request_id = request_id::validate(self.request_id, file)?;
         let otlp = otlp::validate(self.otlp, file)?;
         let clickhouse = clickhouse::validate(self.clickhouse, file)?;
         Ok(Config {
@@ -260,6 +265,7 @@ impl RawConfig {
             key_aliases,
             routes,
             experiment,
+            request_id,
             otlp,
             clickhouse,
         })

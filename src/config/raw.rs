@@ -26,8 +26,17 @@ pub struct RawConfig {
     pub routes: Vec<RawRoute>,
     #[serde(default)]
     pub experiment: RawExperiment,
+    #[serde(default)]
+    pub request_id: RawRequestId,
     pub otlp: Option<RawOtlp>,
     pub clickhouse: Option<RawClickHouse>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRequestId {
+    pub headers: Option<Vec<String>>,
+    pub generate: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -9,6 +9,7 @@
 
 pub mod body;
 mod bucket;
+pub mod ids;
 pub mod record;
 mod timeline;
 pub mod trace;
@@ -29,7 +30,7 @@ pub use record::{
 pub use timeline::{duration_ms, ms_between, Stamp, Timeline};
 pub use trace::Trace;
 
-/// A stream's first events looked at for the model that served it.
+/// A stream's first events looked at for the model that served it and the response's id.
 const MODEL_EVENTS: u8 = 3;
 
 /// Gaps kept per request for ITL percentiles (µs); beyond this only the max is updated.
@@ -76,6 +77,9 @@ pub struct Meter {
     pub api: Option<openai::Api>,
     /// The model the response says served it (from its first events, or its JSON body).
     pub response_model: Option<String>,
+    /// The response's own id (`chatcmpl-…`, Responses' `response.id`, Messages' `message.id`),
+    /// bounded, from the same first events or JSON body.
+    pub response_id: Option<String>,
     model_looks: u8,
 }
 
@@ -100,6 +104,7 @@ impl Meter {
             first_token_signal: None,
             api: None,
             response_model: None,
+            response_id: None,
             model_looks: 0,
         }
     }
@@ -205,9 +210,11 @@ impl Meter {
             self.timeline.end = Some(now);
             return;
         }
-        if self.response_model.is_none() && self.model_looks < MODEL_EVENTS {
+        if self.model_looks < MODEL_EVENTS
+            && (self.response_model.is_none() || self.response_id.is_none())
+        {
             self.model_looks += 1;
-            self.response_model = openai::response_model(data);
+            self.note_served(data);
         }
         match openai::inspect_chunk_in(&mut self.shape, data) {
             // An event of another shape than the stream's: not measured, counted.
@@ -260,6 +267,17 @@ impl Meter {
         }
     }
 
+    /// The model and id a stream's event says, kept where not known yet.
+    fn note_served(&mut self, data: &[u8]) {
+        let served = openai::served(data);
+        if self.response_model.is_none() {
+            self.response_model = served.model;
+        }
+        if self.response_id.is_none() {
+            self.response_id = served.id.as_deref().and_then(ids::bounded);
+        }
+    }
+
     fn note_usage(&mut self, u: Option<Usage>) {
         if let Some(u) = u {
             self.usage = Some(self.usage.map_or(u, |prev| prev.merge(u)));
@@ -277,8 +295,13 @@ impl Meter {
             if buf.is_empty() {
                 return;
             }
-            if self.response_model.is_none() {
-                self.response_model = openai::response_model(buf);
+            if self.response_model.is_none() || self.response_id.is_none() {
+                let served = openai::served(buf);
+                self.response_model = self.response_model.take().or(served.model);
+                self.response_id = self
+                    .response_id
+                    .take()
+                    .or_else(|| served.id.as_deref().and_then(ids::bounded));
             }
             match openai::inspect_chunk(buf) {
                 Ok(info) => {

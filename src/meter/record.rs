@@ -324,6 +324,15 @@ pub struct RequestRecord {
     /// proxy once the record is made).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_tap: Option<GatewayTap>,
+    /// The client's request id: the first of `request_id.headers` it sent (`x-request-id`), or
+    /// the one tokentap made (`request_id.generate`). At most 128 bytes (cut).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The upstream's id for the response: its body's or stream's `id` (`chatcmpl-…`,
+    /// Responses' `response.id`, Messages' `message.id`), else its response header of those
+    /// names (vLLM's `x-request-id`). At most 128 bytes (cut).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_request_id: Option<String>,
     /// With OTLP export on: the request's trace (the caller's, continued from its
     /// `traceparent`, or a new one) and tokentap's span in it, as 32 and 16 hex digits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -362,6 +371,9 @@ pub struct Facts {
     pub turn: Option<u32>,
     /// The request's trace context, when its span is exported (OTLP on).
     pub trace: Option<super::Trace>,
+    /// The client's request id (bounded), and the upstream's from its response headers.
+    pub request_id: Option<String>,
+    pub upstream_request_id: Option<String>,
 }
 
 impl Facts {
@@ -385,6 +397,8 @@ impl Facts {
             schedule: None,
             turn: None,
             trace: None,
+            request_id: None,
+            upstream_request_id: None,
         }
     }
 }
@@ -511,6 +525,8 @@ impl RequestRecord {
             upstream_sent_ms,
             ttft_split,
             gateway_tap: None,
+            request_id: facts.request_id,
+            upstream_request_id: meter.response_id.take().or(facts.upstream_request_id),
             trace_id: None,
             span_id: None,
             error: verdict.error,

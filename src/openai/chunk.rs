@@ -476,31 +476,59 @@ fn server_timings(json: &str) -> ServerTimings {
 }
 
 #[derive(Deserialize)]
-struct ModelOnly<'a> {
+struct ObjectOf<'a> {
     #[serde(borrow)]
     model: Option<Cow<'a, str>>,
+    /// Read only when it is a string: an odd `id` must not cost the model.
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
-struct ModelOf<'a> {
+struct ServedBy<'a> {
     #[serde(borrow)]
     model: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
     /// Responses: `response.created` carries the response object.
     #[serde(borrow)]
-    response: Option<ModelOnly<'a>>,
+    response: Option<ObjectOf<'a>>,
     /// Messages: `message_start` carries the message object.
     #[serde(borrow)]
-    message: Option<ModelOnly<'a>>,
+    message: Option<ObjectOf<'a>>,
 }
 
-/// The model a response says served it: a chunk's or body's `model`, a Responses event's
-/// `response.model`, a Messages `message_start`'s `message.model`. Read on a stream's first
-/// events only (the caller stops once it has one), never per token.
-pub fn response_model(payload: &[u8]) -> Option<String> {
-    let m: ModelOf<'_> = serde_json::from_slice(payload).ok()?;
-    m.model
-        .or(m.response.and_then(|r| r.model))
-        .or(m.message.and_then(|r| r.model))
-        .filter(|s| !s.is_empty())
-        .map(|s| s.chars().take(256).collect())
+/// What a response says of itself: the model that served it and its id.
+#[derive(Debug, Default, PartialEq)]
+pub struct Served {
+    /// At most 256 characters.
+    pub model: Option<String>,
+    /// As sent, when it is a non-empty string (the caller bounds it).
+    pub id: Option<String>,
+}
+
+/// The model a response says served it and the response's id: a chunk's or body's `model` and
+/// `id` (`chatcmpl-…`), a Responses event's `response.model` / `response.id`, a Messages
+/// `message_start`'s `message.model` / `message.id`. Read on a stream's first events only (the
+/// caller stops once it has both), never per token.
+pub fn served(payload: &[u8]) -> Served {
+    let Ok(m) = serde_json::from_slice::<ServedBy<'_>>(payload) else {
+        return Served::default();
+    };
+    let (r, g) = (m.response, m.message);
+    let (rm, ri) = r.map_or((None, None), |o| (o.model, o.id));
+    let (gm, gi) = g.map_or((None, None), |o| (o.model, o.id));
+    let text = |r: Option<&RawValue>| {
+        r.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+            .filter(|s| !s.is_empty())
+    };
+    Served {
+        model: m
+            .model
+            .or(rm)
+            .or(gm)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.chars().take(256).collect()),
+        id: text(m.id).or_else(|| text(ri)).or_else(|| text(gi)),
+    }
 }

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 pub use api::Api;
-pub use chunk::{describe_error, inspect_chunk, response_model, ChunkInfo, ServerTimings, Usage};
+pub use chunk::{describe_error, inspect_chunk, served, ChunkInfo, Served, ServerTimings, Usage};
 pub use fast::{inspect_chunk_in, Shape};
 pub use fingerprint::fingerprint;
 pub use request::{peek_request, RequestInfo};

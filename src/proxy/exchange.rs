@@ -52,6 +52,8 @@ struct Inner {
     slot: Option<Slot>,
     after: Option<After>,
     tap: Option<TapPart>,
+    /// The request id tokentap made for it, returned in the client's response headers.
+    made_id: Option<super::ids::Made>,
     ended: bool,
 }
 
@@ -78,6 +80,7 @@ impl Exchange {
             slot: None,
             after: None,
             tap: None,
+            made_id: None,
             ended: false,
         }))
     }
@@ -149,6 +152,18 @@ impl Exchange {
         self.0.slot = Some(slot);
     }
 
+    /// Return this id (made by tokentap, sent upstream) in the client's response headers.
+    pub fn return_id(&mut self, made: super::ids::Made) {
+        self.0.made_id = Some(made);
+    }
+
+    /// Put the id tokentap made, if any, into the client's response headers.
+    fn put_made_id(&mut self, headers: &mut http::HeaderMap) {
+        if let Some((name, value)) = self.0.made_id.take() {
+            headers.insert(name, value);
+        }
+    }
+
     /// Run `f` with the verdict once the record is made.
     pub fn after(&mut self, f: After) {
         self.0.after = Some(f);
@@ -156,7 +171,8 @@ impl Exchange {
 
     /// tokentap answers itself: the client gets `err` as JSON and the record is made now.
     pub fn reject(mut self, err: ProxyError) -> Response<ProxyBody> {
-        let resp = err.to_response();
+        let mut resp = err.to_response();
+        self.put_made_id(resp.headers_mut());
         self.finish(Ending::Local(&err));
         resp.map(|body| ProxyBody::Local { body })
     }
@@ -171,7 +187,10 @@ impl Exchange {
         let (mut parts, body) = resp.into_parts();
         let cfg = &self.0.state.config;
         let (idle, limits) = (cfg.timeouts.idle, cfg.limits);
+        let upstream_id = super::ids::read(&parts.headers, &cfg.request_id.headers);
+        self.put_made_id(&mut parts.headers);
         let inner = &mut *self.0;
+        inner.facts.upstream_request_id = upstream_id;
         inner.meter.timeline.headers = Some(Instant::now());
         inner.head = Some(parts.status.as_u16());
         inner.facts.gateway_overhead_ms = parts

@@ -328,6 +328,8 @@ fn spawn_copy(state: Arc<State>, plan: Copy) {
             arm: route.name.clone(),
             pair_id: Some(plan.pair),
         });
+        // The copy carries the primary's request id (the client's, or the one made for it).
+        facts.request_id = super::ids::read(&plan.req.headers, &state.config.request_id.headers);
         let key = keys::client_key(&plan.req.headers);
         let deadlines = Deadlines::new(t0, &state.config.timeouts);
         let mut ex = Exchange::begin(state, route, t0, facts, key);

@@ -7,6 +7,7 @@
 //! at once.
 //!
 //! - `ending`: the one verdict (status, outcome, error) of every ending;
+//! - `ids`: the client's request id (read, or made) and the upstream's;
 //! - `timeout`: the response body's idle and total deadlines;
 //! - `live`: the config generation new requests take, swapped by a reload; requests in flight
 //!   keep the [`State`] they began on.
@@ -17,6 +18,7 @@ pub mod error;
 mod exchange;
 mod forward;
 pub mod h1;
+mod ids;
 pub mod live;
 pub mod routes;
 pub mod stack;

@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! RouteHeader   tokentap's own headers are taken off (they never reach an upstream)
-//! Routing       path → route, key → experiment arm; the request's Exchange begins here; a
-//!               route behind a gateway serves only the gateway (403)
+//! Routing       path → route, key → experiment arm; the request's id (read, or made); the
+//!               request's Exchange begins here; a route behind a gateway serves only the
+//!               gateway (403)
 //! Admission     the concurrency limit: over it, 503 at once (load shedding, never queued)
 //! Deadlines     the request's first-byte and total deadlines, from `[timeouts]`
 //! Forward       body (bounded) → upstream → the metered response (see `forward`)
@@ -207,7 +208,8 @@ impl<S: Service<Arrival>> Service<Arrival> for RouteHeader<S> {
     }
 }
 
-/// Path → route, key → arm (`route::arm`); the exchange begins on the chosen route.
+/// Path → route, key → arm (`route::arm`), the request's id (`ids`); the exchange begins on the
+/// chosen route.
 #[derive(Clone)]
 pub struct Routing<S> {
     state: Arc<State>,
@@ -229,7 +231,7 @@ where
         let Arrival {
             t0,
             stamp,
-            head,
+            mut head,
             body,
             forced,
             concurrency,
@@ -243,13 +245,18 @@ where
         facts.request_rate = request_rate;
         facts.turn = turn;
         facts.bucket = bucket.map(str::to_owned);
+        let (request_id, made_id) = super::ids::client(&cfg.request_id, &mut head.headers);
+        facts.request_id = request_id;
         if state.sink().otlp.is_some() {
             facts.trace = Some(crate::meter::Trace::from_headers(&head.headers));
         }
         let key = keys::client_key(&head.headers);
         let Some((picked, upstream_path)) = state.routes.pick(head.uri.path()) else {
             let route = state.routes.unrouted().clone();
-            let ex = Exchange::begin(state.clone(), route, t0, facts, key);
+            let mut ex = Exchange::begin(state.clone(), route, t0, facts, key);
+            if let Some(m) = made_id {
+                ex.return_id(m);
+            }
             return now(ex.reject(ProxyError::NoRoute));
         };
         let upstream_path = upstream_path.to_owned();
@@ -309,6 +316,9 @@ where
         });
         let mut ex = Exchange::begin(state.clone(), route, t0, facts, key);
         ex.facts().key_id = key_id;
+        if let Some(m) = made_id {
+            ex.return_id(m);
+        }
         if not_admitted {
             let name = ex.route().name.clone();
             return now(ex.reject(ProxyError::NotAdmitted(name)));

@@ -2,7 +2,7 @@
 //! template learned from other lines.
 
 /// A record as tokentap writes it.
-const RECORD: &str = r#"{"ts":"2026-11-18T11:06:40.004425Z","id":"eb0354df4a45b34e","route":"default","experiment":null,"method":"POST","endpoint":"/v1/chat/completions","api":"chat","model":"meta-llama/Llama-3.1-8B-Instruct","upstream_model":null,"response_model":"meta-llama/Llama-3.1-8B-Instruct","key_id":"sha256:10d8850c48cfd084693dcce25719c5b5dd739535ae1a8a4bde61b7bb460f651f","stream":true,"status":200,"outcome":"ok","input_tokens":54,"output_tokens":22,"tokens_source":"usage","cached_tokens":null,"reasoning_tokens":null,"ttft_ms":18.874196172882993,"ttfo_ms":19.062938134611823,"tpot_ms":26.59388015896535,"e2e_ms":577.3456795111554,"itl_p50_ms":25.79606375419639,"itl_p99_ms":66.48470039741338,"itl_max_ms":159.56328095379212,"body_read_ms":0.10965748331999202,"upstream_headers_ms":5.662258851864897,"first_byte_ms":5.8510008135937275,"first_event_ms":6.039742775322558,"last_token_ms":577.2956795111554,"in_flight":35,"max_tokens":60,"request_bytes":416,"response_bytes":3300,"events":24,"content_events":22,"done":true,"bucket":"other","parse_errors":0,"oversize_events":0,"engine_queue_ms":null,"engine_ttft_ms":null,"engine_decode_ms":null,"gateway_overhead_ms":null,"upstream_sent_ms":0.35184547905112684,"ttft_split":{"proxy_ms":0.3,"upstream_headers_ms":5.662258851864897,"engine_queue_ms":null,"engine_prefill_ms":null,"outside_engine_ms":null},"trace_id":"538c6a0cda7326c79e7eb00e4c9c9e35","span_id":"c1dfda7a5eb236f8","error":null}"#;
+const RECORD: &str = r#"{"ts":"2026-11-18T11:06:40.004425Z","id":"eb0354df4a45b34e","route":"default","experiment":null,"method":"POST","endpoint":"/v1/chat/completions","api":"chat","model":"meta-llama/Llama-3.1-8B-Instruct","upstream_model":null,"response_model":"meta-llama/Llama-3.1-8B-Instruct","key_id":"sha256:10d8850c48cfd084693dcce25719c5b5dd739535ae1a8a4bde61b7bb460f651f","stream":true,"status":200,"outcome":"ok","input_tokens":54,"output_tokens":22,"tokens_source":"usage","cached_tokens":null,"reasoning_tokens":null,"ttft_ms":18.874196172882993,"ttfo_ms":19.062938134611823,"tpot_ms":26.59388015896535,"e2e_ms":577.3456795111554,"itl_p50_ms":25.79606375419639,"itl_p99_ms":66.48470039741338,"itl_max_ms":159.56328095379212,"body_read_ms":0.10965748331999202,"upstream_headers_ms":5.662258851864897,"first_byte_ms":5.8510008135937275,"first_event_ms":6.039742775322558,"last_token_ms":577.2956795111554,"in_flight":35,"max_tokens":60,"request_bytes":416,"response_bytes":3300,"events":24,"content_events":22,"done":true,"bucket":"other","parse_errors":0,"oversize_events":0,"engine_queue_ms":null,"engine_ttft_ms":null,"engine_decode_ms":null,"gateway_overhead_ms":null,"upstream_sent_ms":0.35184547905112684,"ttft_split":{"proxy_ms":0.3,"upstream_headers_ms":5.662258851864897,"engine_queue_ms":null,"engine_prefill_ms":null,"outside_engine_ms":null},"request_id":"aiperf-7f3c2b","upstream_request_id":"chatcmpl-aiperf-7f3c2b","trace_id":"538c6a0cda7326c79e7eb00e4c9c9e35","span_id":"c1dfda7a5eb236f8","error":null}"#;
 
 /// The fast path's reading of a line three ways: fresh, after a tokentap record taught it
 /// another template, and a second time (its own template). All three must agree.
@@ -55,6 +55,7 @@ fn the_fast_path_reads_what_serde_reads_or_defers() {
         r#"{"outcome":"ok","e2e_ms":1} trailing"#,
         r#"{"outcome":"ok","e2e_ms":1,"experiment":{"arm":"gateway","pair_id":"p1"},"gateway_tap":{"side":"outer","peer":"x","join":"header","unjoined":null}}"#,
         r#"{"ttft_split":{"_":"ok","proxy_ms":1},"outcome":"ok","e2e_ms":12.5}"#,
+        r#"{"outcome":"ok","e2e_ms":1,"request_id":"a\"}b\\c\u00e9","upstream_request_id":"chatcmpl-1"}"#,
     ];
     for l in lines {
         let fast = row(l.as_bytes());
@@ -77,6 +78,10 @@ fn the_fast_path_reads_what_serde_reads_or_defers() {
     assert!(
         row(lines[8].as_bytes()).is_some(),
         "a split part it does not know is skipped"
+    );
+    assert!(
+        row(lines[9].as_bytes()).is_some(),
+        "a client's request id, escapes and all, is stepped over"
     );
 }
 

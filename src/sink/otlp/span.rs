@@ -74,6 +74,7 @@ pub fn span(s: &SpanIn) -> Span {
     put("gen_ai.operation.name", text(op));
     put("gen_ai.request.model", text(r.model.as_deref()));
     put("gen_ai.response.model", text(r.response_model.as_deref()));
+    put("gen_ai.response.id", text(r.upstream_request_id.as_deref()));
     put("gen_ai.request.max_tokens", int(r.max_tokens));
     put("gen_ai.usage.input_tokens", int(r.input_tokens));
     put("gen_ai.usage.output_tokens", int(r.output_tokens));
@@ -100,6 +101,7 @@ pub fn span(s: &SpanIn) -> Span {
         (r.outcome != Outcome::Ok).then(|| Value::Str(r.outcome.as_str().to_owned())),
     );
     put("tokentap.record_id", Some(Value::Str(r.id.clone())));
+    put("tokentap.request_id", text(r.request_id.as_deref()));
     put("tokentap.route", Some(Value::Str(r.route.clone())));
     put("tokentap.api", Some(Value::Str(r.api.as_str().to_owned())));
     put(

@@ -182,6 +182,8 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
             outside_engine_ms: None,
         }),
         gateway_tap: None,
+        request_id: None,
+        upstream_request_id: None,
         trace_id: Some(format!("{:016x}{:016x}", r.next_u64(), r.next_u64())),
         span_id: Some(format!("{:016x}", r.next_u64())),
         error: (outcome == Outcome::UpstreamError)
