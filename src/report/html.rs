@@ -8,7 +8,7 @@ mod charts;
 
 use super::render::{
     api_rows, bucket_rows, cache_rows, cell_rows, hop_rows, hop_title, key_rows, open_loop_rows,
-    prov_rows, readings, slo_rows, split_rows, tap_rows, turn_rows,
+    other_rows, prov_rows, readings, slo_rows, split_rows, tap_rows, turn_rows,
 };
 use super::svg;
 use super::Report;
@@ -42,8 +42,10 @@ pub fn html(r: &Report) -> String {
     );
     let _ = write!(
         s,
-        "<h1>tokentap report</h1><p>{} records ({}).</p><dl class=\"answers\">",
-        r.records, r.sources
+        "<h1>tokentap report</h1><p>{} records ({}). {}</p><dl class=\"answers\">",
+        r.records,
+        r.sources,
+        svg::escape(r.judged)
     );
     for a in &r.answers {
         let _ = write!(
@@ -95,6 +97,10 @@ pub fn html(r: &Report) -> String {
     s.push_str("<h2>Per API shape</h2>");
     let (h, rows) = api_rows(r);
     s += &html_table(&h, &rows);
+    if let Some((h, rows)) = other_rows(r) {
+        s.push_str("<h2>Not judged: client errors and other traffic</h2>");
+        s += &html_table(&h, &rows);
+    }
     if let Some((h, rows)) = cache_rows(r) {
         s.push_str("<h2>TTFT by prefix-cache hit vs miss</h2>");
         s += &html_table(&h, &rows);
