@@ -324,3 +324,42 @@ fn the_rig_log_puts_each_kind_of_request_in_its_place() {
     assert!(fm.contains("9 throttled (429)"), "{fm}");
     assert!(t["streams_without_usage"].as_u64().unwrap() > 0);
 }
+
+/// One bucket for a request everywhere: the gateway tap's rows (from the proxy's records) use
+/// the buckets of the cells (bench's), not the proxy's own thresholds.
+#[test]
+fn the_tap_rows_use_the_cells_buckets() {
+    let dir = support::fixtures_dir().join("../logs");
+    let tap = dir.join("demo-proxy.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .args(["report", "--format", "json", "--tap"])
+        .arg(&tap)
+        .arg(dir.join("demo-bench.jsonl"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut cells: Vec<String> = r["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["bucket"].as_str().unwrap().to_owned())
+        .collect();
+    cells.sort();
+    cells.dedup();
+    let mut taps: Vec<String> = r["gateway_tap"]["by_bucket"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    taps.sort();
+    assert_eq!(taps, cells);
+    let joined: u64 = r["gateway_tap"]["by_bucket"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|s| s["joined"].as_u64().unwrap())
+        .sum();
+    assert_eq!(joined, r["gateway_tap"]["joined"].as_u64().unwrap());
+}
