@@ -6,6 +6,7 @@ use crate::config::{Config, ConfigError, Overrides};
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// TOML config file to validate (see config/tokentap.toml); nothing is bound or started.
     #[arg(long, short)]
     pub config: PathBuf,
 }

@@ -292,7 +292,8 @@ pub struct Args {
     /// "off" disables it.
     #[arg(long)]
     pub admin: Option<String>,
-    /// Request log (JSONL) path [default: tokentap.jsonl]; "off" disables it.
+    /// Request log (JSONL) path [default: tokentap.jsonl]; "-" writes records to stdout (one
+    /// JSON line each, for a container's log collector); "off" disables it.
     #[arg(long)]
     pub log: Option<PathBuf>,
 }

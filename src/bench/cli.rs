@@ -20,8 +20,10 @@ pub struct Args {
     /// Synthetic prompts of these token lengths instead of a dataset (e.g. 1019,558,127).
     #[arg(long, value_delimiter = ',')]
     pub synthetic: Option<Vec<u64>>,
+    /// Seed of the prompt sample, the arrivals and the arm order: the same seed, the same run.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Concurrency levels of the closed-loop sweep: requests in flight at once.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub concurrency: Vec<usize>,
     /// Measured requests per cell.
@@ -48,6 +50,7 @@ pub struct Args {
     /// Output tokens for long-short, balanced, short-long.
     #[arg(long, value_delimiter = ',', default_value = "64,256,512")]
     pub outputs: Vec<u64>,
+    /// Prompts drawn from the dataset for each prompt-shape bucket.
     #[arg(long, default_value_t = 50)]
     pub prompts_per_bucket: usize,
     /// Skip measuring this client's own overhead against a server that answers at once.

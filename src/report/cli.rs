@@ -43,7 +43,8 @@ pub struct Args {
     #[arg(long)]
     pub by_arm: bool,
     /// Records that feed only the gateway-tap section: a proxy log of the traffic whose
-    /// client-side records are PATHS (e.g. the demo's `tap/`), so nothing is counted twice.
+    /// client-side records are PATHS (e.g. the demo's `proxy.jsonl` beside its `bench/`), so nothing
+    /// is counted twice.
     #[arg(long)]
     pub tap: Vec<PathBuf>,
     /// The experiment arms compared in the gateway-hop section: GATEWAY,DIRECT.
