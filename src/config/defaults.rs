@@ -42,6 +42,7 @@ pub const IDLE_MS: u64 = 120_000;
 pub const TOTAL_MS: u64 = 0;
 pub const SHUTDOWN_GRACE_MS: u64 = 30_000;
 pub const HEADER_READ_MS: u64 = 30_000;
+pub const BODY_READ_MS: u64 = 60_000;
 
 pub const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
 pub const MAX_CONCURRENT: usize = 10_000;

@@ -124,6 +124,9 @@ pub struct Timeouts {
     pub shutdown_grace: Duration,
     /// A client gets this long to send a complete request head (slowloris).
     pub header_read: Duration,
+    /// A client gets this long to send its whole request body, from the head's arrival (slowloris
+    /// on bodies); then 408.
+    pub body_read: Duration,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -368,12 +371,14 @@ impl RawConfig {
             total: ms(t.total_ms, defaults::TOTAL_MS),
             shutdown_grace: ms(t.shutdown_grace_ms, defaults::SHUTDOWN_GRACE_MS),
             header_read: ms(t.header_read_ms, defaults::HEADER_READ_MS),
+            body_read: ms(t.body_read_ms, defaults::BODY_READ_MS),
         };
         for (v, k) in [
             (timeouts.connect, "timeouts.connect_ms"),
             (timeouts.first_byte, "timeouts.first_byte_ms"),
             (timeouts.idle, "timeouts.idle_ms"),
             (timeouts.header_read, "timeouts.header_read_ms"),
+            (timeouts.body_read, "timeouts.body_read_ms"),
         ] {
             if v.is_zero() {
                 return Err(err(file, k, "must be greater than 0"));

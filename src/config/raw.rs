@@ -118,6 +118,7 @@ pub struct RawTimeouts {
     pub total_ms: Option<u64>,
     pub shutdown_grace_ms: Option<u64>,
     pub header_read_ms: Option<u64>,
+    pub body_read_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -46,6 +46,7 @@ pub fn verdict(ending: &Ending<'_>, head: Option<u16>, meter: &mut Meter, cut: b
                 ProxyError::Upstream(..) => Outcome::UpstreamReset,
                 ProxyError::Timeout(..) => Outcome::Timeout,
                 ProxyError::BodyTooLarge(_)
+                | ProxyError::BodyTimeout(_)
                 | ProxyError::NoRoute
                 | ProxyError::Overloaded(_)
                 | ProxyError::BadRequest(_)
@@ -172,6 +173,12 @@ mod tests {
                 400,
                 Outcome::ClientCancelled,
                 "request body not received",
+            ),
+            (
+                ProxyError::BodyTimeout(1),
+                408,
+                Outcome::Rejected,
+                "tokentap: request_body_timeout",
             ),
             (
                 ProxyError::Overloaded(1),

@@ -13,6 +13,8 @@ pub enum ProxyError {
     BodyTooLarge(usize),
     #[error("request body could not be read")]
     BodyRead,
+    #[error("request body not received within {0} ms")]
+    BodyTimeout(u128),
     #[error("no route for this path")]
     NoRoute,
     #[error("tokentap is at its concurrent request limit ({0}); retry later")]
@@ -38,6 +40,7 @@ impl ProxyError {
         match self {
             ProxyError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::BodyRead | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::ForcedDirect
             | ProxyError::NotTheGateway(_)
@@ -53,6 +56,7 @@ impl ProxyError {
         match self {
             ProxyError::BodyTooLarge(_) => ("invalid_request_error", "request_too_large"),
             ProxyError::BodyRead => ("invalid_request_error", "bad_request_body"),
+            ProxyError::BodyTimeout(_) => ("invalid_request_error", "request_body_timeout"),
             ProxyError::BadRequest(_) => ("invalid_request_error", "bad_request"),
             ProxyError::NoRoute => ("invalid_request_error", "no_route"),
             ProxyError::ForcedDirect => ("permission_error", "forced_direct_not_allowed"),

@@ -95,13 +95,17 @@ async fn read_and_forward(state: Arc<State>, r: Routed) -> Response<ProxyBody> {
     if declared.is_some_and(|n| n > max as u64) {
         return ex.reject(ProxyError::BodyTooLarge(max));
     }
+    // NB: the whole body within `timeouts.body_read_ms` of the request's arrival; a body
+    // dribbled slowly (slowloris) would otherwise hold its connection and admission slot forever.
+    let body_read = state.config.timeouts.body_read;
     let collected = if body.is_end_stream() {
         Ok(Bytes::new())
     } else {
-        Limited::new(body, max)
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
+        let read = Limited::new(body, max).collect();
+        match tokio::time::timeout_at(ex.t0() + body_read, read).await {
+            Ok(c) => c.map(|c| c.to_bytes()),
+            Err(_) => return ex.reject(ProxyError::BodyTimeout(body_read.as_millis())),
+        }
     };
     let body = match collected {
         Ok(b) => b,
