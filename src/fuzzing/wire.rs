@@ -73,7 +73,9 @@ fn decode<'a>(framing: Framing, pieces: impl IntoIterator<Item = &'a [u8]>) -> D
                 buf.drain(..n);
             }
             Err(e) => {
+                // After an error the connection is closed: what earlier reads used is moot.
                 error = Some(e.to_string());
+                used = 0;
                 break;
             }
         }
