@@ -22,6 +22,7 @@
 //! - [`bench`]: closed-loop load generator (buckets × concurrency), raw records and run.json.
 //! - [`report`]: records → tables, SLO verdicts, provisioning, per-key, HTML charts.
 //! - [`demo`]: the embedded default: sim + hop + proxy + bench in one process.
+//! - `fuzzing`: the fuzz targets' property checks, replayed by `tests/fuzz_replay.rs` (hidden).
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -30,6 +31,8 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod demo;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod headers;
 pub mod keys;
 pub mod meter;

@@ -84,7 +84,13 @@ impl SseSplitter {
                 Some(off) => {
                     let end = i + off;
                     if self.line.is_empty() && !self.line_discard {
-                        self.on_line(chunk, Some((i, end)), on_item);
+                        if end - i > self.max_event {
+                            // NB: the bound a line carried across reads meets in
+                            // `carry_partial`, so where reads split cannot change the events.
+                            self.oversize = true;
+                        } else {
+                            self.on_line(chunk, Some((i, end)), on_item);
+                        }
                     } else {
                         self.carry_partial(&chunk[i..end]);
                         self.on_line(chunk, None, on_item);

@@ -396,6 +396,11 @@ pub fn inspect_chunk(payload: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
     if let Some(info) = fast_content(payload) {
         return Ok(info);
     }
+    inspect_chunk_full(payload)
+}
+
+/// [`inspect_chunk`] without the fast path: the full parse every verdict must agree with.
+pub(crate) fn inspect_chunk_full(payload: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
     let raw: RawChunk<'_> = serde_json::from_slice(payload)?;
     if raw.choices.is_none() {
         if let Some(info) = raw.kind.as_deref().and_then(|k| typed(k, &raw)) {

@@ -12,7 +12,7 @@ use super::chunk::{inspect_chunk, ChunkInfo};
 /// byte has non-empty text. Events with a `usage`, `error` or `metrics` key (at any depth, any
 /// spacing), an escaped key, other spacing after `content`, only empty text, or unbalanced
 /// braces take the full parse.
-pub(super) fn fast_content(p: &[u8]) -> Option<ChunkInfo> {
+pub(crate) fn fast_content(p: &[u8]) -> Option<ChunkInfo> {
     fast_content_span(p).map(|_| ChunkInfo {
         content: true,
         answer: true,

@@ -4,7 +4,7 @@
 /// Replace the top-level `"model"` string of a JSON object with `new_model`, leaving every other
 /// byte untouched. Returns `None` when the body has no top-level string `model`.
 pub fn rewrite_model(body: &[u8], new_model: &str) -> Option<Vec<u8>> {
-    let (start, end) = top_level_string_span(body, b"model")?;
+    let (start, end) = top_level_span(body, b"model", true)?;
     let quoted = serde_json::to_string(new_model).ok()?;
     let mut out = Vec::with_capacity(body.len() + quoted.len());
     out.extend_from_slice(&body[..start]);
@@ -14,10 +14,11 @@ pub fn rewrite_model(body: &[u8], new_model: &str) -> Option<Vec<u8>> {
 }
 
 /// Insert `"key":"value"` as the first member of a top-level JSON object, leaving every other
-/// byte untouched. `None` when the body is not an object or already has `key`.
+/// byte untouched. `None` when the body is not an object or already has `key` (of any type:
+/// a second member of one name is read by one parser as the first, by another as the last).
 pub fn insert_field(body: &[u8], key: &str, value: &str) -> Option<Vec<u8>> {
     let start = skip_ws(body, 0);
-    if body.get(start) != Some(&b'{') || top_level_string_span(body, key.as_bytes()).is_some() {
+    if body.get(start) != Some(&b'{') || top_level_span(body, key.as_bytes(), false).is_some() {
         return None;
     }
     let after = skip_ws(body, start + 1);
@@ -35,8 +36,9 @@ pub fn insert_field(body: &[u8], key: &str, value: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Byte span (quotes included) of the string value of top-level key `key` in a JSON object.
-fn top_level_string_span(body: &[u8], key: &[u8]) -> Option<(usize, usize)> {
+/// Byte span (quotes included) of the value of top-level key `key` in a JSON object; with
+/// `string`, of its first string value only.
+fn top_level_span(body: &[u8], key: &[u8], string: bool) -> Option<(usize, usize)> {
     let mut i = skip_ws(body, 0);
     if body.get(i) != Some(&b'{') {
         return None;
@@ -61,7 +63,7 @@ fn top_level_string_span(body: &[u8], key: &[u8]) -> Option<(usize, usize)> {
         }
         i = skip_ws(body, i + 1);
         let value_end = value_end(body, i)?;
-        if this_key == key && body.get(i) == Some(&b'"') {
+        if this_key == key && (!string || body.get(i) == Some(&b'"')) {
             return Some((i, value_end));
         }
         i = value_end;

@@ -315,6 +315,10 @@ impl Decoder {
                         }
                         break;
                     };
+                    // NB: the bound holds however the reads split the line.
+                    if nl > MAX_LINE {
+                        return Err(H1Error::ChunkSize);
+                    }
                     let size = chunk_size(&rest[..nl])?;
                     pos += nl + 1;
                     self.state = if size == 0 {
@@ -330,6 +334,9 @@ impl Decoder {
                         }
                         break;
                     };
+                    if nl > MAX_LINE {
+                        return Err(H1Error::Trailers);
+                    }
                     let line = rest[..nl].strip_suffix(b"\r").unwrap_or(&rest[..nl]);
                     pos += nl + 1;
                     self.trailer_bytes += nl + 1;

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod clickhouse;
 mod clock;
 mod fast;
+pub(crate) mod fast_check;
 pub mod hop;
 mod html;
 mod json;
