@@ -80,16 +80,7 @@ pub fn validate(
             ));
         }
     }
-    let mut sources = Vec::new();
-    for (j, s) in r.admit_sources.iter().enumerate() {
-        sources.push(Cidr::parse(s).ok_or_else(|| {
-            err(
-                file,
-                k(&format!("admit_sources[{j}]")),
-                format!("{s:?} is not an address or CIDR block"),
-            )
-        })?);
-    }
+    let sources = Cidr::parse_all(&r.admit_sources, &k("admit_sources"), file)?;
     let anyone = r.inject_without_admission.unwrap_or(false);
     if anyone && !ctx.listen.ip().is_loopback() {
         return Err(err(

@@ -78,6 +78,22 @@ impl Cidr {
         (bits <= max).then_some(Cidr { net, bits })
     }
 
+    /// Every entry of the list at `key`, or an error naming the one that is not a block.
+    pub fn parse_all(list: &[String], key: &str, file: &str) -> Result<Vec<Cidr>, ConfigError> {
+        list.iter()
+            .enumerate()
+            .map(|(j, s)| {
+                Cidr::parse(s).ok_or_else(|| {
+                    err(
+                        file,
+                        format!("{key}[{j}]"),
+                        format!("{s:?} is not an address or CIDR block"),
+                    )
+                })
+            })
+            .collect()
+    }
+
     pub fn contains(&self, ip: IpAddr) -> bool {
         // An IPv4 client on a dual-stack listener arrives as ::ffff:a.b.c.d.
         let ip = match ip {
@@ -183,16 +199,7 @@ fn validate_behind(r: &RawRoute, i: usize, file: &str) -> Result<Option<Behind>,
         }
         keys.push(format!("sha256:{}", hex.to_ascii_lowercase()));
     }
-    let mut sources = Vec::new();
-    for (j, s) in r.behind_sources.iter().enumerate() {
-        sources.push(Cidr::parse(s).ok_or_else(|| {
-            err(
-                file,
-                k(&format!("behind_sources[{j}]")),
-                format!("{s:?} is not an address or CIDR block"),
-            )
-        })?);
-    }
+    let sources = Cidr::parse_all(&r.behind_sources, &k("behind_sources"), file)?;
     if keys.is_empty() && sources.is_empty() {
         return Err(err(
             file,
