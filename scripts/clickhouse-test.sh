@@ -99,8 +99,10 @@ curl -fsS "$CH/" --data-binary "DROP DATABASE IF EXISTS tokentap_sink" >/dev/nul
 curl -fsS "$CH/" --data-binary "CREATE DATABASE tokentap_sink" >/dev/null
 python3 - <<'PY' | while IFS= read -r -d '' stmt; do chq "$stmt" >/dev/null; done
 import sys
-for stmt in open("deploy/clickhouse/schema.sql").read().split(";"):
-    body = "\n".join(l for l in stmt.splitlines() if not l.strip().startswith("--")).strip()
+# Comments out first: one may hold a `;`.
+schema = "\n".join(l for l in open("deploy/clickhouse/schema.sql").read().splitlines() if not l.strip().startswith("--"))
+for stmt in schema.split(";"):
+    body = stmt.strip()
     if body:
         sys.stdout.write(body + "\0")
 PY

@@ -109,8 +109,10 @@ else:
     SERVER = f"http://127.0.0.1:{shim.server_address[1]}"
 
 if not SINK_DB:
-    for stmt in open("deploy/clickhouse/schema.sql").read().split(";"):
-        body = "\n".join(l for l in stmt.splitlines() if not l.strip().startswith("--")).strip()
+    # Comments out first: one may hold a `;`.
+    schema = "\n".join(l for l in open("deploy/clickhouse/schema.sql").read().splitlines() if not l.strip().startswith("--"))
+    for stmt in schema.split(";"):
+        body = stmt.strip()
         if body:
             q(body)
     q("INSERT INTO requests FORMAT JSONEachRow", "\n".join(rows), input_format_skip_unknown_fields=1)
