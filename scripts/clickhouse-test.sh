@@ -6,7 +6,8 @@
 # deploy/clickhouse/schema.sql, compared figure by figure with `tokentap report --format json`
 # on the same logs. Without arguments it makes its logs with `tokentap demo` (about 80 s):
 # bench's records (arms × levels × buckets) and the proxy's (live in-flight levels, a gateway
-# tap's inner side left out); and the report's generated test data.
+# tap's inner side left out); copies of them over many keys with failures, client errors,
+# throttling and traffic that is not judged; and the report's generated test data.
 #
 # Then tokentap's [clickhouse] sink against the same server: a proxy in front of `tokentap sim`
 # inserts every record while bench drives it; the rows must give the report its own log gives.
@@ -47,13 +48,42 @@ for i, line in enumerate(open(sys.argv[1])):
         r["outcome"], r["status"] = "upstream_error", 503
     out.write(json.dumps(r) + "\n")
 PY
+  # What is not judged, beside what is: bench's A/B records over 5 keys with some of them
+  # refused (401, 400 as the client left), throttled (429) or failed (503), and listings,
+  # probes and embeddings among them, some without an `api` or a status (older logs).
+  python3 - "$WORK/tokentap-demo/bench/requests.jsonl" "$WORK/edges.jsonl" <<'PY'
+import json, sys
+out = open(sys.argv[2], "w")
+for i, line in enumerate(open(sys.argv[1])):
+    r = json.loads(line)
+    r["key_id"] = None if i % 23 == 0 else f"sha256:{i % 5:064x}"
+    refused = dict(outcome="upstream_error", input_tokens=None, output_tokens=None, ttft_ms=None,
+                   ttfo_ms=None, tpot_ms=None, e2e_ms=3.0, ttft_split=None)
+    if i % 11 == 3:
+        r.update(refused, status=401)
+    elif i % 11 == 5:
+        r.update(refused, status=429)
+    elif i % 11 == 7:
+        r.update(outcome="client_cancelled", status=400)
+    elif i % 11 == 9:
+        r.update(outcome="upstream_error", status=503)
+    out.write(json.dumps(r) + "\n")
+    if i % 6 == 0:
+        other = dict(r, experiment=None, ttft_ms=None, ttfo_ms=None, tpot_ms=None, ttft_split=None,
+                     stream=False, outcome="ok", status=200, e2e_ms=1.5)
+        for api, method, endpoint in [("models", "GET", "/v1/models"), ("other", "GET", "/health"),
+                                      ("embeddings", "POST", "/v1/embeddings")][: 1 + i // 6 % 3]:
+            out.write(json.dumps(dict(other, api=api, method=method, endpoint=endpoint)) + "\n")
+        old = {k: v for k, v in other.items() if k not in ("api", "status")}
+        out.write(json.dumps(dict(old, endpoint="/metrics", method="GET")) + "\n")
+PY
   # The report's generated test data: live traffic, bench levels, experiment arms, both sides of
   # a gateway tap, prefix-cache hits and TTFT splits (6,000 records, seed 7).
   cargo run --release --locked -q -p tokentap-test-support --bin records -- 6000 everything >"$WORK/everything.jsonl"
   # A load generator's open-loop cells (offered rates, client queue and lag) and conversation
   # turns (3,000 records, seed 7).
   cargo run --release --locked -q -p tokentap-test-support --bin records -- 3000 load >"$WORK/load.jsonl"
-  set -- "$WORK/tokentap-demo/bench/requests.jsonl" "$WORK/tokentap-demo/proxy.jsonl" "$WORK/keys.jsonl" "$WORK/everything.jsonl" "$WORK/load.jsonl"
+  set -- "$WORK/tokentap-demo/bench/requests.jsonl" "$WORK/tokentap-demo/proxy.jsonl" "$WORK/keys.jsonl" "$WORK/edges.jsonl" "$WORK/everything.jsonl" "$WORK/load.jsonl"
 fi
 # A copy of Debian's config with data, logs and ports of its own.
 HTTP_PORT=$(python3 - "$WORK/ch" <<'PY'
@@ -99,8 +129,10 @@ curl -fsS "$CH/" --data-binary "DROP DATABASE IF EXISTS tokentap_sink" >/dev/nul
 curl -fsS "$CH/" --data-binary "CREATE DATABASE tokentap_sink" >/dev/null
 python3 - <<'PY' | while IFS= read -r -d '' stmt; do chq "$stmt" >/dev/null; done
 import sys
-for stmt in open("deploy/clickhouse/schema.sql").read().split(";"):
-    body = "\n".join(l for l in stmt.splitlines() if not l.strip().startswith("--")).strip()
+# Comments out first: one may hold a `;`.
+schema = "\n".join(l for l in open("deploy/clickhouse/schema.sql").read().splitlines() if not l.strip().startswith("--"))
+for stmt in schema.split(";"):
+    body = stmt.strip()
     if body:
         sys.stdout.write(body + "\0")
 PY

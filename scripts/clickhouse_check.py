@@ -109,8 +109,10 @@ else:
     SERVER = f"http://127.0.0.1:{shim.server_address[1]}"
 
 if not SINK_DB:
-    for stmt in open("deploy/clickhouse/schema.sql").read().split(";"):
-        body = "\n".join(l for l in stmt.splitlines() if not l.strip().startswith("--")).strip()
+    # Comments out first: one may hold a `;`.
+    schema = "\n".join(l for l in open("deploy/clickhouse/schema.sql").read().splitlines() if not l.strip().startswith("--"))
+    for stmt in schema.split(";"):
+        body = stmt.strip()
         if body:
             q(body)
     q("INSERT INTO requests FORMAT JSONEachRow", "\n".join(rows), input_format_skip_unknown_fields=1)
@@ -148,9 +150,26 @@ def same(a, b, path):
         checked += 1
 
 
+# What is judged and what is not: these must be in the report, so that they are compared.
+JUDGED = {"traffic": ["generation", "served", "cancelled", "failed", "throttled", "client_errors", "other"],
+          "other_traffic": ["endpoint", "method", "status", "class", "requests"],
+          "cells": ["axis", "requests", "error_rate", "throttled"],
+          "keys": ["requests", "error_rate", "client_errors"],
+          "provisioning": ["top", "ceiling", "failure_mode"]}
+
+
+def judged(report):
+    for section, fields in JUDGED.items():
+        assert section in report, f"the report has no {section}"
+        for item in report[section] if isinstance(report[section], list) else [report[section]]:
+            missing = [f for f in fields if f not in item]
+            assert not missing, f"{section}: no {missing} in {item}"
+
+
 for extra in ARGS:
     want = run(*FILES, *extra)
     got = run("--clickhouse", SERVER, "--clickhouse-table", f"{DB}.requests", *extra)
+    judged(want)
     same(got, want, "report " + " ".join(extra))
 want = run(*FILES)
 
@@ -192,8 +211,11 @@ assert int(roll["n"]) == len(rows) and int(roll["out"]) == out, (roll, len(rows)
 engine = "ClickHouse (chdb)" if not sys.argv[1:2] == ["--server"] else f"ClickHouse at {SERVER}"
 if SINK_DB:
     engine += f" (rows inserted by tokentap's sink into {SINK_DB})"
-print(f"{len(rows)} records, {len(want['cells'])} cells, {len(want['keys'])} keys, "
-      f"{len(want['by_bucket'])} buckets, {hop_scopes} gateway-hop scopes, {checked} figures: "
+t = want["traffic"]
+print(f"{len(rows)} records ({t['generation']} generations, {t['client_errors']} client errors, "
+      f"{t['other']} other; {len(want['other_traffic'])} not-judged rows), {len(want['cells'])} cells, "
+      f"{len(want['keys'])} keys, {len(want['by_bucket'])} buckets, {hop_scopes} gateway-hop scopes, "
+      f"{checked} figures: "
       f"tokentap report --clickhouse on {engine} equals tokentap report on the files")
 sys.stdout.flush()
 if "shim" in globals():

@@ -139,10 +139,12 @@ FROM
             AND NOT (status >= 400 AND status < 500 AND status != 429))) AS client_errors,
         sum(ifNull(input_tokens, 0)) AS input_tokens,
         sum(ifNull(output_tokens, 0)) AS output_tokens,
-        arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
-        arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
-        arraySort(groupArrayIf(e2e_ms, outcome = 'ok' AND api IN ('chat', 'completions', 'responses', 'messages')
-            AND NOT (status >= 400 AND status < 500 AND status != 429))) AS e2e
+        arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND status != 429
+            AND NOT (status >= 400 AND status < 500) AND isNotNull(ttft_ms))) AS ttft,
+        arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND status != 429
+            AND NOT (status >= 400 AND status < 500) AND isNotNull(tpot_ms))) AS tpot,
+        arraySort(groupArrayIf(e2e_ms, outcome = 'ok' AND status != 429
+            AND NOT (status >= 400 AND status < 500))) AS e2e
     FROM default.requests
     WHERE ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
     GROUP BY key

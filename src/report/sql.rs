@@ -43,9 +43,14 @@ const CLIENT: &str = "ifNull(tap_side, '') != 'inner'";
 const OK: &str = "outcome = 'ok'";
 const ERROR: &str = "outcome NOT IN ('ok', 'client_cancelled')
             AND NOT (status >= 400 AND status < 500 AND status != 429)";
+/// A generating shape refused as the client's fault: a 4xx other than 429.
+const REFUSED: &str = "status >= 400 AND status < 500 AND status != 429";
 /// A generation: a generating shape the service answered or failed (docs/report.md).
 const GEN: &str = "api IN ('chat', 'completions', 'responses', 'messages')
             AND NOT (status >= 400 AND status < 500 AND status != 429)";
+/// A generation served to its end (`Class::Served`).
+const SERVED: &str = "outcome = 'ok' AND status != 429
+            AND NOT (status >= 400 AND status < 500)";
 /// What a record is to the report (`report::Class`).
 const CLASS: &str = "multiIf(api NOT IN ('chat', 'completions', 'responses', 'messages'), 'other',
             status = 429, 'throttled',
@@ -77,7 +82,12 @@ fn num(v: f64) -> String {
 
 /// The sorted served values of a nullable column, as an array.
 fn sorted(col: &str, alias: &str) -> String {
-    format!("arraySort(groupArrayIf(assumeNotNull({col}), {OK} AND isNotNull({col}))) AS {alias}")
+    sorted_if(col, alias, OK)
+}
+
+/// The sorted values of a nullable column over the records `cond` keeps, as an array.
+fn sorted_if(col: &str, alias: &str, cond: &str) -> String {
+    format!("arraySort(groupArrayIf(assumeNotNull({col}), {cond} AND isNotNull({col}))) AS {alias}")
 }
 
 fn at(x: &str, q: &str) -> String {
@@ -221,14 +231,15 @@ ORDER BY bucket_, arm, rate_, level, live_",
 }
 
 fn keys(p: &Params) -> String {
+    // A client error is its key's, under no arm (as the file reader counts it).
     let (arm, group, order) = if p.by_arm {
         (
-            "\n        experiment_arm AS arm,",
+            format!("\n        if({REFUSED}, NULL, experiment_arm) AS arm,"),
             "key, arm",
             "requests DESC, key, isNotNull(arm), arm",
         )
     } else {
-        ("", "key", "requests DESC, key")
+        (String::new(), "key", "requests DESC, key")
     };
     let arm_out = if p.by_arm { " arm," } else { "" };
     format!(
@@ -248,7 +259,7 @@ FROM
         sum(ifNull(output_tokens, 0)) AS output_tokens,
         {s_ttft},
         {s_tpot},
-        arraySort(groupArrayIf(e2e_ms, {OK} AND {GEN})) AS e2e
+        arraySort(groupArrayIf(e2e_ms, {SERVED})) AS e2e
     FROM {t}
     WHERE {CLIENT} AND api IN ('chat', 'completions', 'responses', 'messages')
     GROUP BY {group}
@@ -258,8 +269,8 @@ LIMIT {top}",
         ttft = dist("ttft", "ttft"),
         tpot = dist("tpot", "tpot"),
         e2e = dist("e2e", "e2e"),
-        s_ttft = sorted("ttft_ms", "ttft"),
-        s_tpot = sorted("tpot_ms", "tpot"),
+        s_ttft = sorted_if("ttft_ms", "ttft", SERVED),
+        s_tpot = sorted_if("tpot_ms", "tpot", SERVED),
         t = p.table,
         top = p.top,
     )
