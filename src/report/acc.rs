@@ -242,7 +242,11 @@ impl Acc {
         self.classes[class as usize] += 1;
         if !class.is_generation() {
             if class == Class::ClientError {
-                self.add_key(r, NONE, class);
+                let key_arm = match r.arm() {
+                    Some(a) if self.by_arm => self.names.id(a),
+                    _ => NONE,
+                };
+                self.add_key(r, key_arm, class);
             }
             self.add_other(r, class);
             self.note_held(held);

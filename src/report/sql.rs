@@ -43,8 +43,6 @@ const CLIENT: &str = "ifNull(tap_side, '') != 'inner'";
 const OK: &str = "outcome = 'ok'";
 const ERROR: &str = "outcome NOT IN ('ok', 'client_cancelled')
             AND NOT (status >= 400 AND status < 500 AND status != 429)";
-/// A generating shape refused as the client's fault: a 4xx other than 429.
-const REFUSED: &str = "status >= 400 AND status < 500 AND status != 429";
 /// A generation: a generating shape the service answered or failed (docs/report.md).
 const GEN: &str = "api IN ('chat', 'completions', 'responses', 'messages')
             AND NOT (status >= 400 AND status < 500 AND status != 429)";
@@ -231,10 +229,9 @@ ORDER BY bucket_, arm, rate_, level, live_",
 }
 
 fn keys(p: &Params) -> String {
-    // A client error is its key's, under no arm (as the file reader counts it).
     let (arm, group, order) = if p.by_arm {
         (
-            format!("\n        if({REFUSED}, NULL, experiment_arm) AS arm,"),
+            "\n        experiment_arm AS arm,".to_owned(),
             "key, arm",
             "requests DESC, key, isNotNull(arm), arm",
         )
