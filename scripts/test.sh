@@ -4,8 +4,10 @@
 # are scripts/rig-test.sh and scripts/rig-tap.sh (vLLM + LiteLLM), scripts/report-screenshot.sh
 # (Chromium), scripts/prometheus-test.sh and scripts/grafana-test.sh (Prometheus),
 # scripts/kubernetes-test.sh (kubernetes-validate), scripts/cluster-test.sh (all three, plus
-# stdout records, OTLP, reload and kill -9), scripts/container-test.sh (buildah) and
-# scripts/clickhouse-test.sh (chdb and clickhouse-server).
+# stdout records, OTLP, reload and kill -9), scripts/container-test.sh (buildah),
+# scripts/clickhouse-test.sh (chdb and clickhouse-server), scripts/report-layout-test.sh
+# (Chromium), scripts/record-live-logs.sh (the rig), scripts/fuzz.sh (nightly, cargo-fuzz) and
+# scripts/soak.sh (the sim, 30 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
