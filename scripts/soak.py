@@ -351,7 +351,7 @@ class Client:
     def run(self, w):
         rng = random.Random(self.seed * 1000 + w)
         kinds, weights = list(KINDS), [v[0] for v in KINDS.values()]
-        conn = None
+        conn, last_used = None, 0.0
         for i in range(1_000_000):  # bounded in count and in time
             if time.monotonic() >= self.deadline:
                 break
@@ -361,9 +361,15 @@ class Client:
                 if kind in ("cancel", "reset", "slow_reader"):
                     self.raw(kind, rng, rid)
                 else:
+                    # NB: tokentap closes a kept-alive connection idle for timeouts.header_read_ms
+                    # (30 s); like any pooled client, don't reuse one idle for 20 s.
+                    if conn is not None and time.monotonic() - last_used > 20:
+                        conn.close()
+                        conn = None
                     if conn is None:
                         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
                     self.kept_alive(conn, kind, rng, rid)
+                    last_used = time.monotonic()
             except Exception as e:  # noqa: BLE001 - every client-side failure is reported
                 with self.lock:
                     self.errors.append((rid, kind, repr(e)[:200]))
