@@ -224,14 +224,11 @@ fn an_open_loop_is_estimated_by_its_schedule() {
     );
 }
 
-#[test]
-fn a_search_says_at_most_and_keeps_to_it() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let run = bench(&[
+/// A saturation search on long prompts that nothing breaks, with `extra` flags.
+fn search(extra: &[&str]) -> Run {
+    let mut args = vec![
         "--until",
         "ttft_p95_ms:100000",
-        "--max-level",
-        "4",
         "--requests",
         "4",
         "--warmup",
@@ -240,7 +237,15 @@ fn a_search_says_at_most_and_keeps_to_it() {
         "8,8,8",
         "--buckets",
         "long-short",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    bench(&args)
+}
+
+#[test]
+fn a_search_says_at_most_and_keeps_to_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = search(&["--max-level", "4"]);
     let (_, e) = run.estimate();
     // The bound is --max-time's (30 minutes by default); the likely figure, the levels' pace.
     assert!(e.starts_with("estimate: at most 30 min (--max-time"), "{e}");
@@ -257,20 +262,7 @@ fn a_search_says_at_most_and_keeps_to_it() {
     );
 
     // Bounded by --max-time: the line says so, and the run stops near it.
-    let run = bench(&[
-        "--until",
-        "ttft_p95_ms:100000",
-        "--max-time",
-        "2s",
-        "--requests",
-        "4",
-        "--warmup",
-        "1",
-        "--outputs",
-        "8,8,8",
-        "--buckets",
-        "long-short",
-    ]);
+    let run = search(&["--max-time", "2s"]);
     let (_, e) = run.estimate();
     assert!(e.starts_with("estimate: at most 2 s (--max-time"), "{e}");
     let took = run_time(&run);
