@@ -277,7 +277,7 @@ async fn a_span_per_request_continues_the_callers_trace_with_genai_attributes() 
     let (start, end) = (s.uint(7).unwrap(), s.uint(8).unwrap());
     // The span's length is the record's E2E to the nanosecond; the record here was read back
     // from the JSONL log, whose float parse may land one ulp away: one nanosecond of slack.
-    let e2e_ns = (rec.e2e_ms * 1e6) as u64;
+    let e2e_ns = (rec.e2e_ms * 1e6).round() as u64;
     assert!(
         (end - start).abs_diff(e2e_ns) <= 1,
         "{} vs {e2e_ns}",
@@ -300,15 +300,29 @@ async fn a_span_per_request_continues_the_callers_trace_with_genai_attributes() 
     assert_eq!(a["server.port"], V::I(i64::from(up.addr.port())));
     assert_eq!(a["http.response.status_code"], V::I(200));
     assert_eq!(a["tokentap.record_id"], V::S(rec.id.clone()));
-    assert_eq!(a["tokentap.ttft_ms"], V::D(rec.ttft_ms.unwrap()));
-    assert_eq!(a["tokentap.tpot_ms"], V::D(rec.tpot_ms.unwrap()));
-    assert_eq!(a["tokentap.e2e_ms"], V::D(rec.e2e_ms));
+    // The span carries the record's doubles; the record was read back from its JSON line, and
+    // serde_json's default parse may land one unit in the last place away.
+    let same = |k: &str, want: f64| match &a[k] {
+        V::D(got) => assert!(
+            (got - want).abs() <= 2.0 * f64::EPSILON * want.abs(),
+            "{k}: {got} vs {want}"
+        ),
+        other => panic!("{k}: {other:?}"),
+    };
+    same("tokentap.ttft_ms", rec.ttft_ms.unwrap());
+    same("tokentap.tpot_ms", rec.tpot_ms.unwrap());
+    same("tokentap.e2e_ms", rec.e2e_ms);
     assert!(!a.contains_key("error.type"));
     let events = s.all(11);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].str(2).as_deref(), Some("first_token"));
     let ft = events[0].uint(1).unwrap();
-    assert_eq!(ft - start, (rec.ttft_ms.unwrap() * 1e6) as u64);
+    let ttft_ns = (rec.ttft_ms.unwrap() * 1e6).round() as u64;
+    assert!(
+        (ft - start).abs_diff(ttft_ns) <= 1,
+        "{} vs {ttft_ns}",
+        ft - start
+    );
     assert!(rec.ttft_ms.unwrap() >= 30.0);
     assert!(!s.0.contains_key(&15), "a success leaves the status unset");
     assert_eq!(s.uint(16), Some(0x301), "sampled, with a remote parent");

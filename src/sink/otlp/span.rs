@@ -40,7 +40,7 @@ fn nanos(t: SystemTime) -> u64 {
 }
 
 fn after(start: u64, ms: f64) -> u64 {
-    start.saturating_add((ms.max(0.0) * 1e6) as u64)
+    start.saturating_add((ms.max(0.0) * 1e6).round() as u64)
 }
 
 /// Whether the span's status is an error: the upstream or tokentap failed the request (a client
