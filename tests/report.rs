@@ -75,6 +75,9 @@ fn rec(i: usize, bucket: &str, c: u64, ttft: f64, tpot: f64, key: &str) -> Reque
         upstream_request_id: None,
         trace_id: None,
         span_id: None,
+        content_encoding: None,
+        decode_error: None,
+        delivery: None,
         error: None,
     }
 }

@@ -222,6 +222,11 @@ impl Target {
             1 << 20,
             8 << 20,
         );
+        meter.expect_encoding(
+            resp.headers()
+                .get(http::header::CONTENT_ENCODING)
+                .map(|v| v.as_bytes()),
+        );
         let (tx, rx) = tokio::sync::oneshot::channel();
         let mut body = MeteredBody::new(
             resp.into_body(),

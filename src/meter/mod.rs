@@ -9,6 +9,8 @@
 
 pub mod body;
 mod bucket;
+pub mod decode;
+pub mod delivery;
 pub mod ids;
 pub mod record;
 mod timeline;
@@ -81,6 +83,19 @@ pub struct Meter {
     /// bounded, from the same first events or JSON body.
     pub response_id: Option<String>,
     model_looks: u8,
+    /// A compressed body's decoder: the meter reads its decoded copy.
+    decoder: Option<Box<decode::Decoder>>,
+    /// One read's decoded bytes (reused).
+    decoded: Vec<u8>,
+    /// The response's `Content-Encoding`, when it had one.
+    pub content_encoding: Option<String>,
+    /// Why the body could not be read (past a point): an encoding not decoded, a corrupt or
+    /// over-bound compressed body.
+    pub decode_error: Option<String>,
+    /// How the stream's content events arrived, read by read.
+    pub delivery: delivery::Counter,
+    /// Each content event's arrival, kept only when asked (a gateway tap's two sides).
+    pub token_times: Option<Vec<Instant>>,
 }
 
 impl Meter {
@@ -106,7 +121,41 @@ impl Meter {
             response_model: None,
             response_id: None,
             model_looks: 0,
+            decoder: None,
+            decoded: Vec::new(),
+            content_encoding: None,
+            decode_error: None,
+            delivery: delivery::Counter::default(),
+            token_times: None,
         }
+    }
+
+    /// Read the body through a decoder when the response's `Content-Encoding` says it is
+    /// compressed (the bytes handed on are untouched). A coding tokentap does not decode
+    /// leaves the body unread, and says so.
+    pub fn expect_encoding(&mut self, value: Option<&[u8]>) {
+        let Some(value) = value else { return };
+        match decode::Encoding::parse(value) {
+            decode::Encoding::Identity => {}
+            decode::Encoding::Known(c) => {
+                self.content_encoding = Some(c.as_str().to_owned());
+                match decode::Decoder::new(c) {
+                    Ok(d) => self.decoder = Some(Box::new(d)),
+                    Err(e) => self.stop_reading(e.to_string()),
+                }
+            }
+            decode::Encoding::Unknown(name) => {
+                self.stop_reading(format!("content-encoding {name:?} is not decoded"));
+                self.content_encoding = Some(name);
+            }
+        }
+    }
+
+    /// The body cannot be read from here on: counted as bytes, not inspected.
+    fn stop_reading(&mut self, why: String) {
+        self.decoder = None;
+        self.decode_error = Some(why);
+        self.kind = BodyKind::Opaque;
     }
 
     /// Take note of a chunk handed to the client at `now`, to be inspected later: by the next
@@ -167,11 +216,38 @@ impl Meter {
         if self.timeline.first_byte.is_none() {
             self.timeline.first_byte = Some(now);
         }
+        match self.decoder.take() {
+            Some(mut d) => {
+                let mut out = std::mem::take(&mut self.decoded);
+                match d.feed(chunk, &mut out) {
+                    Ok(()) => {
+                        self.read(&out, now);
+                        self.decoder = Some(d);
+                    }
+                    Err(e) => self.stop_reading(e.to_string()),
+                }
+                self.decoded = out;
+            }
+            None => self.read(chunk, now),
+        }
+    }
+
+    /// Read one read's (decoded) bytes.
+    fn read(&mut self, chunk: &[u8], now: Instant) {
+        if chunk.is_empty() {
+            return;
+        }
+        let (before, since) = (
+            self.content_events,
+            self.timeline.last_token.or(self.timeline.headers),
+        );
         // Take the splitter out so the event callback can borrow the rest of `self`.
         match std::mem::replace(&mut self.kind, BodyKind::Opaque) {
             BodyKind::Sse(mut sse) => {
                 sse.feed(chunk, &mut |item| self.on_event(item, now));
                 self.kind = BodyKind::Sse(sse);
+                self.delivery
+                    .on_read(self.content_events - before, now, since);
             }
             BodyKind::Json {
                 mut buf,
@@ -254,6 +330,11 @@ impl Meter {
                         }
                     }
                     self.timeline.last_token = Some(now);
+                    if let Some(times) = &mut self.token_times {
+                        if times.len() < MAX_ITL_SAMPLES {
+                            times.push(now);
+                        }
+                    }
                 }
                 self.note_usage(info.usage);
                 if !info.timings.is_empty() {

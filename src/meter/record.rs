@@ -339,6 +339,17 @@ pub struct RequestRecord {
     pub trace_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub span_id: Option<String>,
+    /// The response's `Content-Encoding` (`gzip`, `deflate`, `br`, `zstd`, or another, cut to
+    /// 32 bytes): tokentap measured a decoded copy; the client got the bytes as sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_encoding: Option<String>,
+    /// Why the body was not measured past a point: an encoding not decoded, a corrupt body, or
+    /// one decoding past its bound (docs/streaming.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_error: Option<String>,
+    /// Streams with content: how the events arrived from the upstream, read by read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<super::delivery::Delivery>,
     /// What went wrong, without secrets: an error kind, never an upstream message.
     #[serde(default)]
     pub error: Option<String>,
@@ -529,6 +540,9 @@ impl RequestRecord {
             upstream_request_id: meter.response_id.take().or(facts.upstream_request_id),
             trace_id: None,
             span_id: None,
+            content_encoding: meter.content_encoding.take(),
+            decode_error: meter.decode_error.take(),
+            delivery: meter.delivery.delivery(output_tokens),
             error: verdict.error,
         }
     }

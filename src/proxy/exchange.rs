@@ -207,6 +207,12 @@ impl Exchange {
             limits.max_sse_event_bytes,
             limits.max_response_json_bytes,
         );
+        inner.meter.expect_encoding(
+            parts
+                .headers
+                .get(http::header::CONTENT_ENCODING)
+                .map(http::HeaderValue::as_bytes),
+        );
         crate::headers::response_headers(&mut parts.headers);
         let metered =
             MeteredBody::new(body, self).on_stream_complete(UpstreamBody::pool_after_drop);

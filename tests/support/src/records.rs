@@ -186,6 +186,9 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
         upstream_request_id: None,
         trace_id: Some(format!("{:016x}{:016x}", r.next_u64(), r.next_u64())),
         span_id: Some(format!("{:016x}", r.next_u64())),
+        content_encoding: None,
+        decode_error: None,
+        delivery: None,
         error: (outcome == Outcome::UpstreamError)
             .then(|| "upstream answered 503 Service Unavailable".into()),
     };
