@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::meter::{JoinBy, Unjoined};
+use crate::meter::{JoinBy, SharedTimes, Unjoined};
+
+pub mod relay;
 
 /// Outer requests waiting at most, per gateway route; beyond it new ones are not registered.
 const MAX_WAITING: usize = 100_000;
@@ -31,6 +33,8 @@ pub struct Link {
     joined: OnceLock<Joined>,
     /// The inner side's first token, set by its meter the moment it is seen.
     pub inner_first_token: Arc<OnceLock<Instant>>,
+    /// Every content event's arrival on the inner side, added by its meter as it reads them.
+    pub inner_tokens: SharedTimes,
 }
 
 /// The inner side of a joined request.
@@ -124,6 +128,7 @@ impl Joiner {
             outer_t0,
             joined: OnceLock::new(),
             inner_first_token: Arc::new(OnceLock::new()),
+            inner_tokens: SharedTimes::default(),
         });
         t.by_id.insert(
             outer_id,

@@ -168,11 +168,10 @@ where
         };
         // NB: a chunk is inspected once the consumer has written it: after this body said
         // Pending (hyper flushes, then polls again at once), or when the next chunk comes. The
-        // inspection is never between the upstream and the client; the chunk's instant is taken
-        // on arrival, so the figures do not move.
-        if std::mem::take(this.parked) {
-            obs.meter().catch_up();
-        }
+        // inspection is never between the upstream and the client, and never before the next
+        // chunk's stamp: a chunk's instant is taken the moment the upstream gives it, so a
+        // burst's figures do not move with the time its earlier chunks took to inspect.
+        let parked = std::mem::take(this.parked);
         let mut inner = this.inner;
         match inner.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
@@ -201,6 +200,9 @@ where
                 Poll::Ready(None)
             }
             Poll::Pending => {
+                if parked {
+                    obs.meter().catch_up();
+                }
                 *this.parked = true;
                 Poll::Pending
             }

@@ -26,11 +26,21 @@ use crate::sse::{SseItem, SseSplitter};
 pub use body::{BodyEnd, MeteredBody, Observer};
 pub use bucket::Buckets;
 pub use record::{
-    tpot_ms, Experiment, Facts, GatewayTap, JoinBy, Outcome, RequestRecord, Schedule, TapSide,
-    TokensSource, TtftSplit, Unjoined, Verdict,
+    tpot_ms, Experiment, Facts, GatewayTap, JoinBy, Outcome, RelayVerdict, RequestRecord, Schedule,
+    TapSide, TokensSource, TtftSplit, Unjoined, Verdict,
 };
 pub use timeline::{duration_ms, ms_between, Stamp, Timeline};
 pub use trace::Trace;
+
+/// Content events' arrival instants, shared by a gateway tap's two sides.
+#[derive(Debug, Default)]
+pub struct TokenTimes {
+    pub times: Vec<Instant>,
+    /// The inner side's record is made: no more times will come.
+    pub done: bool,
+}
+
+pub type SharedTimes = Arc<std::sync::Mutex<TokenTimes>>;
 
 /// A stream's first events looked at for the model that served it and the response's id.
 const MODEL_EVENTS: u8 = 3;
@@ -95,7 +105,7 @@ pub struct Meter {
     /// How the stream's content events arrived, read by read.
     pub delivery: delivery::Counter,
     /// Each content event's arrival, kept only when asked (a gateway tap's two sides).
-    pub token_times: Option<Vec<Instant>>,
+    pub token_times: Option<SharedTimes>,
 }
 
 impl Meter {
@@ -330,9 +340,9 @@ impl Meter {
                         }
                     }
                     self.timeline.last_token = Some(now);
-                    if let Some(times) = &mut self.token_times {
-                        if times.len() < MAX_ITL_SAMPLES {
-                            times.push(now);
+                    if let Some(Ok(mut t)) = self.token_times.as_ref().map(|t| t.lock()) {
+                        if t.times.len() < MAX_ITL_SAMPLES {
+                            t.times.push(now);
                         }
                     }
                 }

@@ -145,6 +145,38 @@ pub struct GatewayTap {
     pub relay_ms: Option<f64>,
     /// Outer side, joined: outer TTFT − inner TTFT (= admission + relay).
     pub ttft_ms: Option<f64>,
+    /// Outer side, joined: every token's relay through the gateway (token k outside − token k
+    /// inside, aligned by token order): the median, the largest, and the tokens relayed later
+    /// than 50 ms (held).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_p50_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_max_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_tokens: Option<u64>,
+    /// `relayed`, `held` (some token relayed later than 50 ms), or `unaligned`: the two sides'
+    /// token counts differ (a gateway that re-chunks) or ran out of order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_verdict: Option<RelayVerdict>,
+}
+
+/// What the per-token relay says of a gateway's handling of one stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RelayVerdict {
+    Relayed,
+    Held,
+    Unaligned,
+}
+
+impl RelayVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RelayVerdict::Relayed => "relayed",
+            RelayVerdict::Held => "held",
+            RelayVerdict::Unaligned => "unaligned",
+        }
+    }
 }
 
 /// The TTFT of one request split into where the time went (milliseconds, medians in reports).

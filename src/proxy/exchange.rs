@@ -21,8 +21,8 @@ use super::timeout::TimeoutBody;
 use super::{ProxyBody, ProxyError, Slot, State};
 use crate::keys::Secret;
 use crate::meter::{
-    BodyEnd, Facts, GatewayTap, JoinBy, Meter, MeteredBody, Observer, RequestRecord, Stamp,
-    TapSide, Unjoined, Verdict,
+    BodyEnd, Facts, GatewayTap, JoinBy, Meter, MeteredBody, Observer, RelayVerdict, RequestRecord,
+    Stamp, TapSide, Unjoined, Verdict,
 };
 use crate::tap::{Joiner, Link};
 
@@ -127,7 +127,10 @@ impl Exchange {
         let i = &mut *self.0;
         i.tap = Some(
             match joiner.open(i.facts.stamp.id, i.meter.timeline.t0, fp) {
-                Ok(link) => TapPart::Outer(joiner.clone(), link),
+                Ok(link) => {
+                    i.meter.token_times = Some(Default::default());
+                    TapPart::Outer(joiner.clone(), link)
+                }
                 Err(why) => TapPart::Unjoined(TapSide::Outer, why),
             },
         );
@@ -140,6 +143,7 @@ impl Exchange {
         i.tap = Some(match joiner.join(id, t0, token, fp) {
             Ok(link) => {
                 i.meter.first_token_signal = Some(link.inner_first_token.clone());
+                i.meter.token_times = Some(link.inner_tokens.clone());
                 let by = link.joined().map_or(JoinBy::Header, |j| j.by);
                 TapPart::Inner(link, by)
             }
@@ -246,7 +250,11 @@ impl Exchange {
             &i.state.config.buckets,
         );
         // The meter has caught up (assemble settles it): its first token is final.
-        rec.gateway_tap = i.tap.take().map(|t| tap_record(t, &i.meter));
+        let mut relay = Vec::new();
+        rec.gateway_tap = i.tap.take().map(|t| tap_record(t, &i.meter, &mut relay));
+        if !relay.is_empty() {
+            i.state.sink().relay(&rec.route, &relay);
+        }
         i.route.stats.observe(&rec, i.meter.itl_samples());
         if let Some(t) = trace {
             rec.trace_id = Some(crate::meter::trace::hex(&t.trace_id));
@@ -265,8 +273,9 @@ impl Exchange {
     }
 }
 
-/// The record's `gateway_tap`; an outer side leaves the joiner here.
-fn tap_record(t: TapPart, meter: &Meter) -> GatewayTap {
+/// The record's `gateway_tap`; an outer side leaves the joiner here, with each token's relay
+/// through the gateway in `relay` (ms).
+fn tap_record(t: TapPart, meter: &Meter, relay: &mut Vec<f64>) -> GatewayTap {
     let mut g = GatewayTap {
         side: TapSide::Outer,
         peer: None,
@@ -275,6 +284,10 @@ fn tap_record(t: TapPart, meter: &Meter) -> GatewayTap {
         admission_ms: None,
         relay_ms: None,
         ttft_ms: None,
+        relay_p50_ms: None,
+        relay_max_ms: None,
+        held_tokens: None,
+        relay_verdict: None,
     };
     match t {
         TapPart::Unjoined(side, why) => {
@@ -283,6 +296,9 @@ fn tap_record(t: TapPart, meter: &Meter) -> GatewayTap {
         }
         TapPart::Inner(link, by) => {
             g.side = TapSide::Inner;
+            if let Ok(mut t) = link.inner_tokens.lock() {
+                t.done = true;
+            }
             g.peer = Some(crate::tap::token(link.outer_id));
             g.join = Some(by);
         }
@@ -306,10 +322,36 @@ fn tap_record(t: TapPart, meter: &Meter) -> GatewayTap {
                         g.ttft_ms = Some(admission + relay);
                     }
                 }
+                token_relay(&mut g, &link, meter, relay);
             }
         }
     }
     g
+}
+
+/// Every token's relay through the gateway, when the two sides align (crate::tap::relay).
+fn token_relay(g: &mut GatewayTap, link: &crate::tap::Link, meter: &Meter, out: &mut Vec<f64>) {
+    let (Some(Ok(outer)), Ok(inner)) = (
+        meter.token_times.as_ref().map(|t| t.lock()),
+        link.inner_tokens.lock(),
+    ) else {
+        return;
+    };
+    match crate::tap::relay::relay(&inner, &outer.times) {
+        Ok(None) => {}
+        Ok(Some(r)) => {
+            g.relay_p50_ms = Some(r.p50_ms);
+            g.relay_max_ms = Some(r.max_ms);
+            g.held_tokens = Some(r.held_tokens);
+            g.relay_verdict = Some(if r.held_tokens > 0 {
+                RelayVerdict::Held
+            } else {
+                RelayVerdict::Relayed
+            });
+            *out = r.ms;
+        }
+        Err(_) => g.relay_verdict = Some(RelayVerdict::Unaligned),
+    }
 }
 
 impl Observer for Exchange {

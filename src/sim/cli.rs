@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::{HopDelay, Profile, Sim};
+use super::{Hold, HopDelay, Profile, Sim};
 use crate::cli::Exit;
 
 #[derive(clap::Args)]
@@ -26,6 +26,14 @@ pub struct Args {
     /// the hop's route to tap both sides of the hop.
     #[arg(long)]
     pub hop_upstream: Option<::http::Uri>,
+    /// The hop holds each answer until it has this many bytes, then lets them go in one write
+    /// (a buffering proxy); with --hop-flush-ms, whichever comes first. Adds a hop (no delay)
+    /// when --gateway-hop is not given.
+    #[arg(long, value_name = "BYTES")]
+    pub hop_buffer: Option<usize>,
+    /// The hop lets held bytes go once the oldest is this old (milliseconds).
+    #[arg(long, value_name = "MS")]
+    pub hop_flush_ms: Option<f64>,
     /// Act as a reasoning model: this many reasoning tokens before the answer (overrides the
     /// profile's `reasoning_tokens`).
     #[arg(long)]
@@ -75,7 +83,17 @@ pub fn cli(a: Args) -> Exit {
             Ok(l) => l,
             Err(e) => return Exit::Failed(e),
         };
-        let hop = match a.gateway_hop {
+        let hold = Hold {
+            bytes: a.hop_buffer,
+            flush_ms: a.hop_flush_ms,
+        };
+        let delay = a.gateway_hop.or_else(|| {
+            hold.is_on().then_some(HopDelay {
+                ms: 0.0,
+                jitter_ms: 0.0,
+            })
+        });
+        let hop = match delay {
             None => None,
             Some(d) => match bind(a.hop_listen.clone()).await {
                 Ok(l) => Some((l, d)),
@@ -83,15 +101,39 @@ pub fn cli(a: Args) -> Exit {
             },
         };
         let via = a.hop_upstream.clone();
-        match Sim::start_via(profile.clone(), &a.model, a.seed, engine, hop, via).await {
+        let started = match hop {
+            Some((l, d)) if hold.is_on() => {
+                match Sim::start(profile.clone(), &a.model, a.seed, engine, None).await {
+                    Ok(mut sim) => {
+                        let up = via.clone().unwrap_or_else(|| {
+                            format!("http://{}", sim.engine)
+                                .parse()
+                                .unwrap_or_default()
+                        });
+                        sim.start_holding_hop(l, d, hold, up, a.seed).map(|_| sim)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            hop => Sim::start_via(profile.clone(), &a.model, a.seed, engine, hop, via).await,
+        };
+        match started {
             Ok(sim) => {
                 eprintln!(
                     "tokentap sim: SIMULATED engine ({}) serving model {:?} on http://{}/v1",
                     profile.name, a.model, sim.engine
                 );
-                if let (Some(h), Some(d)) = (sim.hop, a.gateway_hop) {
+                if let (Some(h), Some(d)) = (sim.hop, delay) {
+                    let held = match (hold.bytes, hold.flush_ms) {
+                        (None, None) => String::new(),
+                        (b, ms) => format!(
+                            ", holding answers until {} bytes or {} ms",
+                            b.map_or("∞".into(), |b| b.to_string()),
+                            ms.map_or("∞".into(), |m| m.to_string())
+                        ),
+                    };
                     eprintln!(
-                        "tokentap sim: simulated gateway hop ({}±{} ms) on http://{h}/v1 → {}",
+                        "tokentap sim: simulated gateway hop ({}±{} ms{held}) on http://{h}/v1 → {}",
                         d.ms,
                         d.jitter_ms,
                         a.hop_upstream

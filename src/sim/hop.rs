@@ -17,6 +17,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use super::hold::{hold, Hold, Released, Truth};
+
 /// The hop's delay: `ms` ± `jitter_ms`, uniform.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HopDelay {
@@ -53,9 +55,12 @@ pub struct Hop {
     pub delay: HopDelay,
     pub rng: Mutex<fastrand::Rng>,
     pub client: Client<HttpConnector, Full<Bytes>>,
+    /// How it holds answers (off by default), and what it held.
+    pub hold: Hold,
+    pub truth: Truth,
 }
 
-pub type HopBody = Either<Incoming, Full<Bytes>>;
+pub type HopBody = Either<Either<Incoming, Released>, Full<Bytes>>;
 
 impl Hop {
     pub fn new(engine: Uri, delay: HopDelay, seed: u64) -> Hop {
@@ -66,7 +71,15 @@ impl Hop {
             delay,
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             client: Client::builder(TokioExecutor::new()).build(c),
+            hold: Hold::default(),
+            truth: Truth::default(),
         }
+    }
+
+    /// Hold answers as `hold` says (`--hop-buffer`, `--hop-flush-ms`).
+    pub fn holding(mut self, hold: Hold) -> Hop {
+        self.hold = hold;
+        self
     }
 
     fn next_delay(&self) -> Duration {
@@ -117,7 +130,12 @@ impl Hop {
                     resp.headers_mut()
                         .insert("x-litellm-overhead-duration-ms", v);
                 }
-                Ok(resp.map(Either::Left))
+                if self.hold.is_on() {
+                    resp.headers_mut().remove(http::header::CONTENT_LENGTH);
+                    let truth = self.truth.clone();
+                    return Ok(resp.map(|b| Either::Left(Either::Right(hold(b, self.hold, truth)))));
+                }
+                Ok(resp.map(|b| Either::Left(Either::Left(b))))
             }
             Err(_) => bad("engine unreachable"),
         }

@@ -5,6 +5,7 @@
 mod cache;
 pub mod cli;
 pub mod engine;
+pub mod hold;
 pub mod hop;
 pub mod http;
 mod wire;
@@ -21,6 +22,7 @@ use tokio::task::JoinHandle;
 
 pub use cli::{cli, Args};
 pub use engine::Profile;
+pub use hold::{Hold, Truth};
 pub use hop::HopDelay;
 
 /// A running simulator: the engine's address and, when asked for, the hop's.
@@ -124,6 +126,27 @@ impl Sim {
             hop: hop_addr,
             tasks,
         })
+    }
+
+    /// Add a hop on `listener` that holds answers as `hold` says (a buffering proxy), relaying
+    /// to `upstream`; its truth is what it held, token by token.
+    pub fn start_holding_hop(
+        &mut self,
+        listener: TcpListener,
+        delay: HopDelay,
+        hold: Hold,
+        upstream: ::http::Uri,
+        seed: u64,
+    ) -> std::io::Result<(SocketAddr, Truth)> {
+        let addr = listener.local_addr()?;
+        let h = Arc::new(hop::Hop::new(upstream, delay, seed ^ 0x5eed).holding(hold));
+        let truth = h.truth.clone();
+        self.tasks
+            .push(tokio::spawn(accept_loop(listener, move |req| {
+                h.clone().handle(req)
+            })));
+        self.hop = Some(addr);
+        Ok((addr, truth))
     }
 
     /// Add a hop on `listener` relaying to `upstream` (once that is known: a demo starts the

@@ -111,6 +111,10 @@ mod tests {
             admission_ms: Some(1.5),
             relay_ms: None,
             ttft_ms: Some(2.0),
+            relay_p50_ms: None,
+            relay_max_ms: None,
+            held_tokens: None,
+            relay_verdict: None,
         });
         let row = super::row(&r);
         assert_eq!(row["stream"], 1);

@@ -98,6 +98,11 @@ impl Sink {
         }
     }
 
+    /// Each token's relay through a tapped gateway (ms), on the outer `route`.
+    pub fn relay(&self, route: &str, ms: &[f64]) {
+        self.metrics.observe_relay(route, ms);
+    }
+
     /// Ask the writer to write what is queued and stop (after the last request finished).
     pub async fn close_log(&self) {
         if let Some(tx) = &self.log_tx {

@@ -246,6 +246,10 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
                     admission_ms: Some(r.lognormal(4.0, 0.4)),
                     relay_ms: Some(r.lognormal(1.0, 0.4)),
                     ttft_ms: Some(r.lognormal(9.0, 0.3)),
+                    relay_p50_ms: None,
+                    relay_max_ms: None,
+                    held_tokens: None,
+                    relay_verdict: None,
                 });
             }
             6 => {
@@ -258,6 +262,10 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
                     admission_ms: None,
                     relay_ms: None,
                     ttft_ms: None,
+                    relay_p50_ms: None,
+                    relay_max_ms: None,
+                    held_tokens: None,
+                    relay_verdict: None,
                 });
             }
             _ => {}

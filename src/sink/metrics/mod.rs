@@ -17,6 +17,9 @@ use metrics_exporter_prometheus::{
 
 use crate::meter::{GatewayTap, RequestRecord, TapSide};
 
+mod stream;
+pub use stream::{DECODE_STOPPED, GATEWAY_RELAY, STREAM_DELIVERY};
+
 pub const REQUESTS: &str = "tokentap_requests_total";
 pub const TTFT: &str = "tokentap_time_to_first_token_seconds";
 pub const TTFO: &str = "tokentap_time_to_first_output_token_seconds";
@@ -189,7 +192,7 @@ impl Metrics {
         for (names, buckets) in [
             (&[TTFT, TTFO, E2E, UPSTREAM_HEADERS][..], LATENCY_BUCKETS),
             (&[TPOT][..], TOKEN_BUCKETS),
-            (&[GATEWAY_HOP][..], HOP_BUCKETS),
+            (&[GATEWAY_HOP, GATEWAY_RELAY][..], HOP_BUCKETS),
         ] {
             for name in names {
                 builder = builder.set_buckets_for_metric(Matcher::Full((*name).into()), buckets)?;
@@ -319,6 +322,7 @@ impl Metrics {
             "1 when the last reload was applied (or none was asked), 0 when it was refused.",
             'g',
         );
+        stream::describe(&recorder);
         // From the start, so that a dashboard or an alert finds them before the first reload.
         for result in ["ok", "restart_needed", "error", "unauthorized"] {
             let k = Self::key(RELOADS, vec![Label::new("result", result)]);
@@ -577,6 +581,7 @@ impl Metrics {
         if let Some(g) = &rec.gateway_tap {
             self.observe_tap(rec, g, h.labels[1].value());
         }
+        self.observe_stream(rec);
         // Rare: the route label is only built when one of them is counted.
         let route = || vec![Label::new("route", rec.route.clone())];
         if rec.parse_errors > 0 {
