@@ -114,5 +114,35 @@ for c in r["cells"]:
               f"engine queue {sp.get('engine_queue_ms')}, prefill {sp.get('engine_prefill_ms')}, outside engine {sp.get('outside_engine_ms')}")
 for a in r["answers"]:
     print(f"{a['question']} {a['answer']}")
+# Is it really streaming? How each route's streams arrived, per level, and the per-token relay
+# through LiteLLM. vLLM direct must never be called buffered.
+from collections import Counter, defaultdict
+by = defaultdict(Counter)
+share = defaultdict(list)
+for x in recs:
+    d = x.get("delivery")
+    if d:
+        k = (x["route"], x.get("concurrency"))
+        by[k][d["verdict"]] += 1
+        share[k].append(d["coalesced_share"])
+print("route    level  streamed  coalesced  buffered  coalesced share (mean, max)  most events in one read")
+for k in sorted(by, key=lambda k: (k[0], k[1] or 0)):
+    c, s = by[k], share[k]
+    most = max(x["delivery"]["max_events_per_read"] for x in recs
+               if x.get("delivery") and (x["route"], x.get("concurrency")) == k)
+    print(f"{k[0]:<8} C={k[1]!s:<4} {c['streamed']:>8}  {c['coalesced']:>9}  {c['buffered']:>8}  "
+          f"{sum(s) / len(s):.3f}, {max(s):.3f}{'':>17}{most}")
+relays = sorted(x["gateway_tap"]["relay_p50_ms"] for x in recs
+                if (x.get("gateway_tap") or {}).get("relay_p50_ms") is not None)
+maxes = sorted(x["gateway_tap"]["relay_max_ms"] for x in recs
+               if (x.get("gateway_tap") or {}).get("relay_max_ms") is not None)
+verdicts = Counter(x["gateway_tap"].get("relay_verdict") for x in recs
+                   if (x.get("gateway_tap") or {}).get("side") == "outer")
+if relays:
+    print(f"relay through LiteLLM: per-stream median {relays[len(relays) // 2]:.2f} ms, "
+          f"largest token relay p50 {maxes[len(maxes) // 2]:.2f} ms, max {maxes[-1]:.2f} ms; verdicts {dict(verdicts)}")
+bad = [k for k in by if k[0] == "direct" and by[k]["buffered"]]
+if bad:
+    sys.exit(f"FAIL: vLLM direct streams called buffered at {bad}")
 PY
 echo "records, report.json and report.html in $OUT"

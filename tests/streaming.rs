@@ -83,7 +83,14 @@ async fn chats(px: &TestProxy, n: usize, tokens: u32) -> Vec<(RequestRecord, Req
         .collect()
 }
 
+/// One test (the two cases in turn): timing is compared to 2 ms, so nothing else of this
+/// binary runs beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hop_holding_16_kb_is_pinned_and_one_holding_nothing_raises_nothing() {
+    a_hop_holding_16_kb_is_pinned_and_its_holds_match_the_truth().await;
+    a_hop_that_holds_nothing_raises_nothing().await;
+}
+
 async fn a_hop_holding_16_kb_is_pinned_and_its_holds_match_the_truth() {
     let (_sim, px, truth) = tapped(Hold {
         bytes: Some(16 << 10),
@@ -93,7 +100,7 @@ async fn a_hop_holding_16_kb_is_pinned_and_its_holds_match_the_truth() {
     let pairs = chats(&px, 3, 200).await;
     let truth = truth.lock().unwrap().clone();
     assert_eq!(truth.len(), 3);
-    let mut max_err = Vec::new();
+    let (mut p50_err, mut max_err) = (Vec::new(), Vec::new());
     for (outer, inner) in &pairs {
         let g = outer.gateway_tap.as_ref().unwrap();
         // The stream the hop held: in the order the hop ended them (requests are sequential).
@@ -104,13 +111,17 @@ async fn a_hop_holding_16_kb_is_pinned_and_its_holds_match_the_truth() {
         sorted.sort_by(f64::total_cmp);
         let (t_max, t_p50) = (sorted[199], sorted[tokentap::stats::rank(200, 0.5)]);
         let (max, p50) = (g.relay_max_ms.unwrap(), g.relay_p50_ms.unwrap());
-        // The median within 2 ms on every stream; the largest (one token: one scheduling
-        // hiccup of a loaded test machine moves it) within 2 ms on the middle stream below.
-        assert!((p50 - t_p50).abs() <= 2.0, "p50 {p50} vs the hop's {t_p50}");
+        // Within 2 ms on the middle stream of the three (below), within 10 ms on every one: a
+        // scheduling hiccup of a loaded 2-core test machine moves a whole flush.
+        assert!(
+            (p50 - t_p50).abs() <= 10.0,
+            "p50 {p50} vs the hop's {t_p50}"
+        );
         assert!(
             (max - t_max).abs() <= 10.0,
             "max {max} vs the hop's {t_max}"
         );
+        p50_err.push((p50 - t_p50).abs());
         max_err.push((max - t_max).abs());
         // Tokens within 2 ms of the threshold may fall either side of it.
         let over = holds.iter().filter(|h| **h > HELD_MS).count() as i64;
@@ -136,8 +147,33 @@ async fn a_hop_holding_16_kb_is_pinned_and_its_holds_match_the_truth() {
             (Some(200), Some(200))
         );
     }
-    max_err.sort_by(f64::total_cmp);
-    assert!(max_err[1] <= 2.0, "largest relay vs the hop's: {max_err:?}");
+    for e in [&mut p50_err, &mut max_err] {
+        e.sort_by(f64::total_cmp);
+        assert!(e[1] <= 2.0, "relay vs the hop's hold: {e:?}");
+    }
+    // The report names the route and the hop.
+    let recs =
+        tokentap::report::load(std::slice::from_ref(&px.log), &mut |w| panic!("{w}")).unwrap();
+    let r = tokentap::report::compute(&recs, &Default::default(), 5, false);
+    let row = |route: &str| r.streaming.iter().find(|s| s.route == route).unwrap();
+    let (gw, inner) = (row("gateway"), row("engine"));
+    assert_eq!((gw.side, gw.streams, gw.buffered), (Some("outer"), 3, 3));
+    assert_eq!((gw.gateway_held, inner.buffered), (3, 0));
+    let answer = &r
+        .answers
+        .iter()
+        .find(|a| a.question == "Is it really streaming?")
+        .unwrap()
+        .answer;
+    assert!(answer.contains("3 came buffered on gateway"), "{answer}");
+    assert!(
+        answer.contains("on gateway, the gateway held 3 streams"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("the gateway is the hop that held them"),
+        "{answer}"
+    );
     // Live: the verdicts counted, every token's relay in the histogram.
     let (_, text) = px.admin_get("/metrics").await;
     let buffered = r#"tokentap_stream_delivery_total{route="gateway",verdict="buffered"}"#;
@@ -146,7 +182,7 @@ async fn a_hop_holding_16_kb_is_pinned_and_its_holds_match_the_truth() {
     assert_eq!(metric(&text, relayed), Some(600.0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// The control: the same set-up, a hop that holds nothing.
 async fn a_hop_that_holds_nothing_raises_nothing() {
     let (_sim, px, _truth) = tapped(Hold::default()).await;
     for (outer, inner) in chats(&px, 3, 48).await {

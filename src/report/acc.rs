@@ -123,6 +123,7 @@ pub(super) struct Read {
     pub tap: Vec<TapRec>,
     pub traffic: Traffic,
     pub other: Vec<OtherRow>,
+    pub streaming: Vec<super::streaming::StreamRow>,
 }
 
 /// The report's reading state. Feed it with [`Acc::add`] (and [`Acc::add_tap_only`]), then
@@ -160,6 +161,7 @@ pub struct Acc {
     /// Not-judged requests by (endpoint, method, status, class).
     other: BTreeMap<(String, String, u16, Class), usize>,
     other_endpoints: std::collections::HashSet<String>,
+    streaming: super::streaming::StreamingAcc,
 }
 
 impl Acc {
@@ -191,6 +193,7 @@ impl Acc {
             armed: false,
             other: BTreeMap::new(),
             other_endpoints: std::collections::HashSet::new(),
+            streaming: Default::default(),
         }
     }
 
@@ -228,6 +231,7 @@ impl Acc {
             }
         }
         self.add_tap(r, bucket);
+        self.streaming.add(r, &mut self.names);
         if !r.client_facing() {
             return;
         }
@@ -389,6 +393,7 @@ impl Acc {
     pub fn add_tap_only(&mut self, r: &Row<'_>) {
         let bucket = self.names.id(r.bucket());
         self.add_tap(r, bucket);
+        self.streaming.add(r, &mut self.names);
     }
 
     fn add_tap(&mut self, r: &Row<'_>, bucket: u32) {
@@ -517,6 +522,7 @@ impl Acc {
             tap: self.tap,
             traffic: Traffic::of(self.classes, self.streams, self.no_usage),
             other: other_rows(self.other),
+            streaming: self.streaming.finish(&names),
         }
     }
 }

@@ -373,6 +373,10 @@ pub fn answers(r: &Report) -> Vec<Answer> {
             answer: prefix_cache(r),
         },
         Answer {
+            question: "Is it really streaming?",
+            answer: super::streaming::answer(&r.streaming),
+        },
+        Answer {
             question: "What was judged?",
             answer: judged(r),
         },

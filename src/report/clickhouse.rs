@@ -236,10 +236,8 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
     let by_bucket = shape_rows(take("by_bucket"));
     let prefix_cache = cache(&take("prefix_cache"));
     let by_turn = take("by_turn").iter().map(turn).collect();
-    let hop = take("hop_rows")
-        .iter()
-        .map(|r| hop_rec(r, &p.gateway))
-        .collect();
+    let (hop_rows, g) = (take("hop_rows"), &p.gateway);
+    let hop = hop_rows.iter().map(|r| hop_rec(r, g)).collect();
     let tap = take("tap_rows").iter().filter_map(tap_rec).collect();
     Ok(Read {
         records,
@@ -256,6 +254,7 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
         tap,
         traffic: Traffic::of(classes, streams, no_usage),
         other,
+        streaming: Vec::new(), // NB: the table has no delivery columns yet
     })
 }
 
@@ -551,6 +550,8 @@ fn tap_rec(r: &Row) -> Option<TapRec> {
             admission_ms: float(r, "tap_admission_ms"),
             relay_ms: float(r, "tap_relay_ms"),
             ttft_ms: float(r, "tap_ttft_ms"),
+            relay_max_ms: None,
+            relay_verdict: None,
         },
         route: Arc::from(text(r, "route")),
         bucket: Arc::from(text(r, "bucket_")),

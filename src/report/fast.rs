@@ -16,7 +16,7 @@ use super::json::{
     api, boolean, eat, nested, opt_f64, opt_text, opt_u64, outcome, plain, skip_value, split, text,
     ws,
 };
-use super::row::{ExpRow, Row, TapRow, Text};
+use super::row::{DeliveryRow, ExpRow, Row, TapRow, Text};
 use super::scan::{f64_at, u64_at, word};
 use crate::meter::Outcome;
 use crate::openai::Api;
@@ -54,9 +54,10 @@ enum F {
     Endpoint,
     Status,
     Stream,
+    Delivery,
 }
 
-const FIELDS: [(&[u8], F); 30] = [
+const FIELDS: [(&[u8], F); 31] = [
     (b"ts", F::Ts),
     (b"route", F::Route),
     (b"experiment", F::Experiment),
@@ -87,6 +88,7 @@ const FIELDS: [(&[u8], F); 30] = [
     (b"endpoint", F::Endpoint),
     (b"status", F::Status),
     (b"stream", F::Stream),
+    (b"delivery", F::Delivery),
 ];
 
 /// A key's first eight bytes (zero-padded), little-endian.
@@ -129,7 +131,7 @@ const fn tail(k: &[u8]) -> u64 {
 const fn slot(head: u64, len: usize) -> usize {
     (head
         .wrapping_add(len as u64)
-        .wrapping_mul(0x816b_2332_cfed_943b)
+        .wrapping_mul(0xd245_f07f_8770_a55d)
         >> 58) as usize
 }
 
@@ -228,6 +230,7 @@ fn read<'a>(b: &'a [u8], i: usize, f: F, r: &mut Row<'a>) -> Option<usize> {
             e
         }
         F::Stream => set!(stream, boolean(b, i)),
+        F::Delivery => set!(delivery, nested::<DeliveryRow>(b, i)),
     })
 }
 
@@ -364,6 +367,7 @@ impl Fast {
             scheduled_ms: None,
             ttft_split: None,
             gateway_tap: None,
+            delivery: None,
         };
         let mut seen = 0u32;
         let mut i = eat(b, 0, b'{')?;

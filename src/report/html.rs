@@ -97,6 +97,10 @@ pub fn html(r: &Report) -> String {
     s.push_str("<h2>Per API shape</h2>");
     let (h, rows) = api_rows(r);
     s += &html_table(&h, &rows);
+    if let Some((h, rows)) = super::streaming::table(&r.streaming) {
+        let _ = write!(s, "<h2>{}</h2>", super::streaming::TITLE);
+        s += &html_table(&h, &rows);
+    }
     if let Some((h, rows)) = other_rows(r) {
         s.push_str("<h2>Not judged: client errors and other traffic</h2>");
         s += &html_table(&h, &rows);

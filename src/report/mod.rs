@@ -25,6 +25,7 @@ mod sections;
 pub mod shapes;
 mod slo;
 pub mod sql;
+pub mod streaming;
 mod svg;
 pub mod tap;
 mod traffic;
@@ -262,6 +263,7 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
         prefix_cache: read.prefix_cache,
         by_turn: read.by_turn,
         other_traffic: read.other,
+        streaming: read.streaming,
     };
     report.answers = answers::answers(&report);
     report

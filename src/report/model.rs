@@ -277,4 +277,7 @@ pub struct Report {
     pub by_turn: BTreeMap<String, shapes::TurnRow>,
     /// Requests not judged (client errors and other traffic), by endpoint, method and status.
     pub other_traffic: Vec<OtherRow>,
+    /// Is it really streaming? How each route's (and arm's) streams arrived.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub streaming: Vec<super::streaming::StreamRow>,
 }

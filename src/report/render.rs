@@ -426,6 +426,10 @@ pub fn render(r: &Report, f: Format) -> String {
             s += "\nPer API shape\n";
             let (h, rows) = api_rows(r);
             s += &text_table(&h, &rows);
+            if let Some((h, rows)) = super::streaming::table(&r.streaming) {
+                s += &format!("\n{}\n", super::streaming::TITLE);
+                s += &text_table(&h, &rows);
+            }
             if let Some((h, rows)) = other_rows(r) {
                 s += "\nNot judged: client errors and other traffic\n";
                 s += &text_table(&h, &rows);
@@ -488,6 +492,10 @@ pub fn render(r: &Report, f: Format) -> String {
             s += "\n## Per API shape\n\n";
             let (h, rows) = api_rows(r);
             s += &md_table(&h, &rows);
+            if let Some((h, rows)) = super::streaming::table(&r.streaming) {
+                s += &format!("\n## {}\n\n", super::streaming::TITLE);
+                s += &md_table(&h, &rows);
+            }
             if let Some((h, rows)) = other_rows(r) {
                 s += "\n## Not judged: client errors and other traffic\n\n";
                 s += &md_table(&h, &rows);

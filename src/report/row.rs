@@ -8,7 +8,10 @@ use std::borrow::Cow;
 use serde::de::{Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
-use crate::meter::{GatewayTap, JoinBy, Outcome, RequestRecord, TapSide, TtftSplit, Unjoined};
+use crate::meter::delivery::Verdict;
+use crate::meter::{
+    GatewayTap, JoinBy, Outcome, RelayVerdict, RequestRecord, TapSide, TtftSplit, Unjoined,
+};
 use crate::openai::Api;
 
 /// A JSON string, borrowed from the line unless it had escapes.
@@ -67,6 +70,18 @@ pub struct TapRow {
     pub relay_ms: Option<f64>,
     #[serde(default)]
     pub ttft_ms: Option<f64>,
+    #[serde(default)]
+    pub relay_max_ms: Option<f64>,
+    #[serde(default)]
+    pub relay_verdict: Option<RelayVerdict>,
+}
+
+/// How a stream arrived: its verdict and largest burst.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct DeliveryRow {
+    pub verdict: Verdict,
+    #[serde(default)]
+    pub max_events_per_read: u64,
 }
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
@@ -183,6 +198,8 @@ pub struct Row<'a> {
     pub ttft_split: Option<TtftSplit>,
     #[serde(default)]
     pub gateway_tap: Option<TapRow>,
+    #[serde(default)]
+    pub delivery: Option<DeliveryRow>,
 }
 
 impl<'a> Row<'a> {
@@ -223,6 +240,10 @@ impl<'a> Row<'a> {
             scheduled_ms: r.scheduled_ms,
             ttft_split: r.ttft_split,
             gateway_tap: r.gateway_tap.as_ref().map(tap_row),
+            delivery: r.delivery.as_ref().map(|d| DeliveryRow {
+                verdict: d.verdict,
+                max_events_per_read: d.max_events_per_read,
+            }),
         }
     }
 
@@ -306,5 +327,7 @@ fn tap_row(g: &GatewayTap) -> TapRow {
         admission_ms: g.admission_ms,
         relay_ms: g.relay_ms,
         ttft_ms: g.ttft_ms,
+        relay_max_ms: g.relay_max_ms,
+        relay_verdict: g.relay_verdict,
     }
 }
