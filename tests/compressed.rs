@@ -149,7 +149,7 @@ async fn through(script: Script) -> (Got, Vec<u8>, tokentap::meter::RequestRecor
 #[tokio::test]
 async fn every_coding_is_forwarded_untouched_and_measured_as_a_plain_stream() {
     for coding in ["gzip", "deflate", "deflate-raw", "br", "zstd"] {
-        let plain = Script::chat_stream(MS(40), MS(5), 12, true);
+        let plain = Script::chat_stream(MS(40), MS(15), 12, true);
         let (got, sent, r) = through(compress(plain, coding, false)).await;
         assert_eq!(got.status, 200);
         assert_eq!(
@@ -165,11 +165,12 @@ async fn every_coding_is_forwarded_untouched_and_measured_as_a_plain_stream() {
         assert_eq!(r.output_tokens, Some(12));
         let ttft = r.ttft_ms.unwrap();
         assert!((40.0..200.0).contains(&ttft), "{coding}: ttft {ttft}");
-        assert!(r.tpot_ms.unwrap() >= 4.0, "{coding}: {:?}", r.tpot_ms);
+        assert!(r.tpot_ms.unwrap() >= 14.0, "{coding}: {:?}", r.tpot_ms);
         assert_eq!(r.response_bytes, sent.len() as u64);
         let d = r.delivery.unwrap();
-        assert_eq!(d.verdict, Verdict::Streamed, "{coding}: {d:?}");
-        assert_eq!(d.content_reads, 12);
+        // Event by event (a loaded host's TCP may join two writes into one read).
+        assert_ne!(d.verdict, Verdict::Buffered, "{coding}: {d:?}");
+        assert!(d.content_reads >= 9, "{coding}: {d:?}");
     }
 }
 

@@ -154,8 +154,8 @@ pub struct GatewayTap {
     pub relay_max_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_tokens: Option<u64>,
-    /// `relayed`, `held` (some token relayed later than 50 ms), or `unaligned`: the two sides'
-    /// token counts differ (a gateway that re-chunks) or ran out of order.
+    /// `relayed`, `held` (two tokens or more relayed later than 50 ms), or `unaligned`: the two
+    /// sides' token counts differ (a gateway that re-chunks) or ran out of order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay_verdict: Option<RelayVerdict>,
 }

@@ -343,7 +343,7 @@ fn token_relay(g: &mut GatewayTap, link: &crate::tap::Link, meter: &Meter, out: 
             g.relay_p50_ms = Some(r.p50_ms);
             g.relay_max_ms = Some(r.max_ms);
             g.held_tokens = Some(r.held_tokens);
-            g.relay_verdict = Some(if r.held_tokens > 0 {
+            g.relay_verdict = Some(if r.held_tokens >= crate::tap::relay::HELD_MIN_TOKENS {
                 RelayVerdict::Held
             } else {
                 RelayVerdict::Relayed

@@ -26,7 +26,7 @@ pub struct StreamRow {
     pub buffered_share: f64,
     /// The most content events one read carried, over the route's streams.
     pub max_events_per_read: u64,
-    /// Outer side of a tap: streams the gateway held (a token relayed later than 50 ms), and
+    /// Outer side of a tap: streams the gateway held (two tokens or more relayed later than 50 ms), and
     /// the largest token relay seen.
     pub gateway_held: usize,
     pub relay_max_ms: Option<f64>,
@@ -127,7 +127,7 @@ pub fn answer(rows: &[StreamRow]) -> String {
         .filter(|r| r.gateway_held > 0)
         .map(|r| {
             format!(
-                "on {}, the gateway held {} streams (a token relayed later than 50 ms), a token up to {:.0} ms",
+                "on {}, the gateway held {} streams (two tokens or more relayed later than 50 ms), a token up to {:.0} ms",
                 name(r),
                 r.gateway_held,
                 r.relay_max_ms.unwrap_or(0.0)

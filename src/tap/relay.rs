@@ -8,6 +8,9 @@ use crate::meter::TokenTimes;
 
 /// A token relayed later than this was held by the gateway (docs/streaming.md).
 pub const HELD_MS: f64 = 50.0;
+/// A stream with this many held tokens was held (one late token alone is a blip: LiteLLM on a
+/// loaded host relays one token of a stream 50–60 ms late now and then).
+pub const HELD_MIN_TOKENS: u64 = 2;
 
 /// An outer token may seem to come this much before its inner one (the two sides stamp on
 /// different tasks); beyond it the sides are not aligned.
