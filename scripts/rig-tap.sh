@@ -115,7 +115,7 @@ for c in r["cells"]:
 for a in r["answers"]:
     print(f"{a['question']} {a['answer']}")
 # Is it really streaming? How each route's streams arrived, per level, and the per-token relay
-# through LiteLLM. vLLM direct must never be called buffered.
+# through LiteLLM. vLLM's own streams (direct, and inside the gateway) are never called buffered.
 from collections import Counter, defaultdict
 by = defaultdict(Counter)
 share = defaultdict(list)
@@ -141,8 +141,8 @@ verdicts = Counter(x["gateway_tap"].get("relay_verdict") for x in recs
 if relays:
     print(f"relay through LiteLLM: per-stream median {relays[len(relays) // 2]:.2f} ms, "
           f"largest token relay p50 {maxes[len(maxes) // 2]:.2f} ms, max {maxes[-1]:.2f} ms; verdicts {dict(verdicts)}")
-bad = [k for k in by if k[0] == "direct" and by[k]["buffered"]]
+bad = [k for k in by if k[0] in ("direct", "engine") and by[k]["buffered"]]
 if bad:
-    sys.exit(f"FAIL: vLLM direct streams called buffered at {bad}")
+    sys.exit(f"FAIL: vLLM's own streams (direct, or inside the gateway) called buffered at {bad}")
 PY
 echo "records, report.json and report.html in $OUT"

@@ -7,7 +7,8 @@
 # stdout records, OTLP, reload and kill -9), scripts/container-test.sh (buildah),
 # scripts/clickhouse-test.sh (chdb and clickhouse-server), scripts/report-layout-test.sh
 # (Chromium), scripts/record-live-logs.sh (the rig), scripts/fuzz.sh (nightly, cargo-fuzz) and
-# scripts/soak.sh (the sim, 30 minutes).
+# scripts/soak.sh (the sim, 30 minutes) and scripts/nginx-stream-test.sh (nginx between a tap's
+# routes, with and without gzip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
