@@ -6,11 +6,13 @@
 //! Inputs that need a knob (an event bound, where reads split) take it from their first bytes,
 //! so a corpus file replays exactly as it was fuzzed.
 
+mod decode;
 mod offline;
 mod request;
 mod stream;
 mod wire;
 
+pub use decode::compressed_body;
 pub use offline::{config, report_line};
 pub use request::{fingerprint, request_splice};
 pub use stream::{event_verdict, sse_split};
@@ -29,6 +31,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("fingerprint", fingerprint),
     ("report_line", report_line),
     ("config", config),
+    ("compressed_body", compressed_body),
 ];
 
 /// Cut points for `len` bytes, drawn from `seed` (a small xorshift: the same seed, the same
