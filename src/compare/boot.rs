@@ -10,6 +10,9 @@ use crate::stats::{pct, sorted};
 /// Resamples behind every interval.
 pub const RESAMPLES: usize = 2000;
 
+/// Values a side must have beyond a percentile for its interval.
+pub const BEYOND: f64 = 2.0;
+
 /// The metrics compared, in order: the names `--fail-on-regression` takes.
 pub const METRICS: [&str; 16] = [
     "ttft_p50",
@@ -77,27 +80,37 @@ impl Sample<'_> {
 }
 
 /// Every metric of a set of requests. `agg` scales Σ output tokens ÷ Σ E2E to the side's
-/// measured aggregate tok/s (its value at the full sample), or leaves it out.
-fn figures(reqs: &[&Req], agg: Option<(f64, f64)>) -> [Option<f64>; 16] {
-    let field = |f: fn(&Req) -> Option<f64>| sorted(reqs.iter().filter_map(|r| f(r)));
+/// measured aggregate tok/s (its value at the full sample), or leaves it out. `buf` is scratch.
+fn figures(reqs: &[&Req], agg: Option<(f64, f64)>, buf: &mut Vec<f64>) -> [Option<f64>; 16] {
     let mut out = [None; 16];
-    let fields: [fn(&Req) -> Option<f64>; 4] = [|r| r.ttft, |r| r.ttfo, |r| r.tpot, |r| r.e2e];
+    let fields: [fn(&Req) -> Option<f64>; 5] =
+        [|r| r.ttft, |r| r.ttfo, |r| r.tpot, |r| r.e2e, |r| r.tok_s];
     for (k, f) in fields.into_iter().enumerate() {
-        let v = field(f);
-        for (j, q) in [0.5, 0.95, 0.99].into_iter().enumerate() {
-            out[3 * k + j] = pct(&v, q);
+        buf.clear();
+        buf.extend(reqs.iter().filter_map(|r| f(r)));
+        buf.sort_unstable_by(f64::total_cmp);
+        if k == 4 {
+            out[12] = pct(buf, 0.5);
+        } else {
+            for (j, q) in [0.5, 0.95, 0.99].into_iter().enumerate() {
+                out[3 * k + j] = pct(buf, q);
+            }
         }
     }
-    out[12] = pct(&field(|r| r.tok_s), 0.5);
     let n = reqs.len() as f64;
     if n > 0.0 {
+        let (mut e2e, mut tok, mut errors, mut good) = (0.0, 0.0, 0usize, 0usize);
+        for r in reqs {
+            e2e += r.any_e2e;
+            tok += r.out_tokens;
+            errors += usize::from(r.error);
+            good += usize::from(r.good);
+        }
         out[13] = agg.and_then(|(point, full)| {
-            let e2e: f64 = reqs.iter().map(|r| r.any_e2e).sum();
-            let tok: f64 = reqs.iter().map(|r| r.out_tokens).sum();
             (e2e > 0.0 && full > 0.0).then(|| point * (tok / e2e) / full)
         });
-        out[14] = Some(reqs.iter().filter(|r| r.error).count() as f64 / n);
-        out[15] = Some(reqs.iter().filter(|r| r.good).count() as f64 / n);
+        out[14] = Some(errors as f64 / n);
+        out[15] = Some(good as f64 / n);
     }
     out
 }
@@ -117,7 +130,8 @@ pub fn compare(s: &Sample<'_>, aggregate: [Option<f64>; 2], seed: u64) -> Vec<Di
         Sample::Unpaired(b, n) => (b.clone(), n.clone()),
     };
     let (ab, an) = (agg_of(&bs, aggregate[0]), agg_of(&ns, aggregate[1]));
-    let (mut fb, mut fn_) = (figures(&bs, ab), figures(&ns, an));
+    let mut buf = Vec::with_capacity(bs.len().max(ns.len()));
+    let (mut fb, mut fn_) = (figures(&bs, ab, &mut buf), figures(&ns, an, &mut buf));
     // The full sample's aggregate is the measured one, exactly.
     fb[13] = ab.map(|a| a.0);
     fn_[13] = an.map(|a| a.0);
@@ -142,7 +156,7 @@ pub fn compare(s: &Sample<'_>, aggregate: [Option<f64>; 2], seed: u64) -> Vec<Di
                     rn.extend((0..n.len()).map(|_| n[rng.usize(..n.len())]));
                 }
             }
-            let (xb, xn) = (figures(&rb, ab), figures(&rn, an));
+            let (xb, xn) = (figures(&rb, ab, &mut buf), figures(&rn, an, &mut buf));
             for m in 0..16 {
                 if let (Some(b), Some(n)) = (xb[m], xn[m]) {
                     abs_draws[m].push(n - b);
@@ -153,9 +167,34 @@ pub fn compare(s: &Sample<'_>, aggregate: [Option<f64>; 2], seed: u64) -> Vec<Di
             }
         }
     }
+    // A percentile near a side's end (fewer than `BEYOND` values beyond it) is close to that
+    // side's maximum, whose bootstrap interval does not cover (a resample never exceeds the
+    // sample): none is given. p95 needs 40 requests a side, p99 200.
+    let tail_ok = |m: usize| match m {
+        0..=11 => {
+            let q = [0.5, 0.95, 0.99][m % 3];
+            let n = |v: &[&Req], f: fn(&Req) -> Option<f64>| {
+                v.iter().filter(|r| f(r).is_some()).count()
+            };
+            let f: fn(&Req) -> Option<f64> = [
+                |r: &Req| r.ttft,
+                |r: &Req| r.ttfo,
+                |r: &Req| r.tpot,
+                |r: &Req| r.e2e,
+            ][m / 3];
+            [n(&bs, f), n(&ns, f)]
+                .iter()
+                .all(|k| *k as f64 * (1.0 - q) >= 1.0)
+        }
+        _ => true,
+    };
     (0..16)
         .map(|m| {
             let (b, n) = (fb[m], fn_[m]);
+            if !tail_ok(m) {
+                abs_draws[m].clear();
+                rel_draws[m].clear();
+            }
             Diff {
                 metric: METRICS[m],
                 unit: unit(METRICS[m]),
@@ -163,7 +202,10 @@ pub fn compare(s: &Sample<'_>, aggregate: [Option<f64>; 2], seed: u64) -> Vec<Di
                 new: n,
                 abs: b.zip(n).map(|(b, n)| n - b),
                 abs_ci: interval(std::mem::take(&mut abs_draws[m])),
-                rel: b.zip(n).filter(|(b, _)| *b != 0.0).map(|(b, n)| n / b - 1.0),
+                rel: b
+                    .zip(n)
+                    .filter(|(b, _)| *b != 0.0)
+                    .map(|(b, n)| n / b - 1.0),
                 rel_ci: interval(std::mem::take(&mut rel_draws[m])),
             }
         })
@@ -206,7 +248,10 @@ mod tests {
         // Per-prompt TPOT spread widely; NEW is every prompt's TPOT × 0.9.
         let mut rng = fastrand::Rng::with_seed(1);
         let base: Vec<Req> = (0..60).map(|_| req(20.0 + 20.0 * rng.f64())).collect();
-        let new: Vec<Req> = base.iter().map(|r| req(r.tpot.unwrap_or(0.0) * 0.9)).collect();
+        let new: Vec<Req> = base
+            .iter()
+            .map(|r| req(r.tpot.unwrap_or(0.0) * 0.9))
+            .collect();
         let paired = Sample::Paired(base.iter().zip(&new).collect());
         let a = compare(&paired, [Some(100.0), Some(110.0)], 9);
         assert_eq!(a, compare(&paired, [Some(100.0), Some(110.0)], 9));

@@ -56,7 +56,9 @@ pub fn parse(spec: &str) -> Result<Vec<Threshold>, SpecError> {
             why,
         };
         if part.is_empty() {
-            return Err(bad("an empty item (two commas, or a comma at an end)".into()));
+            return Err(bad(
+                "an empty item (two commas, or a comma at an end)".into()
+            ));
         }
         let Some((name, amount)) = part.split_once(':') else {
             return Err(bad("not METRIC:AMOUNT (e.g. tpot_p50:+3%)".into()));
@@ -145,8 +147,14 @@ mod tests {
     fn parses_the_issues_example() {
         let t = parse("ttft_p95:+5%,tpot_p50:+3%,error_rate:+0.5pp").unwrap();
         assert_eq!(t.len(), 3);
-        assert_eq!((t[0].metric, t[0].value, t[0].unit), ("ttft_p95", 5.0, Unit::Percent));
-        assert_eq!((t[2].metric, t[2].value, t[2].unit), ("error_rate", 0.5, Unit::Pp));
+        assert_eq!(
+            (t[0].metric, t[0].value, t[0].unit),
+            ("ttft_p95", 5.0, Unit::Percent)
+        );
+        assert_eq!(
+            (t[2].metric, t[2].value, t[2].unit),
+            ("error_rate", 0.5, Unit::Pp)
+        );
         assert_eq!(t[1].to_string(), "tpot_p50:+3%");
         // No sign: the bad direction. A throughput regresses downwards.
         let t = parse("tok_s_per_stream_p50:5%, e2e_p99:250ms, aggregate_tok_s:-20tok/s").unwrap();
@@ -184,7 +192,10 @@ mod tests {
         };
         let t = &parse("tpot_p50:+3%").unwrap()[0];
         assert!(breached(t, &d([0.08, 0.12])).is_some());
-        assert!(breached(t, &d([0.02, 0.12])).is_none(), "straddles the threshold");
+        assert!(
+            breached(t, &d([0.02, 0.12])).is_none(),
+            "straddles the threshold"
+        );
         assert!(breached(t, &d([-0.12, -0.08])).is_none(), "an improvement");
         let t = &parse("tpot_p50:-3%").unwrap()[0];
         assert!(breached(t, &d([-0.12, -0.08])).is_some());

@@ -127,9 +127,7 @@ fn charts(c: &Comparison) -> Vec<String> {
         let mut series = l.series("BASE", 1, |cell| {
             (metric(cell, m).and_then(|d| d.base), None)
         });
-        series.extend(l.series("NEW", 0, |cell| {
-            (metric(cell, m).and_then(|d| d.new), None)
-        }));
+        series.extend(l.series("NEW", 0, |cell| (metric(cell, m).and_then(|d| d.new), None)));
         out.push(svg::lines(Chart {
             title: format!("{title}: BASE dashed, NEW solid"),
             y_label: unit.into(),

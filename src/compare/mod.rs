@@ -148,7 +148,7 @@ pub fn compare(base: &Side, new: &Side, seed: u64, unpaired: bool) -> Comparison
             continue;
         };
         let pairs: Vec<_> = if pair {
-            let by: BTreeMap<(u64, u32), &side::Req> = n
+            let by: BTreeMap<(u64, u64, u32), &side::Req> = n
                 .reqs
                 .iter()
                 .filter_map(|r| r.prompt.map(|p| (p, r)))
@@ -288,7 +288,10 @@ pub fn cli(a: Args) -> Exit {
     }
     let failed: Vec<&String> = all.iter().flat_map(|c| &c.regressions).collect();
     if !failed.is_empty() {
-        for (c, r) in all.iter().flat_map(|c| c.regressions.iter().map(move |r| (c, r))) {
+        for (c, r) in all
+            .iter()
+            .flat_map(|c| c.regressions.iter().map(move |r| (c, r)))
+        {
             eprintln!("tokentap compare: regression: {} vs {}: {r}", c.new, c.base);
         }
         return Exit::No;

@@ -60,7 +60,11 @@ fn sizes(c: &CellDiff) -> String {
 
 fn row(name: String, n: String, d: &Diff) -> Vec<String> {
     let share = d.unit == "share";
-    let (scale, dec, u) = if share { (100.0, 2, " pp") } else { (1.0, 2, "") };
+    let (scale, dec, u) = if share {
+        (100.0, 2, " pp")
+    } else {
+        (1.0, 2, "")
+    };
     vec![
         name,
         n,
@@ -102,7 +106,10 @@ pub(super) fn lines(c: &Comparison) -> Vec<(String, Vec<String>)> {
         ("SLO verdict changes".to_owned(), or_none(&c.slo_changes)),
     ];
     if !c.regressions.is_empty() {
-        out.push(("Regressions (--fail-on-regression)".to_owned(), c.regressions.clone()));
+        out.push((
+            "Regressions (--fail-on-regression)".to_owned(),
+            c.regressions.clone(),
+        ));
     }
     out
 }

@@ -47,8 +47,9 @@ impl CellKey {
 /// One request's figures; the latencies only when it was served.
 #[derive(Debug, Clone, Default)]
 pub struct Req {
-    /// (prompt index, its occurrence in the cell in time order): the pairing key.
-    pub prompt: Option<(u64, u32)>,
+    /// (its cell, prompt index, the prompt's occurrence in the cell in time order): the
+    /// pairing key, unique in a pooled row too.
+    pub prompt: Option<(u64, u64, u32)>,
     pub ttft: Option<f64>,
     pub ttfo: Option<f64>,
     pub tpot: Option<f64>,
@@ -149,10 +150,14 @@ pub fn of_records(
         };
         for c in rep.cells {
             let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+            let id = super::fnv(&format!(
+                "{} {:?} {:?} {}",
+                c.bucket, c.arm, c.axis, c.level
+            ));
             let reqs: Vec<Req> = recs
                 .iter()
                 .filter(|r| in_cell(r, &c))
-                .map(|r| req_of(r, slos, &mut seen))
+                .map(|r| req_of(r, id, slos, &mut seen))
                 .collect();
             pooled.reqs.extend(reqs.iter().cloned());
             cells.push(SideCell {
@@ -198,12 +203,12 @@ fn in_cell(r: &RequestRecord, c: &Cell) -> bool {
         && (c.arm.is_none() || c.arm.as_deref() == arm)
 }
 
-fn req_of(r: &RequestRecord, slos: &Slos, seen: &mut BTreeMap<u64, u32>) -> Req {
+fn req_of(r: &RequestRecord, cell: u64, slos: &Slos, seen: &mut BTreeMap<u64, u32>) -> Req {
     let row = Row::of(r);
     let prompt = r.prompt_index.map(|p| {
         let k = seen.entry(p).or_insert(0);
         *k += 1;
-        (p, *k)
+        (cell, p, *k)
     });
     let ok = row.ok();
     let served = |v: Option<f64>| v.filter(|x| ok && x.is_finite());

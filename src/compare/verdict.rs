@@ -11,7 +11,11 @@ use super::{CellDiff, Verdict};
 /// percentage points for the rates (BASE may be 0). (value, interval) scaled to print.
 pub fn reading(d: &Diff) -> Option<(f64, [f64; 2], &'static str)> {
     match unit(d.metric) {
-        "share" => Some((d.abs? * 100.0, d.abs_ci.map(|c| c.map(|x| x * 100.0))?, "pp")),
+        "share" => Some((
+            d.abs? * 100.0,
+            d.abs_ci.map(|c| c.map(|x| x * 100.0))?,
+            "pp",
+        )),
         _ => Some((d.rel? * 100.0, d.rel_ci.map(|c| c.map(|x| x * 100.0))?, "%")),
     }
 }
@@ -59,9 +63,8 @@ pub fn verdicts(cells: &[CellDiff]) -> Vec<Verdict> {
             } else {
                 ("higher", higher, lower, "lower")
             };
-            let mut s = format!(
-                "{metric} {med:+.1} {u} [{lo:+.1}, {hi:+.1}] {word} in {k} of {n} cells"
-            );
+            let mut s =
+                format!("{metric} {med:+.1} {u} [{lo:+.1}, {hi:+.1}] {word} in {k} of {n} cells");
             if other > 0 {
                 s += &format!(", {ow} in {other}");
             }

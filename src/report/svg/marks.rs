@@ -133,7 +133,14 @@ pub fn points(out: &mut String, f: &Frame, series: &[Series]) {
                 whisker(out, f, x, *ci, 3.0, s.style.color, i);
             }
             let tip = format!("{}: {}", s.name, value(*v));
-            marker(out, s.style, x, y, &format!(r#"class="data" data-x="{i}""#), &tip);
+            marker(
+                out,
+                s.style,
+                x,
+                y,
+                &format!(r#"class="data" data-x="{i}""#),
+                &tip,
+            );
         }
     }
 }
