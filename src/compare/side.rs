@@ -23,15 +23,17 @@ pub struct CellKey {
 }
 
 impl CellKey {
-    /// As the tables name it: `chat long-short [arm] C=8`.
+    /// As the tables name it: `chat long-short [arm] C=8`; `chat all cells` for a shape's row.
     pub fn name(&self) -> String {
+        if self.pooled() {
+            return format!("{} all cells", self.api);
+        }
         let arm = self
             .arm
             .as_deref()
             .map(|a| format!(" [{a}]"))
             .unwrap_or_default();
         let level = match self.axis {
-            _ if self.level == u64::MAX => "all levels".to_owned(),
             Axis::Concurrency => format!("C={}", self.label),
             Axis::InFlight => format!("in flight {}", self.label),
             Axis::RequestRate => format!("{} req/s", self.label),
@@ -97,8 +99,7 @@ impl Side {
 /// them when `path` is a folder.
 pub fn read(path: &Path, slos: &Slos) -> Result<Side, String> {
     let mut warn = |w: String| eprintln!("tokentap compare: warning: {w}");
-    let records = report::load(&[PathBuf::from(path)], &mut warn)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let records = report::load(&[PathBuf::from(path)], &mut warn).map_err(|e| e.to_string())?;
     let run = match path.is_dir() {
         true => match std::fs::read(path.join("run.json")) {
             Ok(b) => Some(
