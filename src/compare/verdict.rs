@@ -30,16 +30,20 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// One line per metric over the cells (pooled rows aside): the cells' median change and the
-/// medians of their intervals' ends, and in how many cells the interval excludes 0; or
-/// "unchanged within ±X" when none does (X: the farthest interval end).
+/// One line per metric over the cells (pooled rows aside). When most cells' intervals exclude 0
+/// on one side: the cells' median change, the medians of their intervals' ends, and in how many
+/// cells; when none does, "unchanged within ±X" (X: the farthest interval end); else the cells
+/// that moved, each named.
 pub fn verdicts(cells: &[CellDiff]) -> Vec<Verdict> {
     let mut out = Vec::new();
     for (m, metric) in METRICS.iter().enumerate() {
-        let read: Vec<(f64, [f64; 2], &str)> = cells
+        let read: Vec<(f64, [f64; 2], &str, &str)> = cells
             .iter()
             .filter(|c| !c.pooled)
-            .filter_map(|c| c.metrics.get(m).and_then(reading))
+            .filter_map(|c| {
+                let (v, ci, u) = c.metrics.get(m).and_then(reading)?;
+                Some((v, ci, u, c.cell.as_str()))
+            })
             .collect();
         if read.is_empty() {
             continue;
@@ -54,7 +58,7 @@ pub fn verdicts(cells: &[CellDiff]) -> Vec<Verdict> {
                 .flat_map(|r| r.1)
                 .fold(0.0_f64, |a, x| a.max(x.abs()));
             format!("{metric} unchanged within ±{within:.1} {u} (no cell's interval excludes 0; {n} cells)")
-        } else {
+        } else if 2 * higher.max(lower) > n {
             let med = median(read.iter().map(|r| r.0).collect());
             let lo = median(read.iter().map(|r| r.1[0]).collect());
             let hi = median(read.iter().map(|r| r.1[1]).collect());
@@ -69,6 +73,18 @@ pub fn verdicts(cells: &[CellDiff]) -> Vec<Verdict> {
                 s += &format!(", {ow} in {other}");
             }
             s
+        } else {
+            // Most cells unchanged: name the ones that moved.
+            let moved: Vec<String> = read
+                .iter()
+                .filter(|r| r.1[0] > 0.0 || r.1[1] < 0.0)
+                .map(|r| format!("{} {:+.1} {u} [{:+.1}, {:+.1}]", r.3, r.0, r.1[0], r.1[1]))
+                .collect();
+            format!(
+                "{metric} unchanged in {} of {n} cells; moved in {}",
+                n - moved.len(),
+                moved.join("; ")
+            )
         };
         out.push(Verdict {
             metric,
