@@ -12,7 +12,7 @@
 
 use tokentap_test_support as support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -95,7 +95,7 @@ fn runs() -> &'static Runs {
     })
 }
 
-fn compared(base: &PathBuf, new: &PathBuf, unpaired: bool) -> Comparison {
+fn compared(base: &Path, new: &Path, unpaired: bool) -> Comparison {
     let slos = Slos::default();
     let (b, n) = (
         side::read(base, &slos).unwrap(),

@@ -135,8 +135,8 @@ pub fn compare(s: &Sample<'_>, aggregate: [Option<f64>; 2], seed: u64) -> Vec<Di
     // The full sample's aggregate is the measured one, exactly.
     fb[13] = ab.map(|a| a.0);
     fn_[13] = an.map(|a| a.0);
-    let mut abs_draws: Vec<Vec<f64>> = vec![Vec::with_capacity(RESAMPLES); 16];
-    let mut rel_draws = abs_draws.clone();
+    let mut abs_draws: Vec<Vec<f64>> = (0..16).map(|_| Vec::with_capacity(RESAMPLES)).collect();
+    let mut rel_draws: Vec<Vec<f64>> = (0..16).map(|_| Vec::with_capacity(RESAMPLES)).collect();
     if bs.len() >= 2 && ns.len() >= 2 {
         let mut rng = fastrand::Rng::with_seed(seed);
         let (mut rb, mut rn) = (Vec::with_capacity(bs.len()), Vec::with_capacity(ns.len()));

@@ -84,11 +84,10 @@ pub fn parse(spec: &str) -> Result<Vec<Threshold>, SpecError> {
                 "{amount:?} has no unit: % (relative), pp (rates), ms (latencies) or tok/s"
             )));
         };
-        let fits = match (u, unit(metric)) {
-            (Unit::Percent, _) => true,
-            (Unit::Pp, "share") | (Unit::Ms, "ms") | (Unit::TokS, "tok/s") => true,
-            _ => false,
-        };
+        let fits = matches!(
+            (u, unit(metric)),
+            (Unit::Percent, _) | (Unit::Pp, "share") | (Unit::Ms, "ms") | (Unit::TokS, "tok/s")
+        );
         if !fits {
             return Err(bad(format!(
                 "{metric} is in {}: use % or {}",

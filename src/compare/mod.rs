@@ -24,10 +24,12 @@ pub use render::render;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// BASE, then one or more NEW runs: bench output folders (their records and run.json) or
-    /// request logs (files or folders of *.jsonl*). Each NEW is compared with BASE.
-    #[arg(required = true, num_args = 2.., value_name = "BASE NEW [NEW2…]")]
+    /// BASE, then one or more NEW runs (BASE NEW [NEW2…]): bench output folders (their records
+    /// and run.json) or request logs (files or folders of *.jsonl*). Each NEW is compared with
+    /// BASE.
+    #[arg(required = true, num_args = 2.., value_name = "RUN")]
     pub paths: Vec<PathBuf>,
+    /// table (terminal), md, json, or html (one self-contained file with charts).
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
     /// Write here instead of standard output.
@@ -292,7 +294,7 @@ pub fn cli(a: Args) -> Exit {
             .iter()
             .flat_map(|c| c.regressions.iter().map(move |r| (c, r)))
         {
-            eprintln!("tokentap compare: regression: {} vs {}: {r}", c.new, c.base);
+            eprintln!("tokentap compare: regression: {} → {}: {r}", c.base, c.new);
         }
         return Exit::No;
     }
