@@ -285,3 +285,51 @@ fn every_format_renders_and_html_draws_both_runs() {
     assert!(html.contains("stroke-dasharray"), "BASE is dashed");
     assert!(!html.contains("<script"));
 }
+
+#[test]
+fn mismatches_and_slo_changes_are_named() {
+    let r = runs();
+    let slos = Slos::default();
+    let base = side::read(&r.base, &slos).unwrap();
+    // NEW: the faster run without its long-short cell, under another model name, with its
+    // balanced TTFTs pushed past the interactive SLO, and a different requests_per_cell.
+    let mut recs = bench_records(&r.faster);
+    recs.retain(|x| x.bucket.as_deref() != Some("long-short"));
+    for x in &mut recs {
+        x.model = Some("other-model".into());
+        if x.bucket.as_deref() == Some("balanced") {
+            x.ttft_ms = x.ttft_ms.map(|t| t + 600.0);
+        }
+    }
+    let mut run: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(r.faster.join("run.json")).unwrap()).unwrap();
+    run["requests_per_cell"] = 21.into();
+    let new = side::of_records("edited".into(), Some(run), &recs, &slos);
+    let c = compare::compare(&base, &new, 42, false);
+    let m = c.mismatches.join("\n");
+    assert!(m.contains("cells in BASE only: chat long-short C=1"), "{m}");
+    assert!(
+        m.contains("models differ: BASE sim, NEW other-model"),
+        "{m}"
+    );
+    assert!(m.contains("load differs: requests_per_cell 20 → 21"), "{m}");
+    assert_eq!(c.pairing, "paired", "the prompt set is the same");
+    assert!(
+        c.slo_changes
+            .contains(&"chat balanced C=1: interactive met → MISS".to_owned()),
+        "{:?}",
+        c.slo_changes
+    );
+    // Logs without run.json: unpaired, and said why.
+    let logs = side::of_records("logs".into(), None, &recs, &slos);
+    let u = compare::compare(&base, &logs, 42, false);
+    assert_eq!(u.pairing, "unpaired");
+    assert!(
+        u.pairing_note.contains("not both bench runs"),
+        "{}",
+        u.pairing_note
+    );
+    assert!(u
+        .mismatches
+        .contains(&"BASE is a bench run (run.json), NEW is not".to_owned()));
+}
