@@ -21,6 +21,7 @@
 //! - [`sim`]: simulated engine (continuous-batching cost model) and gateway hop.
 //! - [`bench`]: closed-loop load generator (buckets × concurrency), raw records and run.json.
 //! - [`report`]: records → tables, SLO verdicts, provisioning, per-key, HTML charts.
+//! - [`compare`]: two runs side by side: per-cell differences with bootstrap intervals, a gate.
 //! - [`demo`]: the embedded default: sim + hop + proxy + bench in one process.
 //! - `fuzzing`: the fuzz targets' property checks, replayed by `tests/fuzz_replay.rs` (hidden).
 #![forbid(unsafe_code)]
@@ -29,6 +30,7 @@ pub mod admin;
 pub mod bench;
 pub mod check;
 pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod demo;
 #[doc(hidden)]

@@ -51,6 +51,12 @@ enum Command {
     ///
     /// Try: tokentap report tokentap-demo/bench --format html --out report.html
     Report(tokentap::report::Args),
+    /// Two runs side by side (bench folders or logs): per cell and API shape, NEW − BASE with
+    /// bootstrap 95 % intervals, paired prompt by prompt when both used the same prompt set;
+    /// SLO verdict changes, a verdict per metric, mismatches named; a regression gate.
+    ///
+    /// Try: tokentap compare base-run new-run --fail-on-regression 'ttft_p95:+5%,tpot_p50:+3%'
+    Compare(tokentap::compare::Args),
     /// Print the key fingerprint (sha256:<hex>) of an API key read from standard input, for
     /// `[keys.aliases]`. The key itself is never printed.
     ///
@@ -77,6 +83,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => tokentap::sim::cli(a),
         Command::Bench(a) => tokentap::bench::cli(*a),
         Command::Report(a) => tokentap::report::cli(a),
+        Command::Compare(a) => tokentap::compare::cli(a),
         Command::Fingerprint => tokentap::cli::fingerprint(),
         Command::Health(a) => tokentap::cli::health(&a),
     };

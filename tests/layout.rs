@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&str] = &[
     "stats", "sse", "openai", "keys", "headers", "meter", "config", "route", "tap", "tls", "sink",
     "proxy", "server", "reload", "admin", "cli", "check", "serve", "sim", "report", "bench",
-    "demo", "fuzzing",
+    "compare", "demo", "fuzzing",
 ];
 
 fn root() -> PathBuf {

@@ -67,6 +67,7 @@ fn rec(i: usize, bucket: &str, c: u64, ttft: f64, tpot: f64, key: &str) -> Reque
         client_queue_ms: None,
         client_lag_ms: None,
         turn: None,
+        prompt_index: None,
         upstream_sent_ms: None,
         ttft_split: None,
         gateway_tap: None,

@@ -54,7 +54,8 @@ impl Load<'_> {
             )
         });
         let p = if arm.is_some() { i / 2 } else { i };
-        let prompt = &c.prompts[p % c.prompts.len()];
+        let index = p % c.prompts.len();
+        let prompt = &c.prompts[index];
         let system = self
             .prefixes
             .get(c.spec.name)
@@ -73,6 +74,7 @@ impl Load<'_> {
             turn: None,
             arm,
             route_header: cfg.route_header.as_deref().map(Arc::from),
+            prompt: Some(index as u64),
         }
     }
 }

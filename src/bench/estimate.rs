@@ -353,6 +353,7 @@ async fn probe(target: &Target, load: &Load<'_>, tokens: u64, stop: &AtomicBool)
         turn: None,
         arm: None,
         route_header: None,
+        prompt: None,
     };
     let r = target.one(&req, Sent::default(), stop).await;
     let ttft = r.ttft_ms.filter(|_| r.outcome == Outcome::Ok)?;

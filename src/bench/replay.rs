@@ -316,6 +316,7 @@ pub fn plan(cfg: &BenchConfig) -> Result<(Vec<Planned>, ReplayInfo), BenchError>
                     turn: None,
                     arm: None,
                     route_header: None,
+                    prompt: None,
                 },
                 measured: true,
             }

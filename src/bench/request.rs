@@ -61,6 +61,8 @@ pub struct Req {
     pub arm: Option<(Arc<str>, Arc<str>, String)>,
     /// The request header that chooses the arm (tokentap's experiment route header).
     pub route_header: Option<Arc<str>>,
+    /// The prompt's index in its bucket's chosen set (recorded as `prompt_index`).
+    pub prompt: Option<u64>,
 }
 
 /// How the request went out: requests in flight at the moment (itself included) and, in an
@@ -208,6 +210,7 @@ mod tests {
             turn: Some(2),
             arm: None,
             route_header: None,
+            prompt: None,
         };
         let (path, b) = r.body();
         assert_eq!(path, "/v1/chat/completions");

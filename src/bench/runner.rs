@@ -166,14 +166,16 @@ impl Target {
             .as_deref()
             .zip(req.arm.as_ref().map(|a| &*a.0));
         let (mut meter, verdict) = self.exchange(&endpoint, body, extra, req, stop).await;
-        RequestRecord::assemble(
+        let mut rec = RequestRecord::assemble(
             facts,
             &mut meter,
             verdict,
             Instant::now(),
             &route,
             &Buckets::default(),
-        )
+        );
+        rec.prompt_index = req.prompt;
+        rec
     }
 
     /// Send one request and read its response through the proxy's own observer; the meter and
@@ -531,6 +533,7 @@ pub async fn client_overhead() -> Overhead {
             turn: None,
             arm: None,
             route_header: None,
+            prompt: None,
         };
         let r = t.one(&req, Sent::default(), &never).await;
         if let (true, Some(v)) = (i >= 10, r.ttft_ms) {

@@ -71,6 +71,7 @@ fn turn_request(
         turn: Some(k as u32 + 1),
         arm: None,
         route_header: None,
+        prompt: None,
     }
 }
 

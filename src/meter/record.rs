@@ -346,6 +346,10 @@ pub struct RequestRecord {
     /// The turn of a conversation this request is (`bench --multi-turn`), from 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
+    /// The load generator's prompt: its index in the bucket's chosen prompt set (`tokentap
+    /// bench`; the set is `run.json`'s `prompt_set_sha256`). `compare` pairs two runs by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_index: Option<u64>,
     /// Request head → request written upstream (tokentap's own share of TTFT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_sent_ms: Option<f64>,
@@ -565,6 +569,7 @@ impl RequestRecord {
             client_queue_ms: facts.schedule.map(|s| s.queue_ms),
             client_lag_ms: facts.schedule.map(|s| s.lag_ms),
             turn: facts.turn,
+            prompt_index: None,
             upstream_sent_ms,
             ttft_split,
             gateway_tap: None,

@@ -13,7 +13,7 @@ use super::render::{
 use super::svg;
 use super::Report;
 
-fn html_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
+pub(crate) fn html_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
     let mut s = String::from("<table><thead><tr>");
     for h in head {
         let _ = write!(s, "<th>{}</th>", svg::escape(h.as_ref()));

@@ -284,7 +284,7 @@ pub(super) fn hop_title(r: &Report) -> String {
         .unwrap_or_default()
 }
 
-pub(super) fn text_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
+pub(crate) fn text_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
     let mut w: Vec<usize> = head.iter().map(|h| h.as_ref().chars().count()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -310,7 +310,7 @@ pub(super) fn text_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> Str
 
 /// A GFM table: a header row, a delimiter row with one `---` per column, a row per row; a `|`
 /// inside a cell is escaped.
-pub(super) fn md_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
+pub(crate) fn md_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
     let esc = |c: &str| c.replace('|', "\\|");
     let line = |cells: Vec<String>| format!("| {} |\n", cells.join(" | "));
     let mut s = line(head.iter().map(|h| esc(h.as_ref())).collect());

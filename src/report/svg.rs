@@ -155,6 +155,17 @@ pub fn lines(c: Chart) -> String {
     out
 }
 
+/// Points with 95 % interval whiskers over categorical x values, unjoined (a forest plot).
+pub fn points(c: Chart) -> String {
+    let c = c.pruned();
+    let (axis, drawn, named) = c.fit();
+    let f = Frame::new(&c, axis, &drawn, &named, false);
+    let mut out = f.open(&c, &drawn);
+    marks::points(&mut out, &f, &c.series);
+    out.push_str("</svg>");
+    out
+}
+
 /// Grouped bars: for each x, one bar per series, from zero.
 pub fn bars(c: Chart) -> String {
     let c = c.pruned();

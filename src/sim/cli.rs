@@ -42,6 +42,10 @@ pub struct Args {
     /// (overrides the profile's `prefix_cache`).
     #[arg(long)]
     pub prefix_cache: bool,
+    /// CUDA graphs on: decode steps without the profile's `launch_overhead_ms` (overrides the
+    /// profile's `cuda_graphs`).
+    #[arg(long)]
+    pub cuda_graphs: bool,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Print the built-in profile as TOML and exit.
@@ -65,6 +69,7 @@ pub fn cli(a: Args) -> Exit {
         profile.reasoning_tokens = n;
     }
     profile.prefix_cache |= a.prefix_cache;
+    profile.cuda_graphs |= a.cuda_graphs;
     if a.print_profile {
         print!("{}", toml::to_string(&profile).unwrap_or_default());
         return Exit::Ok;

@@ -43,6 +43,11 @@ pub struct Profile {
     /// A prefix cache: prompt tokens whose 16-token blocks an earlier prompt began with skip
     /// prefill and are reported as cached (vLLM's automatic prefix caching).
     pub prefix_cache: bool,
+    /// The part of `step_base_ms` that is kernel launches, paid on every decode step when the
+    /// engine runs eagerly (the write-up's V100 run: CUDA graphs off).
+    pub launch_overhead_ms: f64,
+    /// CUDA graphs on: a decode step is replayed as one graph, without `launch_overhead_ms`.
+    pub cuda_graphs: bool,
 }
 
 impl Default for Profile {
@@ -69,6 +74,8 @@ impl Profile {
             max_model_len: 8192,
             reasoning_tokens: 0,
             prefix_cache: false,
+            launch_overhead_ms: 4.0,
+            cuda_graphs: false,
         }
     }
 
@@ -92,7 +99,12 @@ impl Profile {
     }
 
     fn step_cost(&self, seqs: usize) -> Duration {
-        ms(self.step_base_ms + self.step_per_seq_ms * seqs as f64)
+        let launches = if self.cuda_graphs {
+            self.launch_overhead_ms.min(self.step_base_ms)
+        } else {
+            0.0
+        };
+        ms(self.step_base_ms - launches + self.step_per_seq_ms * seqs as f64)
     }
 }
 
@@ -217,7 +229,9 @@ pub async fn run(
 
         if !admitted.is_empty() {
             // Prefill step: produces each admitted sequence's first token.
-            let scheduled = clock.max(Instant::now());
+            // Steps follow each other on the schedule alone (a late timer adds nothing to the
+            // next step); it restarts from the clock only after the engine was idle.
+            let scheduled = clock;
             clock = scheduled + profile.prefill_cost(prefill_tokens, admitted.len());
             tokio::time::sleep_until(clock).await;
             for mut s in admitted {
@@ -237,7 +251,7 @@ pub async fn run(
             }
         } else if !running.is_empty() {
             // Decode step: one token for every running sequence.
-            clock = clock.max(Instant::now()) + profile.step_cost(running.len());
+            clock += profile.step_cost(running.len());
             wait_until(clock).await;
             running.retain_mut(|s| {
                 let index = s.produced;
@@ -338,6 +352,20 @@ mod tests {
             (34.0..40.0).contains(&r1) && (30.0..36.0).contains(&r8) && r8 < r1,
             "{r1} {r8}"
         );
+    }
+
+    #[test]
+    fn cuda_graphs_take_the_launches_off_a_decode_step_only() {
+        let eager = Profile::v100();
+        let graphs = Profile {
+            cuda_graphs: true,
+            ..Profile::v100()
+        };
+        for seqs in [1, 8] {
+            let saved = eager.step_cost(seqs).as_secs_f64() - graphs.step_cost(seqs).as_secs_f64();
+            assert!((saved - 0.004).abs() < 1e-6, "{saved}");
+        }
+        assert_eq!(eager.prefill_cost(500, 2), graphs.prefill_cost(500, 2));
     }
 
     #[tokio::test(start_paused = true)]

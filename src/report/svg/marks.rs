@@ -120,6 +120,31 @@ pub fn lines(out: &mut String, f: &Frame, series: &[Series]) {
     }
 }
 
+/// Points with their intervals, never joined (a forest plot: each category stands alone).
+pub fn points(out: &mut String, f: &Frame, series: &[Series]) {
+    let n = series.len().max(1) as f64;
+    let dodge = (f.slot * 0.5 / n).min(4.0);
+    for (si, s) in series.iter().enumerate() {
+        let dx = (si as f64 - (n - 1.0) / 2.0) * dodge;
+        for (i, v) in s.ys.iter().enumerate() {
+            let Some(v) = v else { continue };
+            let (x, y) = (f.x(i) + dx, f.y(*v));
+            if let Some(Some(ci)) = s.ci.get(i) {
+                whisker(out, f, x, *ci, 3.0, s.style.color, i);
+            }
+            let tip = format!("{}: {}", s.name, value(*v));
+            marker(
+                out,
+                s.style,
+                x,
+                y,
+                &format!(r#"class="data" data-x="{i}""#),
+                &tip,
+            );
+        }
+    }
+}
+
 /// Bars from zero, a group per category, a bar per series; whiskers over them.
 pub fn bars(out: &mut String, f: &Frame, series: &[Series]) {
     let bw = f.slot * 0.8 / series.len().max(1) as f64;

@@ -1,0 +1,312 @@
+//! `tokentap compare BASE NEW [NEW2…]`: two runs (bench folders or logs) side by side, cell by
+//! cell — NEW − BASE with bootstrap 95 % intervals, paired prompt by prompt when both runs used
+//! the same prompt set — with SLO verdict changes, a verdict per metric, the mismatches named,
+//! and a regression gate whose failures are differences wholly beyond their threshold.
+
+pub mod boot;
+pub mod gate;
+mod html;
+mod render;
+pub mod side;
+mod verdict;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::cli::Exit;
+use crate::report::{Format, Slos};
+use boot::{Diff, Sample};
+use side::{CellKey, Side};
+
+pub use render::render;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// BASE, then one or more NEW runs (BASE NEW [NEW2…]): bench output folders (their records
+    /// and run.json) or request logs (files or folders of *.jsonl*). Each NEW is compared with
+    /// BASE.
+    #[arg(required = true, num_args = 2.., value_name = "RUN")]
+    pub paths: Vec<PathBuf>,
+    /// table (terminal), md, json, or html (one self-contained file with charts).
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Write here instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// SLO thresholds for the verdicts (the report's --slo TOML file).
+    #[arg(long)]
+    pub slo: Option<PathBuf>,
+    /// Exit 1 when a difference's 95 % interval lies wholly beyond its threshold, naming each
+    /// cell and metric: METRIC:[+|-]AMOUNT(%|pp|ms|tok/s),… e.g.
+    /// 'ttft_p95:+5%,tpot_p50:+3%,error_rate:+0.5pp'. % is relative (NEW ÷ BASE − 1), pp
+    /// percentage points of a rate, ms and tok/s absolute. Without a sign, the metric's bad
+    /// direction. Metrics: ttft_, ttfo_, tpot_, e2e_ p50/p95/p99, tok_s_per_stream_p50,
+    /// aggregate_tok_s, error_rate, goodput.
+    #[arg(long, value_name = "SPEC")]
+    pub fail_on_regression: Option<String>,
+    /// Seed of the bootstrap: the same runs and seed give the same intervals.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Compare unpaired even when both runs used the same prompt set (to see what pairing
+    /// buys).
+    #[arg(long)]
+    pub unpaired: bool,
+}
+
+/// One cell (or one API shape's pooled row) compared.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellDiff {
+    /// `chat long-short C=8`.
+    pub cell: String,
+    pub api: String,
+    pub bucket: String,
+    pub arm: Option<String>,
+    pub level: String,
+    /// True for an API shape's row pooling all its cells.
+    pub pooled: bool,
+    /// Whether this cell's differences were taken prompt by prompt.
+    pub paired: bool,
+    pub n_base: usize,
+    pub n_new: usize,
+    /// Requests paired (same prompt, same occurrence) when paired.
+    pub pairs: Option<usize>,
+    pub metrics: Vec<Diff>,
+    /// SLO name → (met in BASE, met in NEW).
+    #[serde(skip)]
+    pub slo: BTreeMap<&'static str, (bool, bool)>,
+}
+
+/// A verdict line for one metric over every cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub metric: &'static str,
+    /// Cells whose interval lies wholly above 0, wholly below, and cells with an interval.
+    pub higher: usize,
+    pub lower: usize,
+    pub cells: usize,
+    pub line: String,
+}
+
+/// BASE against one NEW.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub base: String,
+    pub new: String,
+    /// `paired` (prompt by prompt) or `unpaired`.
+    pub pairing: &'static str,
+    pub pairing_note: String,
+    pub prompt_set_sha256: [Option<String>; 2],
+    pub seed: u64,
+    pub resamples: usize,
+    /// What differs besides the engine: cells in one run only, models, load shapes.
+    pub mismatches: Vec<String>,
+    pub verdicts: Vec<Verdict>,
+    /// `chat long-short C=8: interactive MISS → met`.
+    pub slo_changes: Vec<String>,
+    pub cells: Vec<CellDiff>,
+    /// `--fail-on-regression`: each cell and metric wholly beyond its threshold.
+    pub regressions: Vec<String>,
+}
+
+/// Compare BASE with NEW; `unpaired` forbids pairing.
+pub fn compare(base: &Side, new: &Side, seed: u64, unpaired: bool) -> Comparison {
+    let sets = [base.prompt_set(), new.prompt_set()];
+    let carries = |s: &Side| {
+        s.cells
+            .iter()
+            .any(|c| c.reqs.iter().any(|r| r.prompt.is_some()))
+    };
+    let (pair, note) = match sets {
+        _ if unpaired => (false, "unpaired: --unpaired".to_owned()),
+        [Some(a), Some(b)] if a == b && carries(base) && carries(new) => (
+            true,
+            format!("paired by prompt: both runs used prompt set {}", short(a)),
+        ),
+        [Some(a), Some(b)] if a == b => (
+            false,
+            "unpaired: the records carry no prompt_index (a bench before it was recorded)"
+                .to_owned(),
+        ),
+        [Some(a), Some(b)] => (
+            false,
+            format!(
+                "unpaired: the prompt sets differ ({} vs {})",
+                short(a),
+                short(b)
+            ),
+        ),
+        _ => (
+            false,
+            "unpaired: not both bench runs with a prompt set (run.json)".to_owned(),
+        ),
+    };
+    let new_cells: BTreeMap<&CellKey, &side::SideCell> =
+        new.cells.iter().map(|c| (&c.key, c)).collect();
+    let mut cells = Vec::new();
+    for b in &base.cells {
+        let Some(n) = new_cells.get(&b.key) else {
+            continue;
+        };
+        let pairs: Vec<_> = if pair {
+            let by: BTreeMap<(u64, u64, u32), &side::Req> = n
+                .reqs
+                .iter()
+                .filter_map(|r| r.prompt.map(|p| (p, r)))
+                .collect();
+            b.reqs
+                .iter()
+                .filter_map(|r| Some((r, *by.get(&r.prompt?)?)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let sample = if pairs.len() >= 2 {
+            Sample::Paired(pairs)
+        } else {
+            Sample::Unpaired(b.reqs.iter().collect(), n.reqs.iter().collect())
+        };
+        let agg = [
+            b.cell.as_ref().and_then(|c| c.aggregate_tok_s),
+            n.cell.as_ref().and_then(|c| c.aggregate_tok_s),
+        ];
+        let metrics = boot::compare(&sample, agg, seed ^ fnv(&b.key.name()));
+        let mut slo = BTreeMap::new();
+        if let (Some(cb), Some(cn)) = (&b.cell, &n.cell) {
+            for (name, met) in &cb.slo {
+                if let Some(m) = cn.slo.get(name) {
+                    slo.insert(*name, (*met, *m));
+                }
+            }
+        }
+        let paired = matches!(sample, Sample::Paired(_));
+        cells.push(CellDiff {
+            cell: b.key.name(),
+            api: b.key.api.clone(),
+            bucket: b.key.bucket.clone(),
+            arm: b.key.arm.clone(),
+            level: b.key.label.clone(),
+            pooled: b.key.pooled(),
+            paired,
+            n_base: b.reqs.len(),
+            n_new: n.reqs.len(),
+            pairs: paired.then(|| sample.sizes().0),
+            metrics,
+            slo,
+        });
+    }
+    let mut c = Comparison {
+        base: base.path.clone(),
+        new: new.path.clone(),
+        pairing: if cells.iter().any(|c| c.paired) {
+            "paired"
+        } else {
+            "unpaired"
+        },
+        pairing_note: note,
+        prompt_set_sha256: sets.map(|s| s.map(str::to_owned)),
+        seed,
+        resamples: boot::RESAMPLES,
+        mismatches: verdict::mismatches(base, new),
+        verdicts: Vec::new(),
+        slo_changes: Vec::new(),
+        cells,
+        regressions: Vec::new(),
+    };
+    c.verdicts = verdict::verdicts(&c.cells);
+    c.slo_changes = verdict::slo_changes(&c.cells);
+    c
+}
+
+/// Apply the gate: each cell (not the pooled rows) and threshold whose interval lies wholly
+/// beyond it.
+pub fn gate(c: &mut Comparison, thresholds: &[gate::Threshold]) {
+    for cell in c.cells.iter().filter(|c| !c.pooled) {
+        for t in thresholds {
+            for d in &cell.metrics {
+                if let Some(ci) = gate::breached(t, d) {
+                    c.regressions.push(format!(
+                        "{}: {} [{:+.1}, {:+.1}] beyond {t}",
+                        cell.cell, d.metric, ci[0], ci[1]
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn short(sha: &str) -> String {
+    sha.chars().take(12).collect::<String>() + "…"
+}
+
+/// FNV-1a: a cell's bootstrap seed from its name, so each cell draws its own resamples.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Read, compare, render; exit 1 when the gate finds a regression.
+pub fn cli(a: Args) -> Exit {
+    let slos = match &a.slo {
+        None => Slos::default(),
+        Some(p) => match Slos::load(p) {
+            Ok(s) => s,
+            Err(e) => return Exit::Usage(format!("config error: {e}")),
+        },
+    };
+    let thresholds = match a.fail_on_regression.as_deref().map(gate::parse) {
+        None => Vec::new(),
+        Some(Ok(t)) => t,
+        Some(Err(e)) => return Exit::Usage(e.to_string()),
+    };
+    let mut sides = Vec::new();
+    for p in &a.paths {
+        match side::read(p, &slos) {
+            Ok(s) => sides.push(s),
+            Err(e) => return Exit::Failed(format!("compare: {e}")),
+        }
+    }
+    let Some((base, news)) = sides.split_first() else {
+        return Exit::Usage("compare needs BASE and at least one NEW".into());
+    };
+    let mut all = Vec::new();
+    for n in news {
+        let mut c = compare(base, n, a.seed, a.unpaired);
+        if a.fail_on_regression.is_some() {
+            gate(&mut c, &thresholds);
+        }
+        all.push(c);
+    }
+    let text = render(&all, a.format);
+    match &a.out {
+        Some(p) => {
+            if let Err(e) = std::fs::write(p, text) {
+                return Exit::Failed(format!("compare: {}: {e}", p.display()));
+            }
+        }
+        None => print!("{text}"),
+    }
+    let failed: Vec<&String> = all.iter().flat_map(|c| &c.regressions).collect();
+    if !failed.is_empty() {
+        for (c, r) in all
+            .iter()
+            .flat_map(|c| c.regressions.iter().map(move |r| (c, r)))
+        {
+            eprintln!("tokentap compare: regression: {} → {}: {r}", c.base, c.new);
+        }
+        return Exit::No;
+    }
+    if a.fail_on_regression.is_some() {
+        eprintln!(
+            "tokentap compare: no regression beyond {}",
+            thresholds
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Exit::Ok
+}

@@ -1,0 +1,335 @@
+//! `tokentap compare` on real runs: bench against `tokentap sim` over real sockets, on four
+//! simulated engines — BASE, BASE again and a decode step 10 % faster taken at once (so a loaded
+//! machine slows them alike), then one 10 % slower — and compared: the known
+//! change recovered in every cell, the null change inside its intervals, pairing narrower than
+//! not pairing, and the gate (the binary) failing on the regression and naming the cells.
+//!
+//! The runs are at C=1: one sequence in the engine at a time, so a request's TPOT is its decode
+//! steps alone and a decode step 10 % faster is exactly −10 % TPOT (the truth). Prompt lengths
+//! vary within a bucket and prefill costs per token, so TTFT and E2E vary prompt by prompt:
+//! what pairing takes out.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use tokentap_test_support as support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use support::load::*;
+use tokentap::compare::{self, side, Comparison};
+use tokentap::report::Slos;
+use tokentap::sim::Profile;
+
+/// A small engine: prefill by prompt length, a 10 ms decode step (scaled by `decode`).
+fn profile(decode: f64) -> Profile {
+    Profile {
+        prefill_base_ms: 4.0,
+        prefill_per_token_ms: 0.05,
+        prefill_per_seq_ms: 1.0,
+        step_base_ms: 10.0 * decode,
+        step_per_seq_ms: 0.2 * decode,
+        ..Profile::v100()
+    }
+}
+
+struct Runs {
+    base: PathBuf,
+    again: PathBuf,
+    faster: PathBuf,
+    slower: PathBuf,
+}
+
+/// The four runs, taken once for every test of this file.
+fn runs() -> &'static Runs {
+    static RUNS: OnceLock<Runs> = OnceLock::new();
+    RUNS.get_or_init(|| {
+        let dir = support::scratch("compare");
+        let plan = [
+            ("base", 1.0),
+            ("again", 1.0),
+            ("faster", 0.9),
+            ("slower", 1.1),
+        ];
+        let sims: Vec<SimApart> = plan.iter().map(|(_, d)| sim_on(profile(*d))).collect();
+        let cfgs: Vec<_> = plan
+            .iter()
+            .zip(&sims)
+            .map(|((name, _), s)| tokentap::bench::BenchConfig {
+                concurrency: vec![1],
+                requests: 20,
+                warmup: 1,
+                outputs: [8, 8, 8],
+                prompts_per_bucket: 20,
+                estimate: false,
+                ..bench_cfg(s, dir.join(name))
+            })
+            .collect();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        // BASE, BASE again and the faster decode at once (the null and the known change each
+        // compare runs taken together); then the slower one, for the gate.
+        let mut cfgs = cfgs.into_iter();
+        for n in [3, 1] {
+            let phase: Vec<_> = cfgs.by_ref().take(n).collect();
+            rt.block_on(async {
+                let all: Vec<_> = phase
+                    .into_iter()
+                    .map(|c| tokio::spawn(async move { run_bench(&c).await }))
+                    .collect();
+                for h in all {
+                    assert!(!h.await.unwrap().interrupted);
+                }
+            });
+        }
+        drop(sims);
+        Runs {
+            base: dir.join("base"),
+            again: dir.join("again"),
+            faster: dir.join("faster"),
+            slower: dir.join("slower"),
+        }
+    })
+}
+
+fn compared(base: &Path, new: &Path, unpaired: bool) -> Comparison {
+    let slos = Slos::default();
+    let (b, n) = (
+        side::read(base, &slos).unwrap(),
+        side::read(new, &slos).unwrap(),
+    );
+    compare::compare(&b, &n, 42, unpaired)
+}
+
+fn cells(c: &Comparison) -> impl Iterator<Item = &compare::CellDiff> {
+    c.cells.iter().filter(|c| !c.pooled)
+}
+
+fn diff<'a>(cell: &'a compare::CellDiff, m: &str) -> &'a compare::boot::Diff {
+    cell.metrics.iter().find(|d| d.metric == m).unwrap()
+}
+
+#[test]
+fn a_decode_step_10_percent_faster_is_recovered_in_every_cell() {
+    let r = runs();
+    let c = compared(&r.base, &r.faster, false);
+    assert_eq!(c.pairing, "paired", "{}", c.pairing_note);
+    assert!(c.mismatches.is_empty(), "{:?}", c.mismatches);
+    assert_eq!(cells(&c).count(), 3, "three buckets at C=1");
+    for cell in cells(&c) {
+        assert!(cell.paired && cell.pairs == Some(20), "{cell:?}");
+        let d = diff(cell, "tpot_p50");
+        let ci = d.rel_ci.unwrap();
+        assert!(
+            ci[0] <= -0.10 && -0.10 <= ci[1],
+            "{}: TPOT p50 {:?} [{ci:?}] misses the truth −10 %",
+            cell.cell,
+            d.rel
+        );
+        assert!((d.rel.unwrap() + 0.10).abs() < 0.03, "{d:?}");
+        // The decode's change shows in per-stream throughput too, and never in errors.
+        assert!(diff(cell, "tok_s_per_stream_p50").rel.unwrap() > 0.05);
+        assert_eq!(diff(cell, "error_rate").abs, Some(0.0));
+    }
+    let tpot = c.verdicts.iter().find(|v| v.metric == "tpot_p50").unwrap();
+    assert_eq!((tpot.lower, tpot.cells), (3, 3), "{}", tpot.line);
+    assert!(tpot.line.contains("lower in 3 of 3 cells"), "{}", tpot.line);
+}
+
+#[test]
+fn the_same_config_twice_stays_within_its_intervals_and_passes_the_gate() {
+    let r = runs();
+    let c = compared(&r.base, &r.again, false);
+    assert_eq!(c.pairing, "paired");
+    let mut total = 0;
+    let mut missed = Vec::new();
+    for cell in &c.cells {
+        for d in &cell.metrics {
+            if let Some(ci) = d.abs_ci {
+                total += 1;
+                if !(ci[0] <= 0.0 && 0.0 <= ci[1]) {
+                    missed.push(format!("{} {} {ci:?}", cell.cell, d.metric));
+                }
+            }
+        }
+    }
+    assert!(total >= 40, "{total} intervals");
+    assert!(
+        missed.len() * 20 <= total,
+        "{} of {total} intervals miss 0: {missed:?}",
+        missed.len()
+    );
+    let mut g = c.clone();
+    let spec = "ttft_p95:+5%,tpot_p50:+3%,error_rate:+0.5pp";
+    compare::gate(&mut g, &compare::gate::parse(spec).unwrap());
+    assert!(g.regressions.is_empty(), "{:?}", g.regressions);
+}
+
+#[test]
+fn pairing_by_prompt_narrows_the_intervals() {
+    let r = runs();
+    let paired = compared(&r.base, &r.faster, false);
+    let unpaired = compared(&r.base, &r.faster, true);
+    assert_eq!(unpaired.pairing, "unpaired");
+    assert!(unpaired
+        .cells
+        .iter()
+        .all(|c| !c.paired && c.pairs.is_none()));
+    let width = |c: &Comparison, m: &str| -> Vec<f64> {
+        cells(c)
+            .map(|cell| {
+                let ci = diff(cell, m).abs_ci.unwrap();
+                ci[1] - ci[0]
+            })
+            .collect()
+    };
+    // TTFT and E2E follow the prompt's length: pairing takes that out.
+    let mut ratios = Vec::new();
+    for m in ["ttft_p50", "e2e_p50"] {
+        for (p, u) in width(&paired, m).into_iter().zip(width(&unpaired, m)) {
+            ratios.push(p / u);
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    assert!(
+        median < 0.9,
+        "paired ÷ unpaired interval widths: {ratios:?}"
+    );
+}
+
+#[test]
+fn the_gate_fails_on_a_10_percent_tpot_regression_and_names_the_cells() {
+    let r = runs();
+    let out = Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .arg("compare")
+        .arg(&r.base)
+        .arg(&r.slower)
+        .args(["--fail-on-regression", "tpot_p50:+3%", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for bucket in ["long-short", "balanced", "short-long"] {
+        let line = format!("chat {bucket} C=1: tpot_p50 [+");
+        assert!(err.contains(&line), "no {line:?} in {err}");
+    }
+    assert!(err.contains("beyond tpot_p50:+3%"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["comparisons"][0]["regressions"].as_array().unwrap().len(),
+        3
+    );
+    // The same runs pass a threshold the change stays under, and a bad spec is named.
+    let ok = Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .arg("compare")
+        .arg(&r.base)
+        .arg(&r.slower)
+        .args(["--fail-on-regression", "tpot_p50:+25%,error_rate:+0.5pp"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .arg("compare")
+        .arg(&r.base)
+        .arg(&r.slower)
+        .args(["--fail-on-regression", "tpot_p50:+3%,ttft_p96:+5%"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("\"ttft_p96:+5%\": unknown metric"), "{err}");
+}
+
+#[test]
+fn every_format_renders_and_html_draws_both_runs() {
+    let r = runs();
+    let run = |fmt: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokentap"));
+        cmd.arg("compare").arg(&r.base).arg(&r.faster);
+        if fmt == "table" {
+            cmd.arg(&r.again);
+        }
+        let out = cmd.args(["--format", fmt]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = run("table");
+    assert!(table.contains("paired by prompt"), "{table}");
+    assert!(table.contains("tpot_p50") && table.contains("SLO verdict changes"));
+    assert_eq!(
+        table.matches("tokentap compare: ").count(),
+        2,
+        "BASE against each NEW"
+    );
+    let md = run("md");
+    assert!(
+        md.contains("| cell |") && md.contains("## Verdicts"),
+        "{md}"
+    );
+    let html = run("html");
+    assert!(html.contains("TPOT p50: BASE dashed, NEW solid"));
+    assert!(html.contains("TPOT p50: NEW − BASE per cell, 95 % interval"));
+    assert!(html.contains("stroke-dasharray"), "BASE is dashed");
+    assert!(!html.contains("<script"));
+}
+
+#[test]
+fn mismatches_and_slo_changes_are_named() {
+    let r = runs();
+    let slos = Slos::default();
+    let base = side::read(&r.base, &slos).unwrap();
+    // NEW: the faster run without its long-short cell, under another model name, with its
+    // balanced TTFTs pushed past the interactive SLO, and a different requests_per_cell.
+    let mut recs = bench_records(&r.faster);
+    recs.retain(|x| x.bucket.as_deref() != Some("long-short"));
+    for x in &mut recs {
+        x.model = Some("other-model".into());
+        if x.bucket.as_deref() == Some("balanced") {
+            x.ttft_ms = x.ttft_ms.map(|t| t + 600.0);
+        }
+    }
+    let mut run: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(r.faster.join("run.json")).unwrap()).unwrap();
+    run["requests_per_cell"] = 21.into();
+    let new = side::of_records("edited".into(), Some(run), &recs, &slos);
+    let c = compare::compare(&base, &new, 42, false);
+    let m = c.mismatches.join("\n");
+    assert!(m.contains("cells in BASE only: chat long-short C=1"), "{m}");
+    assert!(
+        m.contains("models differ: BASE sim, NEW other-model"),
+        "{m}"
+    );
+    assert!(m.contains("load differs: requests_per_cell 20 → 21"), "{m}");
+    assert_eq!(c.pairing, "paired", "the prompt set is the same");
+    assert!(
+        c.slo_changes
+            .contains(&"chat balanced C=1: interactive met → MISS".to_owned()),
+        "{:?}",
+        c.slo_changes
+    );
+    // Logs without run.json: unpaired, and said why.
+    let logs = side::of_records("logs".into(), None, &recs, &slos);
+    let u = compare::compare(&base, &logs, 42, false);
+    assert_eq!(u.pairing, "unpaired");
+    assert!(
+        u.pairing_note.contains("not both bench runs"),
+        "{}",
+        u.pairing_note
+    );
+    assert!(u
+        .mismatches
+        .contains(&"BASE is a bench run (run.json), NEW is not".to_owned()));
+}
