@@ -174,6 +174,10 @@ async fn a_hop_holding_16_kb_is_pinned_and_its_holds_match_the_truth() {
         answer.contains("the gateway is the hop that held them"),
         "{answer}"
     );
+    // Flagged beside the cells whose TPOT they would pass for a fast decode.
+    let flagged: usize = r.cells.iter().map(|c| c.buffered_streams).sum();
+    assert_eq!(flagged, 3);
+    assert!(answer.contains("cells with buffered streams: "), "{answer}");
     // Live: the verdicts counted, every token's relay in the histogram.
     let (_, text) = px.admin_get("/metrics").await;
     let buffered = r#"tokentap_stream_delivery_total{route="gateway",verdict="buffered"}"#;

@@ -16,6 +16,7 @@ use super::tap::TapRec;
 use super::traffic::{drop_single_arm, other_rows, OTHER_ENDPOINTS_HELD, OTHER_PATHS};
 use super::values::{Method, Values};
 use super::{Dist, KeyRow, OtherRow, Traffic};
+use crate::meter::delivery::Verdict::Buffered;
 use crate::openai::Api;
 
 /// Values held exactly before the report switches to sketches: about 8 bytes each, so the
@@ -281,6 +282,7 @@ impl Acc {
         c.requests += 1;
         c.errors += usize::from(r.is_error());
         c.throttled += usize::from(class == Class::Throttled);
+        c.buffered += usize::from(r.delivery.is_some_and(|d| d.verdict == Buffered));
         for (sum, t) in
             c.tokens
                 .iter_mut()

@@ -374,7 +374,7 @@ pub fn answers(r: &Report) -> Vec<Answer> {
         },
         Answer {
             question: "Is it really streaming?",
-            answer: super::streaming::answer(&r.streaming),
+            answer: super::streaming::answer(&r.streaming, &r.cells),
         },
         Answer {
             question: "What was judged?",

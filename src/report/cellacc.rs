@@ -11,6 +11,8 @@ pub(super) struct CellAcc {
     /// Service failures plus throttled requests.
     pub errors: usize,
     pub throttled: usize,
+    /// Streams that came buffered (their TPOT is not a decode speed).
+    pub buffered: usize,
     pub good: usize,
     pub start: Option<SystemTime>,
     pub end: Option<SystemTime>,
@@ -43,6 +45,7 @@ impl CellAcc {
             requests: 0,
             errors: 0,
             throttled: 0,
+            buffered: 0,
             good: 0,
             start: None,
             end: None,

@@ -409,12 +409,13 @@ fn cell(r: &Row) -> CellIn {
             requests: count(r, "requests"),
             errors: count(r, "errors"),
             throttled: count(r, "throttled"),
+            buffered: 0,
             good: count(r, "good"),
             start: time(int(r, "start_ns")),
             end: time(int(r, "end_ns")),
             out_tokens: count(r, "out_tokens") as u64,
-            // by_bucket has its own query here.
-            tokens: [0; 3],
+            tokens: [0; 3], // by_bucket has its own query here
+
             ttft: k("ttft"),
             ttfo: Values::new(false),
             tpot: k("tpot"),

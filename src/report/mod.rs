@@ -183,6 +183,7 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             requests: c.requests,
             errors: c.errors,
             throttled: c.throttled,
+            buffered_streams: c.buffered,
             error_rate: c.errors as f64 / c.requests.max(1) as f64,
             ttft_ms: ttft,
             tpot_ms: tpot,

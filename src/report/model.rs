@@ -45,6 +45,10 @@ pub struct Cell {
     pub errors: usize,
     /// Of `errors`, those throttled (429).
     pub throttled: usize,
+    /// Streams that came buffered: their TTFT includes a hop's hold and their TPOT is not a
+    /// decode speed (docs/streaming.md). Absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub buffered_streams: usize,
     pub error_rate: f64,
     pub ttft_ms: Dist,
     pub tpot_ms: Dist,
@@ -280,4 +284,8 @@ pub struct Report {
     /// Is it really streaming? How each route's (and arm's) streams arrived.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub streaming: Vec<super::streaming::StreamRow>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

@@ -99,8 +99,8 @@ impl StreamingAcc {
     }
 }
 
-/// The answer to "Is it really streaming?".
-pub fn answer(rows: &[StreamRow]) -> String {
+/// The answer to "Is it really streaming?"; `cells` are named where buffered streams sit.
+pub fn answer(rows: &[StreamRow], cells: &[super::Cell]) -> String {
     let streams: usize = rows.iter().map(|r| r.streams).sum();
     if streams == 0 {
         return "No record says how its stream arrived: no streams, records from before tokentap measured delivery, or a report read from ClickHouse (its table has no delivery columns yet).".into();
@@ -163,7 +163,25 @@ pub fn answer(rows: &[StreamRow]) -> String {
     if !held.is_empty() && inner_clean {
         s += " Inside the gateway the engine streamed them: the gateway is the hop that held them.";
     }
-    s += " A buffered stream's TTFT includes the hold and its TPOT is not a decode speed.";
+    s += " A buffered stream's TTFT includes the hold and its TPOT is not a decode speed";
+    let flagged: Vec<String> = cells
+        .iter()
+        .filter(|c| c.buffered_streams > 0)
+        .map(|c| {
+            format!(
+                "{} {} ({} of {})",
+                super::render::cell_name(c),
+                super::answers::at(c),
+                c.buffered_streams,
+                c.requests
+            )
+        })
+        .collect();
+    if flagged.is_empty() {
+        s.push('.');
+    } else {
+        s += &format!(": cells with buffered streams: {}.", flagged.join(", "));
+    }
     s
 }
 
