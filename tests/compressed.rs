@@ -129,7 +129,7 @@ fn compress(script: Script, coding: &str, held: bool) -> Script {
     }
 }
 
-async fn through(script: Script) -> (Got, Vec<u8>, tokentap::meter::RequestRecord) {
+async fn through(script: Script) -> (Got, Vec<u8>, tokentap::meter::RequestRecord, TestProxy) {
     let sent: Vec<u8> = script.chunks.iter().flat_map(|c| c.1.to_vec()).collect();
     let up = Upstream::spawn(move |_| script.clone()).await;
     let px = proxy(&up.url(), "").await;
@@ -143,14 +143,14 @@ async fn through(script: Script) -> (Got, Vec<u8>, tokentap::meter::RequestRecor
     .await
     .unwrap();
     let rec = px.records(1).await.pop().unwrap();
-    (got, sent, rec)
+    (got, sent, rec, px)
 }
 
 #[tokio::test]
 async fn every_coding_is_forwarded_untouched_and_measured_as_a_plain_stream() {
     for coding in ["gzip", "deflate", "deflate-raw", "br", "zstd"] {
         let plain = Script::chat_stream(MS(40), MS(15), 12, true);
-        let (got, sent, r) = through(compress(plain, coding, false)).await;
+        let (got, sent, r, _) = through(compress(plain, coding, false)).await;
         assert_eq!(got.status, 200);
         assert_eq!(
             got.body, sent,
@@ -178,7 +178,7 @@ async fn every_coding_is_forwarded_untouched_and_measured_as_a_plain_stream() {
 async fn a_held_compressed_stream_is_measured_and_called_buffered() {
     // What nginx with `gzip on` for event streams did: the whole stream in one read, late.
     let plain = Script::chat_stream(MS(20), MS(10), 24, true);
-    let (got, sent, r) = through(compress(plain, "gzip", true)).await;
+    let (got, sent, r, _) = through(compress(plain, "gzip", true)).await;
     assert_eq!(got.body, sent);
     assert_eq!(r.outcome, Outcome::Ok);
     assert_eq!((r.content_events, r.output_tokens), (24, Some(24)));
@@ -202,11 +202,16 @@ async fn a_bomb_a_corrupt_body_and_an_unknown_coding_are_said_never_incomplete()
     let mut corrupt = encoder("gzip").piece(head);
     corrupt.extend_from_slice(b"\xff\xff\xff\xff not deflate at all");
     let cases = [
-        ("gzip", bomb, "decoded over the bound"),
-        ("gzip", corrupt, "corrupt"),
-        ("gzip, br", b"whatever".to_vec(), "is not decoded"),
+        ("gzip", bomb, "decoded over the bound", "bound"),
+        ("gzip", corrupt, "corrupt", "corrupt"),
+        (
+            "gzip, br",
+            b"whatever".to_vec(),
+            "is not decoded",
+            "unsupported",
+        ),
     ];
-    for (coding, body, says) in cases {
+    for (coding, body, says, reason) in cases {
         let script = Script {
             headers: vec![
                 ("content-type".into(), "text/event-stream".into()),
@@ -215,7 +220,7 @@ async fn a_bomb_a_corrupt_body_and_an_unknown_coding_are_said_never_incomplete()
             chunks: vec![(MS(0), Bytes::from(body))],
             ..Script::default()
         };
-        let (got, sent, r) = through(script).await;
+        let (got, sent, r, px) = through(script).await;
         assert_eq!((got.status, got.body.len()), (200, sent.len()), "{coding}");
         assert_eq!(got.body, sent);
         assert_eq!(r.outcome, Outcome::Ok, "{says}: {:?}", r.error);
@@ -223,5 +228,9 @@ async fn a_bomb_a_corrupt_body_and_an_unknown_coding_are_said_never_incomplete()
         assert!(why.contains(says), "{why}");
         assert_eq!(r.content_encoding.as_deref(), Some(coding));
         assert_eq!(r.response_bytes, sent.len() as u64);
+        let (_, text) = px.admin_get("/metrics").await;
+        let counted =
+            format!(r#"tokentap_decode_stopped_total{{route="default",reason="{reason}"}}"#);
+        assert_eq!(metric(&text, &counted), Some(1.0), "{counted}");
     }
 }
