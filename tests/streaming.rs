@@ -182,6 +182,12 @@ async fn a_hop_holding_16_kb_is_pinned_and_its_holds_match_the_truth() {
     let (_, text) = px.admin_get("/metrics").await;
     let buffered = r#"tokentap_stream_delivery_total{route="gateway",verdict="buffered"}"#;
     assert_eq!(metric(&text, buffered), Some(3.0), "{text}");
+    let none = r#"tokentap_stream_delivery_total{route="engine",verdict="buffered"}"#;
+    assert_eq!(
+        metric(&text, none),
+        Some(0.0),
+        "every verdict exists from a route's first stream"
+    );
     let relayed = r#"tokentap_gateway_token_relay_seconds_count{route="gateway"}"#;
     assert_eq!(metric(&text, relayed), Some(600.0));
 }

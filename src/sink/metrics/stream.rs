@@ -6,6 +6,7 @@ use metrics::{KeyName, Label, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::PrometheusRecorder;
 
 use super::{Metrics, META};
+use crate::meter::delivery::Verdict;
 use crate::meter::RequestRecord;
 
 pub const STREAM_DELIVERY: &str = "tokentap_stream_delivery_total";
@@ -37,10 +38,14 @@ impl Metrics {
     pub(super) fn observe_stream(&self, rec: &RequestRecord) {
         let route = || Label::new("route", rec.route.clone());
         if let Some(d) = &rec.delivery {
-            let l = vec![route(), Label::new("verdict", d.verdict.as_str())];
-            self.recorder
-                .register_counter(&Self::key(STREAM_DELIVERY, l), &META)
-                .increment(1);
+            // Every verdict exists once a route streamed (at 0): a share of buffered streams
+            // is then 0, not "no data", on dashboards and in the alert's ratio.
+            for v in Verdict::ALL {
+                let l = vec![route(), Label::new("verdict", v.as_str())];
+                self.recorder
+                    .register_counter(&Self::key(STREAM_DELIVERY, l), &META)
+                    .increment(u64::from(v == d.verdict));
+            }
         }
         if let Some(why) = &rec.decode_error {
             let reason = if why.contains("over the bound") {
