@@ -17,12 +17,14 @@ mod cell;
 pub mod cli;
 pub mod dataset;
 mod estimate;
+pub mod gpu;
 mod info;
 mod open;
 mod progress;
 pub mod replay;
 pub mod request;
 mod runner;
+pub mod scrape;
 mod search;
 pub mod summary;
 mod turns;
@@ -125,6 +127,16 @@ pub struct BenchConfig {
     /// Mean think time between turns (exponential, seeded).
     pub think_time: Duration,
     pub max_turns: usize,
+    /// What to scrape while the load runs (`--scrape`).
+    pub scrape: scrape::ScrapePlan,
+    pub scrape_interval: Duration,
+    /// Unknown metrics to summarise per cell too (`--scrape-metric`).
+    pub scrape_metrics: Vec<String>,
+    /// One GPU's peak memory bandwidth (bytes/s) and FLOP/s, for MBU and MFU.
+    pub peak_bandwidth: Option<f64>,
+    pub peak_flops: Option<f64>,
+    /// `--gpu`'s name, for run.json.
+    pub gpu: Option<String>,
 }
 
 impl Default for BenchConfig {
@@ -173,6 +185,12 @@ impl Default for BenchConfig {
             multi_turn: false,
             think_time: Duration::from_secs(1),
             max_turns: 8,
+            scrape: scrape::ScrapePlan::Auto,
+            scrape_interval: Duration::from_secs(1),
+            scrape_metrics: Vec::new(),
+            peak_bandwidth: None,
+            peak_flops: None,
+            gpu: None,
         }
     }
 }
@@ -254,6 +272,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         None
     };
     let progress = progress::Progress::new(cfg.quiet, cfg.progress_every);
+    let scraper = start_scraper(cfg).await?;
     let prefixes = chosen
         .iter()
         .map(|c| c.spec.name)
@@ -264,6 +283,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         cfg,
         model: model.clone(),
         prefixes,
+        scrape: scraper.as_ref().map(|s| s.handle.clone()),
     };
     if !cfg.quiet && !replaying {
         eprintln!(
@@ -297,6 +317,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     let deadline = tokio::time::Instant::now() + cfg.max_time;
     if let Some((planned, mut info)) = plan {
         let offered = info.offered_rate;
+        let begun = load.mark().await;
         let r = open::run_open(
             target.clone(),
             "replay",
@@ -310,14 +331,17 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         info.sent = Some(oi.clone());
         replay_info = Some(info);
         out.push("replay", None, r.records, r.wall_s, Some(oi));
+        out.window(begun, load.mark().await);
     } else if cfg.multi_turn {
         for &conc in &cfg.concurrency {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
+            let begun = load.mark().await;
             let cell =
                 turns::run_cell(&target, &load, &convs, &specs, conc, &stop, &progress).await;
             out.push("conversations", Some(conc), cell.records, cell.wall_s, None);
+            out.window(begun, load.mark().await);
         }
     } else {
         'sweep: for c in &chosen {
@@ -368,6 +392,10 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         }
     }
     write_records(cfg, &out.records)?;
+    let scrape_info = match scraper {
+        Some(s) => Some(summarise_scrapes(cfg, s.finish().await, &mut out.cells)),
+        None => None,
+    };
     let buckets = chosen
         .iter()
         .map(|c| {
@@ -432,6 +460,14 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         cells: out.cells,
         saturation,
         replay: replay_info,
+        scrape: scrape_info,
+        hardware: (cfg.peak_bandwidth.is_some() || cfg.peak_flops.is_some()).then(|| {
+            crate::report::engine::Hardware {
+                gpu: cfg.gpu.clone(),
+                peak_bandwidth_bytes_s: cfg.peak_bandwidth,
+                peak_flops: cfg.peak_flops,
+            }
+        }),
     };
     let run_path = cfg.out.join("run.json");
     let json = serde_json::to_string_pretty(&info).unwrap_or_default();
@@ -443,6 +479,72 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         println!("{}", summary::table(&out.records, &info));
     }
     Ok(info)
+}
+
+/// The scraper for `--scrape`: the URLs given, or the target's own `/metrics` when it is an
+/// engine's; none when off or when the target's is not.
+async fn start_scraper(cfg: &BenchConfig) -> Result<Option<scrape::Scraper>, BenchError> {
+    let endpoints = match &cfg.scrape {
+        scrape::ScrapePlan::Off => Vec::new(),
+        scrape::ScrapePlan::Urls(urls) => urls
+            .iter()
+            .map(|u| scrape::Endpoint::new(u))
+            .collect::<Result<_, _>>()
+            .map_err(BenchError::Usage)?,
+        scrape::ScrapePlan::Auto => scrape::probe_target(&cfg.target).await.into_iter().collect(),
+    };
+    if endpoints.is_empty() {
+        return Ok(None);
+    }
+    if !cfg.quiet {
+        let shown: Vec<&str> = endpoints.iter().map(|e: &scrape::Endpoint| e.shown.as_str()).collect();
+        eprintln!(
+            "tokentap bench: scraping {} every {} (raw samples: scrape.jsonl)",
+            shown.join(", "),
+            humantime::format_duration(cfg.scrape_interval)
+        );
+    }
+    let settings = scrape::Settings {
+        endpoints,
+        interval: cfg.scrape_interval,
+        extra: cfg.scrape_metrics.clone(),
+        t0: tokio::time::Instant::now(),
+    };
+    scrape::Scraper::start(settings, &cfg.out)
+        .map(Some)
+        .map_err(|source| BenchError::Io {
+            path: cfg.out.join("scrape.jsonl").display().to_string(),
+            source,
+        })
+}
+
+/// Each cell's scrape summary, and what `run.json` says of the scraping.
+fn summarise_scrapes(
+    cfg: &BenchConfig,
+    c: scrape::Collected,
+    cells: &mut [CellInfo],
+) -> info::ScrapeInfo {
+    for cell in cells.iter_mut() {
+        if let Some((from, to)) = cell.window_ms {
+            let facts = scrape::summary::CellFacts {
+                requests: cell.measured,
+                output_tokens: cell.output_tokens,
+                wall_s: cell.wall_s,
+                peak_bandwidth: cfg.peak_bandwidth,
+                peak_flops: cfg.peak_flops,
+            };
+            cell.scrape = Some(scrape::summary::cell(&c, from, to, &facts));
+        }
+    }
+    info::ScrapeInfo {
+        endpoints: c.endpoints,
+        interval_ms: c.interval_ms,
+        rounds: c.rounds.len(),
+        failures: c.failures,
+        samples: c.samples_written,
+        file: "scrape.jsonl",
+        write_error: c.write_error,
+    }
 }
 
 fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
@@ -474,6 +576,9 @@ fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
     }
     if cfg.prefix_groups == 0 {
         return usage("--prefix-groups must be at least 1");
+    }
+    if cfg.scrape_interval.is_zero() {
+        return usage("--scrape-interval must be positive");
     }
     if cfg.progress_every.is_zero() {
         return usage("--progress-every must be positive");

@@ -10,6 +10,7 @@ mod cellacc;
 pub mod cli;
 pub mod clickhouse;
 mod clock;
+pub mod engine;
 mod fast;
 pub(crate) mod fast_check;
 pub mod hop;
