@@ -7,6 +7,7 @@ pub mod cli;
 pub mod engine;
 pub mod hop;
 pub mod http;
+mod metrics;
 mod wire;
 
 use std::net::SocketAddr;

@@ -1,0 +1,177 @@
+//! The engine's telemetry during bench, over real sockets: the sim's `/metrics` in vLLM's
+//! names, bench scraping it every cell (raw samples in scrape.jsonl, summaries in run.json), a
+//! long-prompt sweep that fills the sim's KV cache (queueing, preemptions) against a
+//! short-prompt one that does not, a DCGM exporter's page, a scrape that fails (counted, the
+//! run goes on) and credentials in a scrape URL (used, never written).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use tokentap_test_support as support;
+
+use support::load::{bench_cfg, run_bench, sim_on};
+use support::{scratch, Script, Upstream};
+use tokentap::bench::scrape::{prom, ScrapePlan};
+use tokentap::bench::BenchConfig;
+use tokentap::sim::Profile;
+
+/// Small costs, a KV cache of 3,500 tokens and vLLM's preemption: three prompts of 1,000
+/// tokens fit at admission, and they outgrow it while they decode 256 tokens.
+fn small_kv() -> Profile {
+    Profile {
+        prefill_base_ms: 2.0,
+        prefill_per_token_ms: 0.002,
+        prefill_per_seq_ms: 0.5,
+        step_base_ms: 1.0,
+        step_per_seq_ms: 0.1,
+        kv_tokens: 3500,
+        ..Profile::v100_small_kv()
+    }
+}
+
+fn sweep(prompt: u64, out: std::path::PathBuf, s: &support::load::SimApart) -> BenchConfig {
+    BenchConfig {
+        synthetic: Some(vec![prompt]),
+        buckets: vec![if prompt >= 700 { "long-short" } else { "short-long" }.into()],
+        outputs: [256, 256, 64],
+        concurrency: vec![8],
+        requests: 16,
+        warmup: 0,
+        estimate: false,
+        scrape_interval: Duration::from_millis(50),
+        ..bench_cfg(s, out)
+    }
+}
+
+fn run_json(dir: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sim_speaks_vllms_metric_names() {
+    let s = sim_on(small_kv());
+    let c = support::client();
+    let got = support::send(&c, "GET", &format!("http://{}/metrics", s.engine), &[], vec![])
+        .await
+        .unwrap();
+    let page = prom::parse(&String::from_utf8_lossy(&got.body));
+    assert_eq!(page.bad_lines, 0);
+    for name in [
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:num_preemptions_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:estimated_flops_per_gpu_total",
+        "vllm:estimated_read_bytes_per_gpu_total",
+        "tokentap_sim_kv_cache_usage_perc",
+    ] {
+        assert!(page.samples.iter().any(|x| x.name == name), "{name}");
+    }
+    assert_eq!(page.kind_of("vllm:num_preemptions_total"), prom::Kind::Counter);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_prompt_sweep_fills_the_kv_cache_a_short_one_does_not() {
+    let s = sim_on(small_kv());
+    let dir = scratch("telemetry-kv");
+    let long = run_bench(&sweep(1000, dir.join("long"), &s)).await;
+    assert!(long.scrape.is_some(), "the sim's /metrics is scraped by default");
+    let run = run_json(&dir.join("long"));
+    assert_eq!(run["scrape"]["failures"], 0);
+    assert!(run["scrape"]["endpoints"][0].as_str().unwrap().ends_with("/metrics"));
+    let t = &run["cells"][0]["scrape"]["telemetry"];
+    assert!(t["kv_cache_usage"]["peak"].as_f64().unwrap() > 0.9, "{t}");
+    assert!(t["waiting"]["peak"].as_f64().unwrap() >= 1.0, "{t}");
+    assert!(t["preemptions"].as_f64().unwrap() >= 1.0, "{t}");
+    assert!(t["preemptions_per_request"].as_f64().unwrap() > 0.0, "{t}");
+    assert!(t["running"]["peak"].as_f64().unwrap() <= 4.0, "{t}");
+    assert!(t["flops_per_s_per_gpu"].as_f64().unwrap() > 0.0, "{t}");
+    assert!(t["read_bytes_per_s_per_gpu"].as_f64().unwrap() > 0.0, "{t}");
+    assert_eq!(t["prefix_cache_hit_rate"], 0.0, "no prefix cache in this profile");
+    // Every request still ended well: preemption delays, it does not fail.
+    assert_eq!(run["cells"][0]["errors"], 0);
+    // The raw samples: one line a sample, the fields the issue names.
+    let raw = std::fs::read_to_string(dir.join("long/scrape.jsonl")).unwrap();
+    let kv: Vec<serde_json::Value> = raw
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["metric"] == "vllm:kv_cache_usage_perc")
+        .collect();
+    assert!(kv.len() >= 3, "{}", kv.len());
+    for k in ["time", "t_ms", "endpoint", "labels", "value"] {
+        assert!(!kv[0][k].is_null(), "{k}");
+    }
+    assert_eq!(kv[0]["labels"]["engine"], "0");
+
+    let short = run_bench(&sweep(100, dir.join("short"), &s)).await;
+    assert!(short.scrape.is_some());
+    let run = run_json(&dir.join("short"));
+    let t = &run["cells"][0]["scrape"]["telemetry"];
+    assert!(t["kv_cache_usage"]["peak"].as_f64().unwrap() < 0.6, "{t}");
+    assert_eq!(t["preemptions"], 0.0, "{t}");
+    assert_eq!(t["waiting"]["peak"], 0.0, "{t}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dcgm_failures_and_credentials() {
+    let s = sim_on(small_kv());
+    let fixture = include_str!("fixtures/metrics/dcgm-exporter.txt");
+    let dcgm = Upstream::spawn(move |_| Script::json(200, fixture)).await;
+    // A port that refuses: bound, then closed.
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let dir = scratch("telemetry-dcgm");
+    let with_secret = format!(
+        "http://scraper:hunter2@{}/metrics?token=s3cr3t&x=1",
+        dcgm.addr
+    );
+    let cfg = BenchConfig {
+        scrape: ScrapePlan::Urls(vec![
+            format!("http://{}/metrics", s.engine),
+            with_secret,
+            format!("http://{dead_addr}/metrics"),
+        ]),
+        concurrency: vec![2],
+        requests: 4,
+        ..sweep(100, dir.clone(), &s)
+    };
+    let info = run_bench(&cfg).await;
+    let sc = info.scrape.as_ref().unwrap();
+    assert!(sc.failures >= 2, "the dead endpoint fails every round: {}", sc.failures);
+    assert_eq!(info.cells[0].measured, 4, "failed scrapes never stop the run");
+    // The exporter was asked with the URL's credentials, as Basic auth.
+    let asked = dcgm.requests();
+    assert!(!asked.is_empty());
+    assert_eq!(
+        asked[0].header("authorization").as_deref(),
+        Some("Basic c2NyYXBlcjpodW50ZXIy")
+    );
+    assert!(asked[0].request_line().contains("token=s3cr3t"));
+    // …and neither is written anywhere.
+    for f in ["run.json", "scrape.jsonl", "requests.jsonl"] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(!text.contains("hunter2") && !text.contains("s3cr3t"), "{f}");
+    }
+    let run = run_json(&dir);
+    assert!(run["scrape"]["endpoints"][1]
+        .as_str()
+        .unwrap()
+        .starts_with("http://REDACTED@"));
+    let cell = &run["cells"][0]["scrape"];
+    assert!(cell["failures"].as_u64().unwrap() >= 2);
+    let t = &cell["telemetry"];
+    // Two GPUs: utilisation and DRAM activity are means, power and memory sums.
+    assert_eq!(t["gpu_util_pct"]["mean"], 94.0);
+    assert!((t["dram_active"]["mean"].as_f64().unwrap() - 0.7).abs() < 1e-9);
+    assert_eq!(t["power_w"]["mean"], 800.0);
+    assert_eq!(t["fb_used_mib"]["peak"], 148420.0);
+    let tokens = run["cells"][0]["output_tokens"].as_f64().unwrap();
+    let wall = run["cells"][0]["wall_s"].as_f64().unwrap();
+    let j = t["j_per_token"].as_f64().unwrap();
+    assert!((j - 800.0 * wall / tokens).abs() < 1e-6 * j, "{j}");
+    // The engine's figures sit beside the GPU's.
+    assert!(t["kv_cache_usage"]["mean"].as_f64().is_some());
+}
