@@ -15,8 +15,8 @@ use tokentap::bench::scrape::{prom, ScrapePlan};
 use tokentap::bench::BenchConfig;
 use tokentap::sim::Profile;
 
-/// Small costs, a KV cache of 3,500 tokens and vLLM's preemption: three prompts of 1,000
-/// tokens fit at admission, and they outgrow it while they decode 256 tokens.
+/// Small costs, a KV cache of 3,200 tokens and vLLM's preemption: three prompts of 1,000
+/// tokens fit at admission, and they outgrow it while they decode 128 tokens.
 fn small_kv() -> Profile {
     Profile {
         prefill_base_ms: 2.0,
@@ -24,7 +24,7 @@ fn small_kv() -> Profile {
         prefill_per_seq_ms: 0.5,
         step_base_ms: 1.0,
         step_per_seq_ms: 0.1,
-        kv_tokens: 3500,
+        kv_tokens: 3200,
         ..Profile::v100_small_kv()
     }
 }
@@ -33,9 +33,9 @@ fn sweep(prompt: u64, out: std::path::PathBuf, s: &support::load::SimApart) -> B
     BenchConfig {
         synthetic: Some(vec![prompt]),
         buckets: vec![if prompt >= 700 { "long-short" } else { "short-long" }.into()],
-        outputs: [256, 256, 64],
-        concurrency: vec![8],
-        requests: 16,
+        outputs: [128, 128, 64],
+        concurrency: vec![1, 8],
+        requests: 8,
         warmup: 0,
         estimate: false,
         scrape_interval: Duration::from_millis(50),
@@ -72,8 +72,26 @@ async fn the_sim_speaks_vllms_metric_names() {
     assert_eq!(page.kind_of("vllm:num_preemptions_total"), prom::Kind::Counter);
 }
 
+/// `tokentap report --format FORMAT DIR`, its output.
+fn report(dir: &std::path::Path, format: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .args(["report", "--format", format])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The report's binding constraint for the one bucket, and the JSON report.
+fn binding(dir: &std::path::Path) -> (String, serde_json::Value) {
+    let rep: serde_json::Value = serde_json::from_str(&report(dir, "json")).unwrap();
+    let b = rep["binding"][0]["constraint"].as_str().unwrap().to_owned();
+    (b, rep)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_prompt_sweep_fills_the_kv_cache_a_short_one_does_not() {
+async fn a_long_prompt_sweep_is_kv_bound_a_short_one_is_not() {
     let s = sim_on(small_kv());
     let dir = scratch("telemetry-kv");
     let long = run_bench(&sweep(1000, dir.join("long"), &s)).await;
@@ -81,7 +99,11 @@ async fn a_long_prompt_sweep_fills_the_kv_cache_a_short_one_does_not() {
     let run = run_json(&dir.join("long"));
     assert_eq!(run["scrape"]["failures"], 0);
     assert!(run["scrape"]["endpoints"][0].as_str().unwrap().ends_with("/metrics"));
-    let t = &run["cells"][0]["scrape"]["telemetry"];
+    // C=1: one sequence, the cache far from full.
+    let t1 = &run["cells"][0]["scrape"]["telemetry"];
+    assert!(t1["kv_cache_usage"]["peak"].as_f64().unwrap() < 0.5, "{t1}");
+    assert_eq!(t1["preemptions"], 0.0, "{t1}");
+    let t = &run["cells"][1]["scrape"]["telemetry"];
     assert!(t["kv_cache_usage"]["peak"].as_f64().unwrap() > 0.9, "{t}");
     assert!(t["waiting"]["peak"].as_f64().unwrap() >= 1.0, "{t}");
     assert!(t["preemptions"].as_f64().unwrap() >= 1.0, "{t}");
@@ -91,7 +113,7 @@ async fn a_long_prompt_sweep_fills_the_kv_cache_a_short_one_does_not() {
     assert!(t["read_bytes_per_s_per_gpu"].as_f64().unwrap() > 0.0, "{t}");
     assert_eq!(t["prefix_cache_hit_rate"], 0.0, "no prefix cache in this profile");
     // Every request still ended well: preemption delays, it does not fail.
-    assert_eq!(run["cells"][0]["errors"], 0);
+    assert_eq!(run["cells"][1]["errors"], 0);
     // The raw samples: one line a sample, the fields the issue names.
     let raw = std::fs::read_to_string(dir.join("long/scrape.jsonl")).unwrap();
     let kv: Vec<serde_json::Value> = raw
@@ -105,13 +127,36 @@ async fn a_long_prompt_sweep_fills_the_kv_cache_a_short_one_does_not() {
     }
     assert_eq!(kv[0]["labels"]["engine"], "0");
 
-    let short = run_bench(&sweep(100, dir.join("short"), &s)).await;
+    // The report names the KV cache, with its figures, in every format.
+    let (b, rep) = binding(&dir.join("long"));
+    assert_eq!(b, "kv_cache", "{}", rep["binding"]);
+    assert_eq!(rep["binding"][0]["at"], "C=8");
+    assert!(rep["binding"][0]["figures"]["kv_cache_usage_peak"].as_f64().unwrap() > 0.9);
+    let cell8 = rep["cells"].as_array().unwrap().iter().find(|c| c["concurrency"] == "8").unwrap();
+    assert!(cell8["engine"]["kv_cache_usage"]["peak"].as_f64().unwrap() > 0.9);
+    for (format, heading) in [
+        ("table", "Binding constraint per bucket"),
+        ("md", "## Binding constraint per bucket"),
+        ("html", "<h2>Binding constraint per bucket</h2>"),
+    ] {
+        let text = report(&dir.join("long"), format);
+        assert!(text.contains(heading), "{format}");
+        assert!(text.contains("KV mean/peak %") && text.contains("KV cache"), "{format}");
+    }
+
+    // Short prompts on an engine that runs two at once: a queue, the cache far from full.
+    let s2 = sim_on(Profile {
+        max_batch: 2,
+        ..small_kv()
+    });
+    let short = run_bench(&sweep(100, dir.join("short"), &s2)).await;
     assert!(short.scrape.is_some());
     let run = run_json(&dir.join("short"));
-    let t = &run["cells"][0]["scrape"]["telemetry"];
+    let t = &run["cells"][1]["scrape"]["telemetry"];
     assert!(t["kv_cache_usage"]["peak"].as_f64().unwrap() < 0.6, "{t}");
     assert_eq!(t["preemptions"], 0.0, "{t}");
-    assert_eq!(t["waiting"]["peak"], 0.0, "{t}");
+    let (b, rep) = binding(&dir.join("short"));
+    assert!(b == "queueing" || b == "compute", "{}", rep["binding"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,6 +181,7 @@ async fn dcgm_failures_and_credentials() {
         ]),
         concurrency: vec![2],
         requests: 4,
+        outputs: [8, 8, 8],
         ..sweep(100, dir.clone(), &s)
     };
     let info = run_bench(&cfg).await;

@@ -513,7 +513,7 @@ async fn start_scraper(cfg: &BenchConfig) -> Result<Option<scrape::Scraper>, Ben
     scrape::Scraper::start(settings, &cfg.out)
         .map(Some)
         .map_err(|source| BenchError::Io {
-            path: cfg.out.join("scrape.jsonl").display().to_string(),
+            path: cfg.out.join(crate::report::read::SCRAPE_FILE).display().to_string(),
             source,
         })
 }
@@ -542,7 +542,7 @@ fn summarise_scrapes(
         rounds: c.rounds.len(),
         failures: c.failures,
         samples: c.samples_written,
-        file: "scrape.jsonl",
+        file: crate::report::read::SCRAPE_FILE,
         write_error: c.write_error,
     }
 }

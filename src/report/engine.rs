@@ -102,3 +102,84 @@ pub struct Hardware {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_flops: Option<f64>,
 }
+
+/// What `report` reads of a `run.json`: each cell's level and telemetry, and the hardware.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RunFile {
+    cells: Vec<RunCell>,
+    hardware: Option<Hardware>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RunCell {
+    bucket: String,
+    concurrency: Option<u64>,
+    open_loop: Option<RunOpen>,
+    scrape: Option<RunScrape>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RunOpen {
+    offered_rate: f64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RunScrape {
+    telemetry: Telemetry,
+}
+
+/// The `run.json` beside each input (a folder's own, a file's folder's), read once each.
+fn run_files(paths: &[std::path::PathBuf], warn: &mut dyn FnMut(String)) -> Vec<RunFile> {
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for p in paths {
+        let dir = if p.is_dir() { Some(p.as_path()) } else { p.parent() };
+        let Some(f) = dir.map(|d| d.join("run.json")) else {
+            continue;
+        };
+        if seen.contains(&f) || !f.is_file() {
+            continue;
+        }
+        seen.push(f.clone());
+        match std::fs::read_to_string(&f)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<RunFile>(&t).map_err(|e| e.to_string()))
+        {
+            Ok(r) => out.push(r),
+            Err(e) => warn(format!("{}: not read ({e}); no engine figures from it", f.display())),
+        }
+    }
+    out
+}
+
+/// Attach the engine's figures from the `run.json` files beside `paths` to the report's cells
+/// (a closed-loop cell by bucket and concurrency, an open-loop one by bucket and rate), then
+/// name each bucket's binding constraint and answer the questions they settle.
+pub fn attach(r: &mut super::Report, paths: &[std::path::PathBuf], warn: &mut dyn FnMut(String)) {
+    let runs = run_files(paths, warn);
+    for run in &runs {
+        for rc in &run.cells {
+            let Some(t) = rc.scrape.as_ref().map(|s| &s.telemetry) else {
+                continue;
+            };
+            for c in r.cells.iter_mut().filter(|c| c.bucket == rc.bucket) {
+                let same = match (rc.concurrency, &rc.open_loop, c.request_rate) {
+                    (Some(n), _, None) => c.axis == super::Axis::Concurrency && c.level == n,
+                    (None, Some(o), Some(rate)) => (o.offered_rate - rate).abs() < 1e-9,
+                    _ => false,
+                };
+                if same {
+                    c.engine = Some(t.clone());
+                }
+            }
+        }
+        if r.hardware.is_none() {
+            r.hardware.clone_from(&run.hardware);
+        }
+    }
+    super::binding::settle(r);
+}

@@ -10,6 +10,7 @@ use super::render::{
     api_rows, bucket_rows, cache_rows, cell_rows, hop_rows, hop_title, key_rows, open_loop_rows,
     other_rows, prov_rows, readings, slo_rows, split_rows, tap_rows, turn_rows,
 };
+use super::sections::{binding_rows, engine_rows};
 use super::svg;
 use super::Report;
 
@@ -92,6 +93,14 @@ pub fn html(r: &Report) -> String {
     }
     if let Some((h, rows)) = split_rows(r) {
         s.push_str("<h2>Where TTFT went (medians, ms)</h2>");
+        s += &html_table(&h, &rows);
+    }
+    if let Some((h, rows)) = engine_rows(r) {
+        s.push_str("<h2>Engine and GPU per cell (bench's scrapes)</h2>");
+        s += &html_table(&h, &rows);
+    }
+    if let Some((h, rows)) = binding_rows(r) {
+        s.push_str("<h2>Binding constraint per bucket</h2>");
         s += &html_table(&h, &rows);
     }
     s.push_str("<h2>Per API shape</h2>");

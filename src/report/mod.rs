@@ -6,6 +6,7 @@
 
 mod acc;
 pub mod answers;
+pub mod binding;
 mod cellacc;
 pub mod cli;
 pub mod clickhouse;
@@ -200,6 +201,7 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             achieved_rate: achieved,
             client_queue_ms: queue,
             client_lag_ms: lag,
+            engine: None,
         });
     }
     // The tail: against the group's lowest level, and (for saturation) the level below's
@@ -263,6 +265,8 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
         prefix_cache: read.prefix_cache,
         by_turn: read.by_turn,
         other_traffic: read.other,
+        hardware: None,
+        binding: Vec::new(),
     };
     report.answers = answers::answers(&report);
     report

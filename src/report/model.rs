@@ -80,6 +80,9 @@ pub struct Cell {
     /// An open-loop cell: how late the client sent requests beyond their schedule and queue.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_lag_ms: Option<Dist>,
+    /// The engine's and GPUs' figures over the cell, from bench's scrapes (`run.json`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<super::engine::Telemetry>,
 }
 
 /// Medians of the records' `ttft_split` (each over the records that have that part).
@@ -277,4 +280,10 @@ pub struct Report {
     pub by_turn: BTreeMap<String, shapes::TurnRow>,
     /// Requests not judged (client errors and other traffic), by endpoint, method and status.
     pub other_traffic: Vec<OtherRow>,
+    /// One GPU's peaks, from `run.json` (`bench --gpu`, `--peak-bandwidth`, `--peak-flops`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<super::engine::Hardware>,
+    /// Per bucket, what binds at its knee or ceiling (when bench scraped the engine).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub binding: Vec<super::binding::Binding>,
 }

@@ -227,7 +227,7 @@ pub struct Settings {
 impl Scraper {
     /// Start scraping into `dir/scrape.jsonl`.
     pub fn start(s: Settings, dir: &Path) -> std::io::Result<Scraper> {
-        let file = std::fs::File::create(dir.join("scrape.jsonl"))?;
+        let file = std::fs::File::create(dir.join(crate::report::read::SCRAPE_FILE))?;
         let (tx, rx) = mpsc::channel(4);
         let (stop, stop_rx) = oneshot::channel();
         let task = tokio::spawn(run(s, std::io::BufWriter::new(file), rx, stop_rx));
