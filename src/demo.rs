@@ -131,7 +131,7 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
         false,
         ("gateway", "direct"),
     );
-    report::engine::attach(&mut rep, &[bench_cfg.out.clone()], &mut |w| {
+    report::engine::attach(&mut rep, std::slice::from_ref(&bench_cfg.out), &mut |w| {
         eprintln!("tokentap demo: {w}");
     });
     print_hop(cfg, &rep, &proxied);
@@ -185,11 +185,20 @@ fn print_split(rep: &report::Report) {
 fn print_engine(rep: &report::Report) {
     let f = |v: Option<f64>, d: usize| v.map_or_else(|| "-".into(), |v| format!("{v:.d$}"));
     println!("\nthe engine per cell (scraped from its /metrics in vLLM's names; MBU against a V100's 900 GB/s):");
-    println!("  cell                C   KV mean/peak %  waiting mean/peak  preempt/req  GB/s/GPU  MBU %");
-    for c in rep.cells.iter().filter(|c| c.arm.as_deref() != Some("gateway")) {
+    println!(
+        "  cell                C   KV mean/peak %  waiting mean/peak  preempt/req  GB/s/GPU  MBU %"
+    );
+    for c in rep
+        .cells
+        .iter()
+        .filter(|c| c.arm.as_deref() != Some("gateway"))
+    {
         let Some(t) = &c.engine else { continue };
         let g = |g: Option<report::engine::Gauge>, k: f64, d: usize| {
-            g.map_or_else(|| "-".into(), |g| format!("{:.d$}/{:.d$}", g.mean * k, g.peak * k))
+            g.map_or_else(
+                || "-".into(),
+                |g| format!("{:.d$}/{:.d$}", g.mean * k, g.peak * k),
+            )
         };
         println!(
             "  {:<18} {:>2}   {:>14}  {:>17}  {:>11}  {:>8}  {:>5}",

@@ -32,7 +32,12 @@ fn small_kv() -> Profile {
 fn sweep(prompt: u64, out: std::path::PathBuf, s: &support::load::SimApart) -> BenchConfig {
     BenchConfig {
         synthetic: Some(vec![prompt]),
-        buckets: vec![if prompt >= 700 { "long-short" } else { "short-long" }.into()],
+        buckets: vec![if prompt >= 700 {
+            "long-short"
+        } else {
+            "short-long"
+        }
+        .into()],
         outputs: [128, 128, 64],
         concurrency: vec![1, 8],
         requests: 8,
@@ -51,9 +56,15 @@ fn run_json(dir: &std::path::Path) -> serde_json::Value {
 async fn the_sim_speaks_vllms_metric_names() {
     let s = sim_on(small_kv());
     let c = support::client();
-    let got = support::send(&c, "GET", &format!("http://{}/metrics", s.engine), &[], vec![])
-        .await
-        .unwrap();
+    let got = support::send(
+        &c,
+        "GET",
+        &format!("http://{}/metrics", s.engine),
+        &[],
+        vec![],
+    )
+    .await
+    .unwrap();
     let page = prom::parse(&String::from_utf8_lossy(&got.body));
     assert_eq!(page.bad_lines, 0);
     for name in [
@@ -69,7 +80,10 @@ async fn the_sim_speaks_vllms_metric_names() {
     ] {
         assert!(page.samples.iter().any(|x| x.name == name), "{name}");
     }
-    assert_eq!(page.kind_of("vllm:num_preemptions_total"), prom::Kind::Counter);
+    assert_eq!(
+        page.kind_of("vllm:num_preemptions_total"),
+        prom::Kind::Counter
+    );
 }
 
 /// `tokentap report --format FORMAT DIR`, its output.
@@ -79,7 +93,11 @@ fn report(dir: &std::path::Path, format: &str) -> String {
         .arg(dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -95,10 +113,16 @@ async fn a_long_prompt_sweep_is_kv_bound_a_short_one_is_not() {
     let s = sim_on(small_kv());
     let dir = scratch("telemetry-kv");
     let long = run_bench(&sweep(1000, dir.join("long"), &s)).await;
-    assert!(long.scrape.is_some(), "the sim's /metrics is scraped by default");
+    assert!(
+        long.scrape.is_some(),
+        "the sim's /metrics is scraped by default"
+    );
     let run = run_json(&dir.join("long"));
     assert_eq!(run["scrape"]["failures"], 0);
-    assert!(run["scrape"]["endpoints"][0].as_str().unwrap().ends_with("/metrics"));
+    assert!(run["scrape"]["endpoints"][0]
+        .as_str()
+        .unwrap()
+        .ends_with("/metrics"));
     // C=1: one sequence, the cache far from full.
     let t1 = &run["cells"][0]["scrape"]["telemetry"];
     assert!(t1["kv_cache_usage"]["peak"].as_f64().unwrap() < 0.5, "{t1}");
@@ -111,7 +135,10 @@ async fn a_long_prompt_sweep_is_kv_bound_a_short_one_is_not() {
     assert!(t["running"]["peak"].as_f64().unwrap() <= 4.0, "{t}");
     assert!(t["flops_per_s_per_gpu"].as_f64().unwrap() > 0.0, "{t}");
     assert!(t["read_bytes_per_s_per_gpu"].as_f64().unwrap() > 0.0, "{t}");
-    assert_eq!(t["prefix_cache_hit_rate"], 0.0, "no prefix cache in this profile");
+    assert_eq!(
+        t["prefix_cache_hit_rate"], 0.0,
+        "no prefix cache in this profile"
+    );
     // Every request still ended well: preemption delays, it does not fail.
     assert_eq!(run["cells"][1]["errors"], 0);
     // The raw samples: one line a sample, the fields the issue names.
@@ -131,8 +158,18 @@ async fn a_long_prompt_sweep_is_kv_bound_a_short_one_is_not() {
     let (b, rep) = binding(&dir.join("long"));
     assert_eq!(b, "kv_cache", "{}", rep["binding"]);
     assert_eq!(rep["binding"][0]["at"], "C=8");
-    assert!(rep["binding"][0]["figures"]["kv_cache_usage_peak"].as_f64().unwrap() > 0.9);
-    let cell8 = rep["cells"].as_array().unwrap().iter().find(|c| c["concurrency"] == "8").unwrap();
+    assert!(
+        rep["binding"][0]["figures"]["kv_cache_usage_peak"]
+            .as_f64()
+            .unwrap()
+            > 0.9
+    );
+    let cell8 = rep["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["concurrency"] == "8")
+        .unwrap();
     assert!(cell8["engine"]["kv_cache_usage"]["peak"].as_f64().unwrap() > 0.9);
     for (format, heading) in [
         ("table", "Binding constraint per bucket"),
@@ -141,7 +178,10 @@ async fn a_long_prompt_sweep_is_kv_bound_a_short_one_is_not() {
     ] {
         let text = report(&dir.join("long"), format);
         assert!(text.contains(heading), "{format}");
-        assert!(text.contains("KV mean/peak %") && text.contains("KV cache"), "{format}");
+        assert!(
+            text.contains("KV mean/peak %") && text.contains("KV cache"),
+            "{format}"
+        );
     }
 
     // Short prompts on an engine that runs two at once: a queue, the cache far from full.
@@ -186,8 +226,15 @@ async fn dcgm_failures_and_credentials() {
     };
     let info = run_bench(&cfg).await;
     let sc = info.scrape.as_ref().unwrap();
-    assert!(sc.failures >= 2, "the dead endpoint fails every round: {}", sc.failures);
-    assert_eq!(info.cells[0].measured, 4, "failed scrapes never stop the run");
+    assert!(
+        sc.failures >= 2,
+        "the dead endpoint fails every round: {}",
+        sc.failures
+    );
+    assert_eq!(
+        info.cells[0].measured, 4,
+        "failed scrapes never stop the run"
+    );
     // The exporter was asked with the URL's credentials, as Basic auth.
     let asked = dcgm.requests();
     assert!(!asked.is_empty());

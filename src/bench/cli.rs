@@ -205,7 +205,10 @@ pub fn cli(a: Args) -> Exit {
         Some(Ok(g)) => Some(g),
         None => None,
     };
-    for (flag, v) in [("--peak-bandwidth", a.peak_bandwidth), ("--peak-flops", a.peak_flops)] {
+    for (flag, v) in [
+        ("--peak-bandwidth", a.peak_bandwidth),
+        ("--peak-flops", a.peak_flops),
+    ] {
         if v.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
             return Exit::Usage(format!("{flag} must be positive"));
         }
@@ -214,7 +217,10 @@ pub fn cli(a: Args) -> Exit {
         scrape,
         scrape_interval: a.scrape_interval.into(),
         scrape_metrics: a.scrape_metric,
-        peak_bandwidth: a.peak_bandwidth.map(|v| v * 1e9).or(gpu.map(|g| g.bandwidth)),
+        peak_bandwidth: a
+            .peak_bandwidth
+            .map(|v| v * 1e9)
+            .or(gpu.map(|g| g.bandwidth)),
         peak_flops: a.peak_flops.map(|v| v * 1e12).or(gpu.map(|g| g.flops)),
         gpu: gpu.map(|g| g.name.to_owned()),
         target: a.target,

@@ -37,7 +37,9 @@ use std::time::{Duration, SystemTime};
 
 pub use arrival::{Arrivals, Process};
 pub use cli::{cli, Args};
-pub use info::{BucketInfo, CellInfo, LagStats, LoadInfo, OpenInfo, Overhead, RunInfo, TokenStats};
+pub use info::{
+    BucketInfo, CellInfo, LagStats, LoadInfo, OpenInfo, Overhead, RunInfo, ScrapeInfo, TokenStats,
+};
 pub use runner::Target;
 pub use search::{SaturationInfo, Until};
 
@@ -272,7 +274,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         None
     };
     let progress = progress::Progress::new(cfg.quiet, cfg.progress_every);
-    let scraper = start_scraper(cfg).await?;
+    let scraper = scrape::start_for(cfg).await?;
     let prefixes = chosen
         .iter()
         .map(|c| c.spec.name)
@@ -393,7 +395,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     }
     write_records(cfg, &out.records)?;
     let scrape_info = match scraper {
-        Some(s) => Some(summarise_scrapes(cfg, s.finish().await, &mut out.cells)),
+        Some(s) => Some(scrape::summarise(cfg, s.finish().await, &mut out.cells)),
         None => None,
     };
     let buckets = chosen
@@ -479,72 +481,6 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         println!("{}", summary::table(&out.records, &info));
     }
     Ok(info)
-}
-
-/// The scraper for `--scrape`: the URLs given, or the target's own `/metrics` when it is an
-/// engine's; none when off or when the target's is not.
-async fn start_scraper(cfg: &BenchConfig) -> Result<Option<scrape::Scraper>, BenchError> {
-    let endpoints = match &cfg.scrape {
-        scrape::ScrapePlan::Off => Vec::new(),
-        scrape::ScrapePlan::Urls(urls) => urls
-            .iter()
-            .map(|u| scrape::Endpoint::new(u))
-            .collect::<Result<_, _>>()
-            .map_err(BenchError::Usage)?,
-        scrape::ScrapePlan::Auto => scrape::probe_target(&cfg.target).await.into_iter().collect(),
-    };
-    if endpoints.is_empty() {
-        return Ok(None);
-    }
-    if !cfg.quiet {
-        let shown: Vec<&str> = endpoints.iter().map(|e: &scrape::Endpoint| e.shown.as_str()).collect();
-        eprintln!(
-            "tokentap bench: scraping {} every {} (raw samples: scrape.jsonl)",
-            shown.join(", "),
-            humantime::format_duration(cfg.scrape_interval)
-        );
-    }
-    let settings = scrape::Settings {
-        endpoints,
-        interval: cfg.scrape_interval,
-        extra: cfg.scrape_metrics.clone(),
-        t0: tokio::time::Instant::now(),
-    };
-    scrape::Scraper::start(settings, &cfg.out)
-        .map(Some)
-        .map_err(|source| BenchError::Io {
-            path: cfg.out.join(crate::report::read::SCRAPE_FILE).display().to_string(),
-            source,
-        })
-}
-
-/// Each cell's scrape summary, and what `run.json` says of the scraping.
-fn summarise_scrapes(
-    cfg: &BenchConfig,
-    c: scrape::Collected,
-    cells: &mut [CellInfo],
-) -> info::ScrapeInfo {
-    for cell in cells.iter_mut() {
-        if let Some((from, to)) = cell.window_ms {
-            let facts = scrape::summary::CellFacts {
-                requests: cell.measured,
-                output_tokens: cell.output_tokens,
-                wall_s: cell.wall_s,
-                peak_bandwidth: cfg.peak_bandwidth,
-                peak_flops: cfg.peak_flops,
-            };
-            cell.scrape = Some(scrape::summary::cell(&c, from, to, &facts));
-        }
-    }
-    info::ScrapeInfo {
-        endpoints: c.endpoints,
-        interval_ms: c.interval_ms,
-        rounds: c.rounds.len(),
-        failures: c.failures,
-        samples: c.samples_written,
-        file: crate::report::read::SCRAPE_FILE,
-        write_error: c.write_error,
-    }
 }
 
 fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {

@@ -160,9 +160,7 @@ pub fn settle(r: &mut Report) {
                 Some(_) => c.axis == super::Axis::InFlight,
             })
             .collect();
-        let missed = cs
-            .iter()
-            .find(|c| c.slo.get("interactive") == Some(&false));
+        let missed = cs.iter().find(|c| c.slo.get("interactive") == Some(&false));
         let (cell, point) = match (&p.knee, missed) {
             (Some(k), _) => (cs.iter().find(|c| &c.concurrency == k), "knee"),
             (None, Some(c)) => (Some(c), "slo"),
@@ -197,11 +195,19 @@ pub fn settle(r: &mut Report) {
             text,
         });
     }
-    let binds = out.iter().map(|b| b.text.clone()).collect::<Vec<_>>().join("; ");
+    let binds = out
+        .iter()
+        .map(|b| b.text.clone())
+        .collect::<Vec<_>>()
+        .join("; ");
     r.binding = out;
     r.answers.push(Answer {
         question: "What binds, at the knee or ceiling?",
-        answer: if binds.is_empty() { "-".into() } else { format!("{binds}.") },
+        answer: if binds.is_empty() {
+            "-".into()
+        } else {
+            format!("{binds}.")
+        },
     });
     r.answers.push(Answer {
         question: "How close to the hardware's limit is it?",
@@ -230,7 +236,8 @@ fn limit(r: &Report) -> String {
                 p.bucket,
                 pct(m),
                 peak / 1e9,
-                t.mfu.map_or_else(String::new, |f| format!(" (MFU {})", pct(f)))
+                t.mfu
+                    .map_or_else(String::new, |f| format!(" (MFU {})", pct(f)))
             ),
             _ => format!("{} reads {:.0} GB/s per GPU at {at}", p.bucket, bytes / 1e9),
         });

@@ -137,7 +137,11 @@ fn run_files(paths: &[std::path::PathBuf], warn: &mut dyn FnMut(String)) -> Vec<
     let mut seen = Vec::new();
     let mut out = Vec::new();
     for p in paths {
-        let dir = if p.is_dir() { Some(p.as_path()) } else { p.parent() };
+        let dir = if p.is_dir() {
+            Some(p.as_path())
+        } else {
+            p.parent()
+        };
         let Some(f) = dir.map(|d| d.join("run.json")) else {
             continue;
         };
@@ -150,7 +154,10 @@ fn run_files(paths: &[std::path::PathBuf], warn: &mut dyn FnMut(String)) -> Vec<
             .and_then(|t| serde_json::from_str::<RunFile>(&t).map_err(|e| e.to_string()))
         {
             Ok(r) => out.push(r),
-            Err(e) => warn(format!("{}: not read ({e}); no engine figures from it", f.display())),
+            Err(e) => warn(format!(
+                "{}: not read ({e}); no engine figures from it",
+                f.display()
+            )),
         }
     }
     out

@@ -209,8 +209,12 @@ pub(super) fn engine_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Stri
     if cells.is_empty() {
         return None;
     }
-    let dcgm = cells.iter().any(|(_, t)| t.power_w.is_some() || t.gpu_util_pct.is_some());
-    let peaks = cells.iter().any(|(_, t)| t.mbu.is_some() || t.mfu.is_some());
+    let dcgm = cells
+        .iter()
+        .any(|(_, t)| t.power_w.is_some() || t.gpu_util_pct.is_some());
+    let peaks = cells
+        .iter()
+        .any(|(_, t)| t.mbu.is_some() || t.mfu.is_some());
     let mut head = vec![
         "cell",
         "C",
@@ -229,7 +233,11 @@ pub(super) fn engine_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Stri
         head.extend(["GPU util %", "DRAM active %", "power W", "J/token"]);
     }
     let g = |v: Option<super::engine::Gauge>, scale: f64, d: usize| match v {
-        Some(g) => format!("{}/{}", n(Some(g.mean * scale), d), n(Some(g.peak * scale), d)),
+        Some(g) => format!(
+            "{}/{}",
+            n(Some(g.mean * scale), d),
+            n(Some(g.peak * scale), d)
+        ),
         None => "-".into(),
     };
     let rows = cells
@@ -267,7 +275,16 @@ pub(super) fn binding_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Str
     if r.binding.is_empty() {
         return None;
     }
-    let head = vec!["bucket", "at", "why there", "binding constraint", "KV peak %", "preempt/req", "waiting mean", "MBU %"];
+    let head = vec![
+        "bucket",
+        "at",
+        "why there",
+        "binding constraint",
+        "KV peak %",
+        "preempt/req",
+        "waiting mean",
+        "MBU %",
+    ];
     let rows = r
         .binding
         .iter()

@@ -205,7 +205,9 @@ impl EngineStats {
         use std::sync::atomic::Ordering::Relaxed;
         let gpus = f64::from(p.gpus.max(1));
         let flops = 2.0 * p.params_b * 1e9 * tokens as f64 / gpus;
-        let read = (p.params_b * 1e9 * p.weight_bytes + p.kv_bytes_per_token * kv_read_tokens as f64) / gpus;
+        let read = (p.params_b * 1e9 * p.weight_bytes
+            + p.kv_bytes_per_token * kv_read_tokens as f64)
+            / gpus;
         let write = p.kv_bytes_per_token * tokens as f64 / gpus;
         self.flops.fetch_add(flops as u64, Relaxed);
         self.read_bytes.fetch_add(read as u64, Relaxed);

@@ -275,7 +275,10 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, api: Api) -> Res
     } else {
         0
     };
-    state.stats.prefix_queries.fetch_add(prompt, Ordering::Relaxed);
+    state
+        .stats
+        .prefix_queries
+        .fetch_add(prompt, Ordering::Relaxed);
     state.stats.prefix_hits.fetch_add(cached, Ordering::Relaxed);
     let n = state.counter.fetch_add(1, Ordering::Relaxed);
     let mut rng = fastrand::Rng::with_seed(

@@ -23,6 +23,8 @@ use tokio::time::Instant;
 
 use names::{Fold, Kind, Role};
 
+use super::{BenchConfig, BenchError, CellInfo};
+
 /// A page larger than this is not read (a metrics page is a few hundred kilobytes).
 const MAX_PAGE: usize = 16 << 20;
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -71,9 +73,11 @@ impl std::fmt::Debug for Endpoint {
 /// Query keys whose values are never written.
 fn secret_key(k: &str) -> bool {
     let k = k.to_ascii_lowercase();
-    ["key", "token", "secret", "pass", "auth", "sig", "cred", "session"]
-        .iter()
-        .any(|s| k.contains(s))
+    [
+        "key", "token", "secret", "pass", "auth", "sig", "cred", "session",
+    ]
+    .iter()
+    .any(|s| k.contains(s))
 }
 
 impl Endpoint {
@@ -117,7 +121,10 @@ pub fn redact(url: &str) -> String {
         None => authority.to_owned(),
     };
     let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
-    let mut out = format!("{scheme}{}{authority}{path}", if scheme.is_empty() { "" } else { "://" });
+    let mut out = format!(
+        "{scheme}{}{authority}{path}",
+        if scheme.is_empty() { "" } else { "://" }
+    );
     if !query.is_empty() {
         let (query, fragment) = query.split_once('#').unwrap_or((query, ""));
         let q: Vec<String> = query
@@ -157,11 +164,14 @@ async fn fetch(client: &HttpClient, e: &Endpoint) -> Result<String, String> {
     if !resp.status().is_success() {
         return Err(format!("status {}", resp.status()));
     }
-    let body = tokio::time::timeout(SCRAPE_TIMEOUT, Limited::new(resp.into_body(), MAX_PAGE).collect())
-        .await
-        .map_err(|_| "timed out".to_string())?
-        .map_err(|e| e.to_string())?
-        .to_bytes();
+    let body = tokio::time::timeout(
+        SCRAPE_TIMEOUT,
+        Limited::new(resp.into_body(), MAX_PAGE).collect(),
+    )
+    .await
+    .map_err(|_| "timed out".to_string())?
+    .map_err(|e| e.to_string())?
+    .to_bytes();
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
@@ -324,12 +334,10 @@ async fn scrape_round(
             }
             let (kind, fold) = match names::known(&smp.name) {
                 Some(k) => (k.kind, k.fold),
-                None if s.extra.iter().any(|x| *x == smp.name) => {
-                    match page.kind_of(&smp.name) {
-                        prom::Kind::Counter => (Kind::Counter, Fold::Sum),
-                        _ => (Kind::Gauge, Fold::Sum),
-                    }
-                }
+                None if s.extra.contains(&smp.name) => match page.kind_of(&smp.name) {
+                    prom::Kind::Counter => (Kind::Counter, Fold::Sum),
+                    _ => (Kind::Gauge, Fold::Sum),
+                },
                 None => continue,
             };
             folded
@@ -341,7 +349,9 @@ async fn scrape_round(
         for (name, (values, kind, fold)) in folded {
             let v = fold_values(fold, &values);
             if let Some(k) = names::known(name) {
-                let slot = by_role.entry(k.role).or_insert((k.fold, Vec::new(), Vec::new()));
+                let slot = by_role
+                    .entry(k.role)
+                    .or_insert((k.fold, Vec::new(), Vec::new()));
                 if k.old { &mut slot.2 } else { &mut slot.1 }.push(v);
             }
             round.metrics.insert((i, name.to_owned()), (kind, v));
@@ -364,6 +374,79 @@ fn fold_values(fold: Fold, v: &[f64]) -> f64 {
     }
 }
 
+/// The scraper for `--scrape`: the URLs given, or the target's own `/metrics` when it is an
+/// engine's; none when off or when the target's is not.
+pub(super) async fn start_for(cfg: &BenchConfig) -> Result<Option<Scraper>, BenchError> {
+    let endpoints = match &cfg.scrape {
+        ScrapePlan::Off => Vec::new(),
+        ScrapePlan::Urls(urls) => urls
+            .iter()
+            .map(|u| Endpoint::new(u))
+            .collect::<Result<_, _>>()
+            .map_err(BenchError::Usage)?,
+        ScrapePlan::Auto => probe_target(&cfg.target).await.into_iter().collect(),
+    };
+    if endpoints.is_empty() {
+        return Ok(None);
+    }
+    if !cfg.quiet {
+        let shown: Vec<&str> = endpoints
+            .iter()
+            .map(|e: &Endpoint| e.shown.as_str())
+            .collect();
+        eprintln!(
+            "tokentap bench: scraping {} every {} (raw samples: scrape.jsonl)",
+            shown.join(", "),
+            humantime::format_duration(cfg.scrape_interval)
+        );
+    }
+    let settings = Settings {
+        endpoints,
+        interval: cfg.scrape_interval,
+        extra: cfg.scrape_metrics.clone(),
+        t0: tokio::time::Instant::now(),
+    };
+    Scraper::start(settings, &cfg.out)
+        .map(Some)
+        .map_err(|source| BenchError::Io {
+            path: cfg
+                .out
+                .join(crate::report::read::SCRAPE_FILE)
+                .display()
+                .to_string(),
+            source,
+        })
+}
+
+/// Each cell's scrape summary, and what `run.json` says of the scraping.
+pub(super) fn summarise(
+    cfg: &BenchConfig,
+    c: Collected,
+    cells: &mut [CellInfo],
+) -> super::info::ScrapeInfo {
+    for cell in cells.iter_mut() {
+        if let Some((from, to)) = cell.window_ms {
+            let facts = summary::CellFacts {
+                requests: cell.measured,
+                output_tokens: cell.output_tokens,
+                wall_s: cell.wall_s,
+                peak_bandwidth: cfg.peak_bandwidth,
+                peak_flops: cfg.peak_flops,
+            };
+            cell.scrape = Some(summary::cell(&c, from, to, &facts));
+        }
+    }
+    super::info::ScrapeInfo {
+        endpoints: c.endpoints,
+        interval_ms: c.interval_ms,
+        rounds: c.rounds.len(),
+        failures: c.failures,
+        samples: c.samples_written,
+        file: crate::report::read::SCRAPE_FILE,
+        write_error: c.write_error,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,11 +454,20 @@ mod tests {
     #[test]
     fn credentials_are_never_shown() {
         let e = Endpoint::new("http://user:s3cret@127.0.0.1:9400/metrics?token=abc&x=1").unwrap();
-        assert_eq!(e.shown, "http://REDACTED@127.0.0.1:9400/metrics?token=REDACTED&x=1");
+        assert_eq!(
+            e.shown,
+            "http://REDACTED@127.0.0.1:9400/metrics?token=REDACTED&x=1"
+        );
         assert!(!format!("{e:?}").contains("s3cret"));
-        assert_eq!(e.uri.to_string(), "http://127.0.0.1:9400/metrics?token=abc&x=1");
+        assert_eq!(
+            e.uri.to_string(),
+            "http://127.0.0.1:9400/metrics?token=abc&x=1"
+        );
         assert!(e.auth.as_deref().is_some_and(|a| a.starts_with("Basic ")));
-        assert_eq!(redact("http://h/m?api_key=k#frag"), "http://h/m?api_key=REDACTED#REDACTED");
+        assert_eq!(
+            redact("http://h/m?api_key=k#frag"),
+            "http://h/m?api_key=REDACTED#REDACTED"
+        );
         let err = Endpoint::new("https://u:pw@h/metrics").unwrap_err();
         assert!(!err.contains("pw") && err.contains("REDACTED"), "{err}");
         assert_eq!(ScrapePlan::from_args(&["off".into()]), Ok(ScrapePlan::Off));

@@ -184,7 +184,10 @@ mod tests {
         assert_eq!(p.samples[0].name, "x_total");
         assert_eq!(
             p.samples[0].labels,
-            vec![("a".into(), "1".into()), ("b".into(), "q\"uote\\ \n".into())]
+            vec![
+                ("a".into(), "1".into()),
+                ("b".into(), "q\"uote\\ \n".into())
+            ]
         );
         assert_eq!(p.samples[0].value, 3.5);
         assert_eq!(p.kind_of("x_total"), Kind::Counter);
@@ -197,8 +200,21 @@ mod tests {
     #[test]
     fn garbage_is_counted_never_a_panic() {
         let bad = [
-            "{}", "x{", "x{a}", "x{a=}", "x{a=\"", "x{a=\"1\"", "x{a=\"1\"b=\"2\"} 1", "x 1 2 3",
-            "x one", "x{a=\"\\", "1x 2", "é 1", "x{é=\"1\"} 1", "x{a=\"1\"}", "x 1 1.5",
+            "{}",
+            "x{",
+            "x{a}",
+            "x{a=}",
+            "x{a=\"",
+            "x{a=\"1\"",
+            "x{a=\"1\"b=\"2\"} 1",
+            "x 1 2 3",
+            "x one",
+            "x{a=\"\\",
+            "1x 2",
+            "é 1",
+            "x{é=\"1\"} 1",
+            "x{a=\"1\"}",
+            "x 1 1.5",
         ];
         for b in bad {
             let p = parse(b);
@@ -209,7 +225,10 @@ mod tests {
         for _ in 0..2000 {
             let n = rng.usize(0..64);
             let bytes: Vec<u8> = (0..n)
-                .map(|_| *rng.choice(b"a_:{}=\",\\ #\n01.eE+-InfNa\xc3\xa9").unwrap_or(&b'x'))
+                .map(|_| {
+                    *rng.choice(b"a_:{}=\",\\ #\n01.eE+-InfNa\xc3\xa9")
+                        .unwrap_or(&b'x')
+                })
                 .collect();
             let _ = parse(&String::from_utf8_lossy(&bytes));
         }
@@ -227,7 +246,10 @@ mod tests {
         assert!(p.samples.len() > 400, "{}", p.samples.len());
         assert_eq!(p.kind_of("vllm:num_preemptions_total"), Kind::Counter);
         assert_eq!(p.kind_of("vllm:kv_cache_usage_perc"), Kind::Gauge);
-        let q = p.samples.iter().find(|s| s.name == "vllm:prefix_cache_queries_total");
+        let q = p
+            .samples
+            .iter()
+            .find(|s| s.name == "vllm:prefix_cache_queries_total");
         assert_eq!(q.map(|s| s.value), Some(1426.0));
     }
 }

@@ -66,7 +66,12 @@ pub fn cell(c: &Collected, from_ms: f64, to_ms: f64, f: &CellFacts) -> CellScrap
         (Some(a), Some(b)) => (b.t_ms - a.t_ms) / 1000.0,
         _ => 0.0,
     };
-    let role = |r: Role| -> Vec<f64> { rounds.iter().filter_map(|x| x.roles.get(&r).copied()).collect() };
+    let role = |r: Role| -> Vec<f64> {
+        rounds
+            .iter()
+            .filter_map(|x| x.roles.get(&r).copied())
+            .collect()
+    };
     let inc = |r: Role| -> Option<f64> {
         let v = role(r);
         (v.len() >= 2).then(|| increase(&v))
@@ -153,8 +158,12 @@ mod tests {
         r.roles.insert(Role::KvUsage, kv);
         r.roles.insert(Role::Preemptions, preempt);
         r.roles.insert(Role::ReadBytesPerGpu, reads);
-        r.metrics.insert((0, "vllm:kv_cache_usage_perc".into()), (Kind::Gauge, kv));
-        r.metrics.insert((0, "vllm:num_preemptions_total".into()), (Kind::Counter, preempt));
+        r.metrics
+            .insert((0, "vllm:kv_cache_usage_perc".into()), (Kind::Gauge, kv));
+        r.metrics.insert(
+            (0, "vllm:num_preemptions_total".into()),
+            (Kind::Counter, preempt),
+        );
         r
     }
 
@@ -188,7 +197,10 @@ mod tests {
         assert_eq!(s.telemetry.read_bytes_per_s_per_gpu, Some(1.5e9));
         assert_eq!(s.telemetry.mbu, Some(0.75));
         let m = &s.metrics[1];
-        assert_eq!((m.metric.as_str(), m.increase, m.rate_per_s), ("vllm:num_preemptions_total", Some(2.0), Some(1.0)));
+        assert_eq!(
+            (m.metric.as_str(), m.increase, m.rate_per_s),
+            ("vllm:num_preemptions_total", Some(2.0), Some(1.0))
+        );
         assert!(s.telemetry.power_w.is_none() && s.telemetry.j_per_token.is_none());
     }
 }
