@@ -268,3 +268,64 @@ async fn dcgm_failures_and_credentials() {
     // The engine's figures sit beside the GPU's.
     assert!(t["kv_cache_usage"]["mean"].as_f64().is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plateau_leaves_out_the_drain_on_the_sims_own_timeline() {
+    let s = sim_on(small_kv());
+    let dir = scratch("telemetry-steady");
+    let cfg = BenchConfig {
+        concurrency: vec![4],
+        requests: 16,
+        scrape_interval: Duration::from_millis(10),
+        ..sweep(100, dir.clone(), &s)
+    };
+    run_bench(&cfg).await;
+    let run = run_json(&dir);
+    let cell = &run["cells"][0];
+    let st = &cell["steady_state"];
+    let (from, to) = (
+        st["from_ms"].as_f64().unwrap(),
+        st["to_ms"].as_f64().unwrap(),
+    );
+    let (cell_from, cell_to) = (
+        cell["scrape"]["from_ms"].as_f64().unwrap(),
+        cell["scrape"]["to_ms"].as_f64().unwrap(),
+    );
+    assert_eq!(st["target"], 4);
+    assert!(cell_from <= from && from < to && to < cell_to, "{st}");
+    let n = st["requests"].as_u64().unwrap();
+    assert!(
+        n >= 4 && n < 16,
+        "the last requests ran into the drain: {n}"
+    );
+    assert!(st["ttft_ms"]["p95"].as_f64().is_some() && st["telemetry"]["running"].is_object());
+    // The sim's own count of running sequences: four while the plateau lasts (a request's
+    // replacement takes a round trip to arrive), fewer once it ends.
+    let raw = std::fs::read_to_string(dir.join("scrape.jsonl")).unwrap();
+    let running: Vec<(f64, f64)> = raw
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["metric"] == "vllm:num_requests_running")
+        .map(|v| (v["t_ms"].as_f64().unwrap(), v["value"].as_f64().unwrap()))
+        .collect();
+    let inside: Vec<f64> = running
+        .iter()
+        .filter(|(t, _)| *t > from && *t < to)
+        .map(|x| x.1)
+        .collect();
+    let drain: Vec<f64> = running
+        .iter()
+        .filter(|(t, _)| *t > to && *t <= cell_to)
+        .map(|x| x.1)
+        .collect();
+    assert!(inside.len() >= 3, "{running:?}");
+    let mean = inside.iter().sum::<f64>() / inside.len() as f64;
+    assert!(
+        mean >= 3.0 && inside.iter().all(|v| *v <= 4.0),
+        "{inside:?}"
+    );
+    assert!(
+        !drain.is_empty() && drain.iter().all(|v| *v < 4.0),
+        "{drain:?}"
+    );
+}

@@ -123,6 +123,7 @@ impl Out {
             records: from..from + records.len(),
             window_ms: None,
             scrape: None,
+            steady_state: None,
         });
         self.records.extend(records);
     }

@@ -49,6 +49,10 @@ pub struct CellInfo {
     /// The engine's and GPUs' metrics over the cell (`--scrape`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scrape: Option<super::scrape::summary::CellScrape>,
+    /// A closed-loop cell's plateau: the requests that lived while C were in flight, and
+    /// their figures (the cell's top-level figures are the whole cell's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady_state: Option<super::steady::SteadyState>,
 }
 
 /// What an open-loop cell offered and what the client achieved.

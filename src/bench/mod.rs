@@ -26,6 +26,7 @@ pub mod request;
 mod runner;
 pub mod scrape;
 mod search;
+mod steady;
 pub mod summary;
 mod turns;
 
@@ -274,7 +275,9 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         None
     };
     let progress = progress::Progress::new(cfg.quiet, cfg.progress_every);
-    let scraper = scrape::start_for(cfg).await?;
+    // The run's clock: scrapes and plateaus are in ms since here.
+    let origin = (tokio::time::Instant::now(), SystemTime::now());
+    let scraper = scrape::start_for(cfg, origin.0).await?;
     let prefixes = chosen
         .iter()
         .map(|c| c.spec.name)
@@ -394,10 +397,12 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         }
     }
     write_records(cfg, &out.records)?;
-    let scrape_info = match scraper {
-        Some(s) => Some(scrape::summarise(cfg, s.finish().await, &mut out.cells)),
+    let scraped = match scraper {
+        Some(s) => Some(s.finish().await),
         None => None,
     };
+    steady::attach(cfg, &mut out, origin.1, scraped.as_ref());
+    let scrape_info = scraped.map(|c| scrape::summarise(cfg, &c, &mut out.cells));
     let buckets = chosen
         .iter()
         .map(|c| {

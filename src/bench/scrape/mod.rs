@@ -376,7 +376,10 @@ fn fold_values(fold: Fold, v: &[f64]) -> f64 {
 
 /// The scraper for `--scrape`: the URLs given, or the target's own `/metrics` when it is an
 /// engine's; none when off or when the target's is not.
-pub(super) async fn start_for(cfg: &BenchConfig) -> Result<Option<Scraper>, BenchError> {
+pub(super) async fn start_for(
+    cfg: &BenchConfig,
+    t0: Instant,
+) -> Result<Option<Scraper>, BenchError> {
     let endpoints = match &cfg.scrape {
         ScrapePlan::Off => Vec::new(),
         ScrapePlan::Urls(urls) => urls
@@ -404,7 +407,7 @@ pub(super) async fn start_for(cfg: &BenchConfig) -> Result<Option<Scraper>, Benc
         endpoints,
         interval: cfg.scrape_interval,
         extra: cfg.scrape_metrics.clone(),
-        t0: tokio::time::Instant::now(),
+        t0,
     };
     Scraper::start(settings, &cfg.out)
         .map(Some)
@@ -421,7 +424,7 @@ pub(super) async fn start_for(cfg: &BenchConfig) -> Result<Option<Scraper>, Benc
 /// Each cell's scrape summary, and what `run.json` says of the scraping.
 pub(super) fn summarise(
     cfg: &BenchConfig,
-    c: Collected,
+    c: &Collected,
     cells: &mut [CellInfo],
 ) -> super::info::ScrapeInfo {
     for cell in cells.iter_mut() {
@@ -433,17 +436,17 @@ pub(super) fn summarise(
                 peak_bandwidth: cfg.peak_bandwidth,
                 peak_flops: cfg.peak_flops,
             };
-            cell.scrape = Some(summary::cell(&c, from, to, &facts));
+            cell.scrape = Some(summary::cell(c, from, to, &facts));
         }
     }
     super::info::ScrapeInfo {
-        endpoints: c.endpoints,
+        endpoints: c.endpoints.clone(),
         interval_ms: c.interval_ms,
         rounds: c.rounds.len(),
         failures: c.failures,
         samples: c.samples_written,
         file: crate::report::read::SCRAPE_FILE,
-        write_error: c.write_error,
+        write_error: c.write_error.clone(),
     }
 }
 
