@@ -239,6 +239,10 @@ fn limit(r: &Report) -> String {
                 t.mfu
                     .map_or_else(String::new, |f| format!(" (MFU {})", pct(f)))
             ),
+            _ if bytes <= 0.0 => format!(
+                "{}: the engine's estimate of bytes read stayed at zero (vLLM counts it with --enable-mfu-metrics)",
+                p.bucket
+            ),
             _ => format!("{} reads {:.0} GB/s per GPU at {at}", p.bucket, bytes / 1e9),
         });
     }
@@ -246,7 +250,13 @@ fn limit(r: &Report) -> String {
         return "no engine estimates of bytes read were scraped (vLLM's vllm:estimated_read_bytes_per_gpu_total)".into();
     }
     let mut s = parts.join("; ");
-    if hw.peak_bandwidth_bytes_s.is_none() {
+    let measured = r.cells.iter().any(|c| {
+        c.engine
+            .as_ref()
+            .and_then(|t| t.read_bytes_per_s_per_gpu)
+            .is_some_and(|b| b > 0.0)
+    });
+    if hw.peak_bandwidth_bytes_s.is_none() && measured {
         s += " — give bench --gpu or --peak-bandwidth for the share of the card's peak (MBU)";
     }
     s + "."
