@@ -295,7 +295,7 @@ async fn the_plateau_leaves_out_the_drain_on_the_sims_own_timeline() {
     assert!(cell_from <= from && from < to && to < cell_to, "{st}");
     let n = st["requests"].as_u64().unwrap();
     assert!(
-        n >= 4 && n < 16,
+        (4..16).contains(&n),
         "the last requests ran into the drain: {n}"
     );
     assert!(st["ttft_ms"]["p95"].as_f64().is_some() && st["telemetry"]["running"].is_object());
@@ -328,4 +328,53 @@ async fn the_plateau_leaves_out_the_drain_on_the_sims_own_timeline() {
         !drain.is_empty() && drain.iter().all(|v| *v < 4.0),
         "{drain:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_serves_its_own_metrics_while_it_runs() {
+    let s = sim_on(Profile {
+        step_base_ms: 5.0,
+        ..small_kv()
+    });
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = scratch("telemetry-live");
+    let cfg = BenchConfig {
+        concurrency: vec![3],
+        requests: 9,
+        metrics_listen: Some(port.to_string()),
+        scrape: ScrapePlan::Off,
+        ..sweep(100, dir.clone(), &s)
+    };
+    let run = tokio::spawn(async move { run_bench(&cfg).await });
+    let c = support::client();
+    let url = format!("http://{port}/metrics");
+    let mut seen_in_flight = false;
+    let mut last = String::new();
+    for _ in 0..400 {
+        if let Ok(got) = support::send(&c, "GET", &url, &[], vec![]).await {
+            last = String::from_utf8_lossy(&got.body).into_owned();
+            let page = prom::parse(&last);
+            assert_eq!(page.bad_lines, 0);
+            let v = |n: &str| page.samples.iter().find(|x| x.name == n).map(|x| x.value);
+            if v("tokentap_bench_requests_in_flight") == Some(3.0) {
+                seen_in_flight = true;
+                assert!(
+                    last.contains("tokentap_bench_cell{cell=\"short-long C=3\"} 1"),
+                    "{last}"
+                );
+                assert!(v("tokentap_bench_requests_sent_total").unwrap() >= 3.0);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(seen_in_flight, "never three in flight: {last}");
+    run.await.unwrap();
+    // The server ends with the run.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(support::send(&c, "GET", &url, &[], vec![]).await.is_err());
+    assert!(!dir.join("scrape.jsonl").exists(), "--scrape off");
 }

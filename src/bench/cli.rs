@@ -151,6 +151,11 @@ pub struct Args {
     /// One GPU's peak dense FLOP/s, TFLOP/s (overrides --gpu's).
     #[arg(long)]
     pub peak_flops: Option<f64>,
+    /// Serve bench's own metrics while it runs, in Prometheus' text format on GET /metrics:
+    /// requests sent, in flight, finished and in error, the open loop's schedule lag, and the
+    /// cell under way (e.g. 127.0.0.1:9091).
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
     /// Print a progress line after this long without one (a terminal's bar is redrawn instead).
     #[arg(long, default_value = "10s", hide = true)]
     pub progress_every: humantime::Duration,
@@ -215,6 +220,7 @@ pub fn cli(a: Args) -> Exit {
     }
     let cfg = BenchConfig {
         scrape,
+        metrics_listen: a.metrics_listen,
         scrape_interval: a.scrape_interval.into(),
         scrape_metrics: a.scrape_metric,
         peak_bandwidth: a

@@ -19,6 +19,7 @@ pub mod dataset;
 mod estimate;
 pub mod gpu;
 mod info;
+mod live;
 mod open;
 mod progress;
 pub mod replay;
@@ -140,6 +141,8 @@ pub struct BenchConfig {
     pub peak_flops: Option<f64>,
     /// `--gpu`'s name, for run.json.
     pub gpu: Option<String>,
+    /// Serve bench's own counters here while it runs (`--metrics-listen`).
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for BenchConfig {
@@ -194,6 +197,7 @@ impl Default for BenchConfig {
             peak_bandwidth: None,
             peak_flops: None,
             gpu: None,
+            metrics_listen: None,
         }
     }
 }
@@ -206,13 +210,30 @@ fn now_rfc3339() -> String {
 pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, BenchError> {
     validate(cfg)?;
     let replaying = !cfg.replay.is_empty();
+    let live = match &cfg.metrics_listen {
+        None => None,
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| BenchError::Usage(format!("--metrics-listen {addr}: {e}")))?;
+            if !cfg.quiet {
+                let at = l
+                    .local_addr()
+                    .map_or_else(|_| addr.clone(), |a| a.to_string());
+                eprintln!("tokentap bench: its own metrics on http://{at}/metrics");
+            }
+            let live = Arc::new(live::Live::default());
+            Some((live.clone(), AbortOnDrop(live::serve(l, live))))
+        }
+    };
     let target = Arc::new(
         Target::new(
             &cfg.target,
             cfg.api_key.as_ref().map(|k| k.expose().clone()),
             cfg.headers.clone(),
         )
-        .map_err(|e| BenchError::Target(cfg.target.clone(), e))?,
+        .map_err(|e| BenchError::Target(cfg.target.clone(), e))?
+        .with_live(live.as_ref().map(|l| l.0.clone())),
     );
     // Prompts: buckets of a dataset (or synthetic lengths), or a dataset's conversations.
     let specs: Vec<_> = dataset::buckets(cfg.short_max, cfg.long_min, cfg.outputs)
@@ -274,7 +295,8 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     } else {
         None
     };
-    let progress = progress::Progress::new(cfg.quiet, cfg.progress_every);
+    let progress = progress::Progress::new(cfg.quiet, cfg.progress_every)
+        .with_live(live.as_ref().map(|l| l.0.clone()));
     // The run's clock: scrapes and plateaus are in ms since here.
     let origin = (tokio::time::Instant::now(), SystemTime::now());
     let scraper = scrape::start_for(cfg, origin.0).await?;
@@ -486,6 +508,15 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         println!("{}", summary::table(&out.records, &info));
     }
     Ok(info)
+}
+
+/// Stops a task when dropped (the `--metrics-listen` server ends with the run).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
