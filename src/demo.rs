@@ -104,6 +104,7 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
         // pairs alone), against a V100's published peaks for MBU and MFU.
         scrape: bench::scrape::ScrapePlan::Urls(vec![format!("http://{}/metrics", sim.engine)]),
         scrape_interval: std::time::Duration::from_millis(250),
+        timeslice: Some(std::time::Duration::from_millis(500)),
         peak_bandwidth: Some(v100.bandwidth),
         peak_flops: Some(v100.flops),
         gpu: Some(v100.name.into()),

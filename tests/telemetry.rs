@@ -44,6 +44,7 @@ fn sweep(prompt: u64, out: std::path::PathBuf, s: &support::load::SimApart) -> B
         warmup: 0,
         estimate: false,
         scrape_interval: Duration::from_millis(50),
+        timeslice: Some(Duration::from_millis(200)),
         ..bench_cfg(s, out)
     }
 }

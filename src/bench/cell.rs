@@ -124,6 +124,7 @@ impl Out {
             window_ms: None,
             scrape: None,
             steady_state: None,
+            timeslices: Vec::new(),
         });
         self.records.extend(records);
     }

@@ -156,6 +156,11 @@ pub struct Args {
     /// cell under way (e.g. 127.0.0.1:9091).
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// Cut each cell into windows this long (e.g. 1s): per window its requests' TTFT p95 and
+    /// TPOT p50, output tok/s and the engine's KV usage, running and waiting (run.json
+    /// cells[].timeslices; the HTML report charts them over time).
+    #[arg(long)]
+    pub timeslice: Option<humantime::Duration>,
     /// Print a progress line after this long without one (a terminal's bar is redrawn instead).
     #[arg(long, default_value = "10s", hide = true)]
     pub progress_every: humantime::Duration,
@@ -221,6 +226,7 @@ pub fn cli(a: Args) -> Exit {
     let cfg = BenchConfig {
         scrape,
         metrics_listen: a.metrics_listen,
+        timeslice: a.timeslice.map(Into::into),
         scrape_interval: a.scrape_interval.into(),
         scrape_metrics: a.scrape_metric,
         peak_bandwidth: a

@@ -53,6 +53,9 @@ pub struct CellInfo {
     /// their figures (the cell's top-level figures are the whole cell's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steady_state: Option<super::steady::SteadyState>,
+    /// `--timeslice`: the cell's windows.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeslices: Vec<crate::report::engine::Slice>,
 }
 
 /// What an open-loop cell offered and what the client achieved.

@@ -167,6 +167,36 @@ pub fn serve(listener: tokio::net::TcpListener, live: Arc<Live>) -> tokio::task:
     })
 }
 
+/// Stops a task when dropped: the server ends with the run.
+pub(super) struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The counters and their server, for `--metrics-listen`; an address that cannot be bound is a
+/// usage error.
+pub(super) async fn start(
+    cfg: &super::BenchConfig,
+) -> Result<Option<(Arc<Live>, AbortOnDrop)>, super::BenchError> {
+    let Some(addr) = &cfg.metrics_listen else {
+        return Ok(None);
+    };
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| super::BenchError::Usage(format!("--metrics-listen {addr}: {e}")))?;
+    if !cfg.quiet {
+        let at = l
+            .local_addr()
+            .map_or_else(|_| addr.clone(), |a| a.to_string());
+        eprintln!("tokentap bench: its own metrics on http://{at}/metrics");
+    }
+    let live = Arc::new(Live::default());
+    Ok(Some((live.clone(), AbortOnDrop(serve(l, live)))))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -27,6 +27,7 @@ pub mod request;
 mod runner;
 pub mod scrape;
 mod search;
+mod slices;
 mod steady;
 pub mod summary;
 mod turns;
@@ -143,6 +144,8 @@ pub struct BenchConfig {
     pub gpu: Option<String>,
     /// Serve bench's own counters here while it runs (`--metrics-listen`).
     pub metrics_listen: Option<String>,
+    /// Cut each cell into windows of this length (`--timeslice`).
+    pub timeslice: Option<Duration>,
 }
 
 impl Default for BenchConfig {
@@ -198,6 +201,7 @@ impl Default for BenchConfig {
             peak_flops: None,
             gpu: None,
             metrics_listen: None,
+            timeslice: None,
         }
     }
 }
@@ -210,22 +214,7 @@ fn now_rfc3339() -> String {
 pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, BenchError> {
     validate(cfg)?;
     let replaying = !cfg.replay.is_empty();
-    let live = match &cfg.metrics_listen {
-        None => None,
-        Some(addr) => {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| BenchError::Usage(format!("--metrics-listen {addr}: {e}")))?;
-            if !cfg.quiet {
-                let at = l
-                    .local_addr()
-                    .map_or_else(|_| addr.clone(), |a| a.to_string());
-                eprintln!("tokentap bench: its own metrics on http://{at}/metrics");
-            }
-            let live = Arc::new(live::Live::default());
-            Some((live.clone(), AbortOnDrop(live::serve(l, live))))
-        }
-    };
+    let live = live::start(cfg).await?;
     let target = Arc::new(
         Target::new(
             &cfg.target,
@@ -424,6 +413,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         None => None,
     };
     steady::attach(cfg, &mut out, origin.1, scraped.as_ref());
+    slices::attach(cfg, &mut out, origin.1, scraped.as_ref());
     let scrape_info = scraped.map(|c| scrape::summarise(cfg, &c, &mut out.cells));
     let buckets = chosen
         .iter()
@@ -510,15 +500,6 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     Ok(info)
 }
 
-/// Stops a task when dropped (the `--metrics-listen` server ends with the run).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
     let usage = |m: &str| Err(BenchError::Usage(m.into()));
     if cfg.concurrency.is_empty() || cfg.concurrency.contains(&0) {
@@ -548,6 +529,9 @@ fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
     }
     if cfg.prefix_groups == 0 {
         return usage("--prefix-groups must be at least 1");
+    }
+    if cfg.timeslice.is_some_and(|t| t.is_zero()) {
+        return usage("--timeslice must be positive");
     }
     if cfg.scrape_interval.is_zero() {
         return usage("--scrape-interval must be positive");

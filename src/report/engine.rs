@@ -118,6 +118,7 @@ struct RunCell {
     concurrency: Option<u64>,
     open_loop: Option<RunOpen>,
     scrape: Option<RunScrape>,
+    timeslices: Vec<Slice>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -170,9 +171,10 @@ pub fn attach(r: &mut super::Report, paths: &[std::path::PathBuf], warn: &mut dy
     let runs = run_files(paths, warn);
     for run in &runs {
         for rc in &run.cells {
-            let Some(t) = rc.scrape.as_ref().map(|s| &s.telemetry) else {
+            let t = rc.scrape.as_ref().map(|s| &s.telemetry);
+            if t.is_none() && rc.timeslices.is_empty() {
                 continue;
-            };
+            }
             for c in r.cells.iter_mut().filter(|c| c.bucket == rc.bucket) {
                 let same = match (rc.concurrency, &rc.open_loop, c.request_rate) {
                     (Some(n), _, None) => c.axis == super::Axis::Concurrency && c.level == n,
@@ -180,7 +182,8 @@ pub fn attach(r: &mut super::Report, paths: &[std::path::PathBuf], warn: &mut dy
                     _ => false,
                 };
                 if same {
-                    c.engine = Some(t.clone());
+                    c.engine = t.cloned();
+                    c.timeslices.clone_from(&rc.timeslices);
                 }
             }
         }
@@ -189,4 +192,30 @@ pub fn attach(r: &mut super::Report, paths: &[std::path::PathBuf], warn: &mut dy
         }
     }
     super::binding::settle(r);
+}
+
+/// One window of a cell (`bench --timeslice`): its requests' TTFT and TPOT, the output
+/// throughput inside it, and the engine's gauges over it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Slice {
+    /// The window, ms since the run began.
+    pub from_ms: f64,
+    pub to_ms: f64,
+    /// Requests that started in the window (their TTFT and TPOT are its).
+    pub requests: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_ms_p95: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tpot_ms_p50: Option<f64>,
+    /// Output tokens generated inside the window ÷ its length (each request's tokens spread
+    /// evenly from its first token to its end), across streams.
+    pub output_tok_s: f64,
+    /// Means of the scrapes inside the window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache_usage: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<f64>,
 }

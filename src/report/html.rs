@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 mod charts;
+mod time;
 
 use super::render::{
     api_rows, bucket_rows, cache_rows, cell_rows, hop_rows, hop_title, key_rows, open_loop_rows,
@@ -102,6 +103,14 @@ pub fn html(r: &Report) -> String {
     if let Some((h, rows)) = binding_rows(r) {
         s.push_str("<h2>Binding constraint per bucket</h2>");
         s += &html_table(&h, &rows);
+    }
+    let over_time = time::charts(r);
+    if !over_time.is_empty() {
+        s.push_str("<h2>Over time, per cell (bench --timeslice)</h2><div class=\"charts\">");
+        for c in &over_time {
+            s.push_str(c);
+        }
+        s.push_str("</div>");
     }
     s.push_str("<h2>Per API shape</h2>");
     let (h, rows) = api_rows(r);

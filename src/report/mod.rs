@@ -202,6 +202,7 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             client_queue_ms: queue,
             client_lag_ms: lag,
             engine: None,
+            timeslices: Vec::new(),
         });
     }
     // The tail: against the group's lowest level, and (for saturation) the level below's

@@ -83,6 +83,9 @@ pub struct Cell {
     /// The engine's and GPUs' figures over the cell, from bench's scrapes (`run.json`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine: Option<super::engine::Telemetry>,
+    /// `bench --timeslice`: the cell's windows, from `run.json`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeslices: Vec<super::engine::Slice>,
 }
 
 /// Medians of the records' `ttft_split` (each over the records that have that part).
