@@ -274,9 +274,12 @@ async fn dcgm_failures_and_credentials() {
 async fn the_plateau_leaves_out_the_drain_on_the_sims_own_timeline() {
     let s = sim_on(small_kv());
     let dir = scratch("telemetry-steady");
+    // Output lengths drawn from 32 to 64 tokens (no ignore_eos): the last requests end apart,
+    // so the cell drains.
     let cfg = BenchConfig {
         concurrency: vec![4],
         requests: 16,
+        fixed_output: false,
         scrape_interval: Duration::from_millis(10),
         ..sweep(100, dir.clone(), &s)
     };
