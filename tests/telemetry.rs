@@ -184,6 +184,53 @@ async fn a_long_prompt_sweep_is_kv_bound_a_short_one_is_not() {
             "{format}"
         );
     }
+    // Time slices: the queue and the full cache in the same windows as the latency.
+    let slices = run["cells"][1]["timeslices"].as_array().unwrap();
+    assert!(slices.len() >= 2, "{}", slices.len());
+    assert!(slices
+        .iter()
+        .any(|s| s["kv_cache_usage"].as_f64().unwrap_or(0.0) > 0.8));
+    assert!(slices
+        .iter()
+        .any(|s| s["waiting"].as_f64().unwrap_or(0.0) > 0.0));
+    assert!(slices.iter().any(|s| s["ttft_ms_p95"].as_f64().is_some()));
+    let secs = |s: &serde_json::Value| {
+        (s["to_ms"].as_f64().unwrap() - s["from_ms"].as_f64().unwrap()) / 1000.0
+    };
+    let total: f64 = slices
+        .iter()
+        .map(|s| s["output_tok_s"].as_f64().unwrap() * secs(s))
+        .sum();
+    let tokens = run["cells"][1]["output_tokens"].as_f64().unwrap();
+    assert!(
+        (total - tokens).abs() < 0.02 * tokens,
+        "{total} of {tokens} tokens in the windows"
+    );
+    assert_eq!(
+        cell8["timeslices"].as_array().map(Vec::len),
+        Some(slices.len())
+    );
+    // The plateau beside the whole cell, in the report too: at C=1 every request; at C=8 with
+    // eight requests, none lived wholly while eight were in flight.
+    let cell1 = rep["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["concurrency"] == "1")
+        .unwrap();
+    assert_eq!(cell1["steady_state"]["requests"], 8);
+    assert_eq!(run["cells"][0]["steady_state"]["requests"], 8);
+    assert!(cell1["steady_state"]["ttft_ms"]["p95"].as_f64().is_some());
+    assert!(cell8["steady_state"].is_null() && run["cells"][1]["steady_state"].is_null());
+    assert!(report(&dir.join("long"), "md").contains("## Steady state: each cell's plateau"));
+    let html = report(&dir.join("long"), "html");
+    for t in [
+        "TTFT p95 over time",
+        "KV-cache usage over time",
+        "Waiting requests over time",
+    ] {
+        assert!(html.contains(t), "{t}");
+    }
 
     // Short prompts on an engine that runs two at once: a queue, the cache far from full.
     let s2 = sim_on(Profile {

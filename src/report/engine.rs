@@ -119,6 +119,7 @@ struct RunCell {
     open_loop: Option<RunOpen>,
     scrape: Option<RunScrape>,
     timeslices: Vec<Slice>,
+    steady_state: Option<Steady>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -172,7 +173,7 @@ pub fn attach(r: &mut super::Report, paths: &[std::path::PathBuf], warn: &mut dy
     for run in &runs {
         for rc in &run.cells {
             let t = rc.scrape.as_ref().map(|s| &s.telemetry);
-            if t.is_none() && rc.timeslices.is_empty() {
+            if t.is_none() && rc.timeslices.is_empty() && rc.steady_state.is_none() {
                 continue;
             }
             for c in r.cells.iter_mut().filter(|c| c.bucket == rc.bucket) {
@@ -184,6 +185,7 @@ pub fn attach(r: &mut super::Report, paths: &[std::path::PathBuf], warn: &mut dy
                 if same {
                     c.engine = t.cloned();
                     c.timeslices.clone_from(&rc.timeslices);
+                    c.steady_state.clone_from(&rc.steady_state);
                 }
             }
         }
@@ -218,4 +220,25 @@ pub struct Slice {
     pub running: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<f64>,
+}
+
+/// A closed-loop cell's plateau, as bench found it (`cells[].steady_state` in `run.json`): the
+/// requests that lived while C were in flight, and their figures beside the whole cell's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Steady {
+    /// The plateau, ms since the run began.
+    pub from_ms: f64,
+    pub to_ms: f64,
+    pub requests: usize,
+    pub ttft_ms: SteadyDist,
+    pub tpot_ms: SteadyDist,
+}
+
+/// The percentiles of a plateau's figure that the report shows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SteadyDist {
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
 }

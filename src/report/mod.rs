@@ -203,6 +203,7 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             client_lag_ms: lag,
             engine: None,
             timeslices: Vec::new(),
+            steady_state: None,
         });
     }
     // The tail: against the group's lowest level, and (for saturation) the level below's

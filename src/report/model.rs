@@ -86,6 +86,9 @@ pub struct Cell {
     /// `bench --timeslice`: the cell's windows, from `run.json`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeslices: Vec<super::engine::Slice>,
+    /// The cell's plateau from `run.json` (the other figures are the whole cell's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady_state: Option<super::engine::Steady>,
 }
 
 /// Medians of the records' `ttft_split` (each over the records that have that part).

@@ -304,3 +304,39 @@ pub(super) fn binding_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Str
         .collect();
     Some((head, rows))
 }
+
+/// Each closed-loop cell's plateau beside the whole cell: the figures the other tables give are
+/// the whole cell's.
+pub(super) fn steady_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    let rows: Vec<Vec<String>> = r
+        .cells
+        .iter()
+        .filter_map(|c| {
+            let s = c.steady_state.as_ref()?;
+            Some(vec![
+                cell_name(c),
+                c.concurrency.clone(),
+                format!("{:.0}–{:.0}", s.from_ms, s.to_ms),
+                format!("{} of {}", s.requests, c.requests),
+                format!("{}/{}", n(s.ttft_ms.p50, 0), n(s.ttft_ms.p95, 0)),
+                format!("{}/{}", n(c.ttft_ms.p50, 0), n(c.ttft_ms.p95, 0)),
+                format!("{}/{}", n(s.tpot_ms.p50, 1), n(s.tpot_ms.p95, 1)),
+                format!("{}/{}", n(c.tpot_ms.p50, 1), n(c.tpot_ms.p95, 1)),
+            ])
+        })
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let head = vec![
+        "cell",
+        "C",
+        "plateau ms (run clock)",
+        "requests",
+        "TTFT p50/95 plateau",
+        "TTFT p50/95 whole cell",
+        "TPOT p50/95 plateau",
+        "TPOT p50/95 whole cell",
+    ];
+    Some((head, rows))
+}
