@@ -8,6 +8,10 @@
 #
 #   scripts/rig-test.sh            # installs the rig on first use (~3 min, ~7 GB under $RIG_HOME)
 #
+# Last, bench straight at vLLM scrapes its /metrics by default: every vLLM metric the report uses
+# is found on the real engine, and its KV usage, running and waiting appear per cell in run.json
+# and in the report.
+#
 # Env: RIG_DIR (default ../shared/rig), RIG_HOME (default /opt/rig), N (requests per route, 20),
 #      RIG_KEEP=1 leaves the rig running afterwards.
 set -euo pipefail
@@ -135,4 +139,35 @@ for r in shaped:
     print(f"{r['route']:8s} {r['api']:9s} TTFT {r['ttft_ms']:6.1f} ms  TTFO {r['ttfo_ms']:6.1f} ms  "
           f"tokens {r['input_tokens']}/{r['output_tokens']}  E2E {r['e2e_ms']:6.1f} ms")
 print("rig test OK: Responses and Messages measured on both routes")
+PY
+
+# bench straight at vLLM: its /metrics is scraped by default, every cell.
+target/release/tokentap bench --target http://127.0.0.1:8000 --out "$WORK/bench" --model tiny \
+  --buckets balanced --concurrency 1,4 --requests 8 --warmup 1 --outputs 16,32,16 \
+  --scrape-interval 250ms --no-calibrate --no-estimate > "$WORK/bench.out"
+target/release/tokentap report "$WORK/bench" --format json > "$WORK/report.json"
+python3 - "$WORK/bench" "$WORK/report.json" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1] + "/run.json"))
+sc = run["scrape"]
+assert sc["endpoints"] == ["http://127.0.0.1:8000/metrics"] and sc["failures"] == 0, sc
+used = ["vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting",
+        "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+        "vllm:estimated_flops_per_gpu_total", "vllm:estimated_read_bytes_per_gpu_total"]
+for cell in run["cells"]:
+    found = {m["metric"] for m in cell["scrape"]["metrics"]}
+    missing = [m for m in used if m not in found]
+    assert not missing, (cell["concurrency"], missing)
+    t = cell["scrape"]["telemetry"]
+    for k in ("kv_cache_usage", "running", "waiting"):
+        assert k in t, (k, t)
+    print(f"vLLM C={cell['concurrency']}: KV mean/peak {100 * t['kv_cache_usage']['mean']:.1f}/"
+          f"{100 * t['kv_cache_usage']['peak']:.1f} %, running mean/peak {t['running']['mean']:.1f}/"
+          f"{t['running']['peak']:.0f}, waiting mean/peak {t['waiting']['mean']:.1f}/{t['waiting']['peak']:.0f}, "
+          f"preemptions {t.get('preemptions')}, {cell['scrape']['scrapes']} scrapes")
+lines = sum(1 for _ in open(sys.argv[1] + "/scrape.jsonl"))
+rep = json.load(open(sys.argv[2]))
+assert all(c.get("engine", {}).get("kv_cache_usage") for c in rep["cells"]), "report cells without engine figures"
+print(f"rig test OK: {lines} raw samples in scrape.jsonl; every vLLM metric the report uses found on the real engine; "
+      f"KV usage, running and waiting per cell in run.json and the report")
 PY

@@ -84,6 +84,7 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
         "  gateway: client → tokentap /gateway/v1 → hop → tokentap /engine/v1 → engine (the tap)\n"
     );
 
+    let v100 = bench::gpu::lookup("v100").map_err(DemoError::Setup)?;
     let bench_cfg = BenchConfig {
         target: format!("http://{}", proxy.addr),
         out: cfg.out.join("bench"),
@@ -99,6 +100,14 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
         ],
         // No probe requests: the proxy's log holds the pairs alone.
         estimate: false,
+        // The engine's /metrics scraped directly (not through tokentap: its log holds the
+        // pairs alone), against a V100's published peaks for MBU and MFU.
+        scrape: bench::scrape::ScrapePlan::Urls(vec![format!("http://{}/metrics", sim.engine)]),
+        scrape_interval: std::time::Duration::from_millis(250),
+        timeslice: Some(std::time::Duration::from_millis(500)),
+        peak_bandwidth: Some(v100.bandwidth),
+        peak_flops: Some(v100.flops),
+        gpu: Some(v100.name.into()),
         ..BenchConfig::default()
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -115,7 +124,7 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     };
     let records = read(&bench_cfg.out.join("requests.jsonl"));
     let proxied = read(&proxy_log);
-    let rep = report::compute_all(
+    let mut rep = report::compute_all(
         &records,
         &proxied,
         &report::Slos::default(),
@@ -123,8 +132,12 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
         false,
         ("gateway", "direct"),
     );
+    report::engine::attach(&mut rep, std::slice::from_ref(&bench_cfg.out), &mut |w| {
+        eprintln!("tokentap demo: {w}");
+    });
     print_hop(cfg, &rep, &proxied);
     print_split(&rep);
+    print_engine(&rep);
 
     let ok = proxied.iter().filter(|r| r.outcome == Outcome::Ok).count();
     println!(
@@ -166,6 +179,41 @@ fn print_split(rep: &report::Report) {
             f(sp.engine_prefill_ms),
             f(sp.outside_engine_ms),
         );
+    }
+}
+
+/// The engine's side per cell (scraped from its /metrics) and each bucket's binding constraint.
+fn print_engine(rep: &report::Report) {
+    let f = |v: Option<f64>, d: usize| v.map_or_else(|| "-".into(), |v| format!("{v:.d$}"));
+    println!("\nthe engine per cell (scraped from its /metrics in vLLM's names; MBU against a V100's 900 GB/s):");
+    println!(
+        "  cell                C   KV mean/peak %  waiting mean/peak  preempt/req  GB/s/GPU  MBU %"
+    );
+    for c in rep
+        .cells
+        .iter()
+        .filter(|c| c.arm.as_deref() != Some("gateway"))
+    {
+        let Some(t) = &c.engine else { continue };
+        let g = |g: Option<report::engine::Gauge>, k: f64, d: usize| {
+            g.map_or_else(
+                || "-".into(),
+                |g| format!("{:.d$}/{:.d$}", g.mean * k, g.peak * k),
+            )
+        };
+        println!(
+            "  {:<18} {:>2}   {:>14}  {:>17}  {:>11}  {:>8}  {:>5}",
+            c.bucket,
+            c.concurrency,
+            g(t.kv_cache_usage, 100.0, 0),
+            g(t.waiting, 1.0, 1),
+            f(t.preemptions_per_request, 2),
+            f(t.read_bytes_per_s_per_gpu.map(|b| b / 1e9), 0),
+            f(t.mbu.map(|m| m * 100.0), 0),
+        );
+    }
+    for b in &rep.binding {
+        println!("  binding constraint — {}", b.text);
     }
 }
 

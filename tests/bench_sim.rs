@@ -155,6 +155,8 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
         outputs: [6, 8, 10],
         calibrate: false,
         quiet: true,
+        // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
+        scrape: bench::scrape::ScrapePlan::Off,
         ..BenchConfig::default()
     };
     let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
@@ -403,6 +405,8 @@ async fn bench_speaks_every_shape_to_a_reasoning_model() {
             calibrate: false,
             quiet: true,
             api,
+            // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
+            scrape: bench::scrape::ScrapePlan::Off,
             ..BenchConfig::default()
         };
         bench::run(&cfg, Arc::new(AtomicBool::new(false)))

@@ -68,6 +68,8 @@ async fn measure_hop(hop: &str) -> report::hop::GatewayHop {
             ("gateway".into(), String::new()),
         ],
         route_header: Some("x-tokentap-route".into()),
+        // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
+        scrape: tokentap::bench::scrape::ScrapePlan::Off,
         ..BenchConfig::default()
     };
     bench::run(&cfg, Arc::new(AtomicBool::new(false)))
@@ -155,6 +157,8 @@ async fn the_tap_recovers_the_hop_at_every_level() {
             ("direct".into(), String::new()),
             ("gateway".into(), "/gateway".into()),
         ],
+        // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
+        scrape: tokentap::bench::scrape::ScrapePlan::Off,
         ..BenchConfig::default()
     };
     bench::run(&cfg, Arc::new(AtomicBool::new(false)))

@@ -240,6 +240,8 @@ async fn through_the_proxy_the_rate_turn_and_bucket_are_recorded_and_never_forwa
         warmup: 0,
         outputs: [3, 3, 3],
         buckets: vec!["short-long".into()],
+        // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
+        scrape: tokentap::bench::scrape::ScrapePlan::Off,
         ..BenchConfig::default()
     };
     run_bench(&BenchConfig {

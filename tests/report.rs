@@ -374,6 +374,8 @@ async fn a_simulated_sweep_reads_like_the_write_up() {
         outputs: [8, 16, 32],
         calibrate: false,
         quiet: true,
+        // The write-up's shapes alone: no /metrics scrapes against the in-process engine.
+        scrape: tokentap::bench::scrape::ScrapePlan::Off,
         ..Default::default()
     };
     tokentap::bench::run(&cfg, Arc::new(AtomicBool::new(false)))

@@ -17,6 +17,8 @@ pub(crate) struct Load<'a> {
     pub model: Arc<str>,
     /// Per bucket, its shared system prompts (`--shared-prefix`).
     pub prefixes: BTreeMap<&'static str, Vec<Arc<str>>>,
+    /// The scraper, asked for a round at each cell's start and end.
+    pub scrape: Option<super::scrape::Handle>,
 }
 
 /// The level of a cell: what its requests' records say.
@@ -36,6 +38,14 @@ impl Level {
 }
 
 impl Load<'_> {
+    /// A scrape round now (a cell's start or end): its time, ms since the run began.
+    pub async fn mark(&self) -> Option<f64> {
+        match &self.scrape {
+            Some(h) => h.mark().await,
+            None => None,
+        }
+    }
+
     /// Request `i` of a bucket's cell: prompts in their seeded order, both requests of an
     /// experiment pair on the same prompt, shared prefixes round the groups.
     pub fn request(&self, c: &Chosen, i: usize, level: Level) -> Req {
@@ -113,8 +123,19 @@ impl Out {
             },
             open_loop,
             records: from..from + records.len(),
+            window_ms: None,
+            scrape: None,
+            steady_state: None,
+            timeslices: Vec::new(),
         });
         self.records.extend(records);
+    }
+
+    /// The last cell's scrape window.
+    pub fn window(&mut self, from: Option<f64>, to: Option<f64>) {
+        if let (Some(c), Some(a), Some(b)) = (self.cells.last_mut(), from, to) {
+            c.window_ms = Some((a, b));
+        }
     }
 }
 
@@ -152,6 +173,7 @@ pub(crate) async fn measure(
     let cfg = load.cfg;
     let label = format!("{} {}", c.spec.name, level.label());
     let from = out.records.len();
+    let begun = load.mark().await;
     match level {
         Level::Concurrency(conc) => {
             if requests < conc {
@@ -202,6 +224,8 @@ pub(crate) async fn measure(
             out.push(c.spec.name, None, r.records, r.wall_s, Some(oi));
         }
     }
+    let ended = load.mark().await;
+    out.window(begun, ended);
     from..out.records.len()
 }
 

@@ -128,6 +128,39 @@ pub struct Args {
     /// cell.
     #[arg(long)]
     pub no_estimate: bool,
+    /// Scrape these Prometheus endpoints during every cell (vLLM's or SGLang's /metrics, a DCGM
+    /// exporter, …); default: the target's own /metrics when it answers with vLLM's or SGLang's
+    /// metrics; `off` for none. Raw samples go to DIR/scrape.jsonl, per-cell summaries to
+    /// run.json. Credentials in a URL are used, never written.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub scrape: Vec<String>,
+    /// How often to scrape (each cell's start and end are scraped too).
+    #[arg(long, default_value = "1s")]
+    pub scrape_interval: humantime::Duration,
+    /// Summarise this metric per cell too (counter: rate; else mean, peak, p95), besides the
+    /// known vLLM, SGLang and DCGM names.
+    #[arg(long, value_delimiter = ',')]
+    pub scrape_metric: Vec<String>,
+    /// The GPU, for its published peak bandwidth and FLOP/s (MBU, MFU): v100, a100-40g,
+    /// a100-80g, h100-sxm, h100-pcie, h200, l40s, l4, mi300x (docs/hardware.md).
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// One GPU's peak memory bandwidth, GB/s (overrides --gpu's).
+    #[arg(long)]
+    pub peak_bandwidth: Option<f64>,
+    /// One GPU's peak dense FLOP/s, TFLOP/s (overrides --gpu's).
+    #[arg(long)]
+    pub peak_flops: Option<f64>,
+    /// Serve bench's own metrics while it runs, in Prometheus' text format on GET /metrics:
+    /// requests sent, in flight, finished and in error, the open loop's schedule lag, and the
+    /// cell under way (e.g. 127.0.0.1:9091).
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+    /// Cut each cell into windows this long (e.g. 1s): per window its requests' TTFT p95 and
+    /// TPOT p50, output tok/s and the engine's KV usage, running and waiting (run.json
+    /// cells[].timeslices; the HTML report charts them over time).
+    #[arg(long)]
+    pub timeslice: Option<humantime::Duration>,
     /// Print a progress line after this long without one (a terminal's bar is redrawn instead).
     #[arg(long, default_value = "10s", hide = true)]
     pub progress_every: humantime::Duration,
@@ -173,7 +206,35 @@ pub fn cli(a: Args) -> Exit {
             ))
         }
     };
+    let scrape = match super::scrape::ScrapePlan::from_args(&a.scrape) {
+        Ok(s) => s,
+        Err(e) => return Exit::Usage(e),
+    };
+    let gpu = match a.gpu.as_deref().map(super::gpu::lookup) {
+        Some(Err(e)) => return Exit::Usage(e),
+        Some(Ok(g)) => Some(g),
+        None => None,
+    };
+    for (flag, v) in [
+        ("--peak-bandwidth", a.peak_bandwidth),
+        ("--peak-flops", a.peak_flops),
+    ] {
+        if v.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+            return Exit::Usage(format!("{flag} must be positive"));
+        }
+    }
     let cfg = BenchConfig {
+        scrape,
+        metrics_listen: a.metrics_listen,
+        timeslice: a.timeslice.map(Into::into),
+        scrape_interval: a.scrape_interval.into(),
+        scrape_metrics: a.scrape_metric,
+        peak_bandwidth: a
+            .peak_bandwidth
+            .map(|v| v * 1e9)
+            .or(gpu.map(|g| g.bandwidth)),
+        peak_flops: a.peak_flops.map(|v| v * 1e12).or(gpu.map(|g| g.flops)),
+        gpu: gpu.map(|g| g.name.to_owned()),
         target: a.target,
         out: a.out,
         dataset: a.dataset,

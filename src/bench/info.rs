@@ -43,6 +43,19 @@ pub struct CellInfo {
     /// The cell's records in the run's records (for the summary).
     #[serde(skip)]
     pub records: std::ops::Range<usize>,
+    /// The cell's first and last scrape (ms since the run began).
+    #[serde(skip)]
+    pub window_ms: Option<(f64, f64)>,
+    /// The engine's and GPUs' metrics over the cell (`--scrape`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scrape: Option<super::scrape::summary::CellScrape>,
+    /// A closed-loop cell's plateau: the requests that lived while C were in flight, and
+    /// their figures (the cell's top-level figures are the whole cell's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady_state: Option<super::steady::SteadyState>,
+    /// `--timeslice`: the cell's windows.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeslices: Vec<crate::report::engine::Slice>,
 }
 
 /// What an open-loop cell offered and what the client achieved.
@@ -144,4 +157,27 @@ pub struct RunInfo {
     /// `--replay`: what was read and what was sent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<super::replay::ReplayInfo>,
+    /// `--scrape`: what was scraped (credentials never written), how often, how many failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scrape: Option<ScrapeInfo>,
+    /// `--gpu`, `--peak-bandwidth`, `--peak-flops`: one GPU's peaks (MBU, MFU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<crate::report::engine::Hardware>,
+}
+
+/// `scrape` in `run.json`.
+#[derive(Debug, Serialize)]
+pub struct ScrapeInfo {
+    /// The endpoints, credentials replaced by `REDACTED`.
+    pub endpoints: Vec<String>,
+    pub interval_ms: f64,
+    /// Rounds over every endpoint (each cell's start and end add one).
+    pub rounds: usize,
+    /// Scrapes that failed (an endpoint in a round); they never stop the run.
+    pub failures: usize,
+    /// Raw samples written to `scrape.jsonl`.
+    pub samples: u64,
+    pub file: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_error: Option<String>,
 }

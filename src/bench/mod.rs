@@ -17,13 +17,18 @@ mod cell;
 pub mod cli;
 pub mod dataset;
 mod estimate;
+pub mod gpu;
 mod info;
+mod live;
 mod open;
 mod progress;
 pub mod replay;
 pub mod request;
 mod runner;
+pub mod scrape;
 mod search;
+mod slices;
+mod steady;
 pub mod summary;
 mod turns;
 
@@ -35,7 +40,9 @@ use std::time::{Duration, SystemTime};
 
 pub use arrival::{Arrivals, Process};
 pub use cli::{cli, Args};
-pub use info::{BucketInfo, CellInfo, LagStats, LoadInfo, OpenInfo, Overhead, RunInfo, TokenStats};
+pub use info::{
+    BucketInfo, CellInfo, LagStats, LoadInfo, OpenInfo, Overhead, RunInfo, ScrapeInfo, TokenStats,
+};
 pub use runner::Target;
 pub use search::{SaturationInfo, Until};
 
@@ -125,6 +132,20 @@ pub struct BenchConfig {
     /// Mean think time between turns (exponential, seeded).
     pub think_time: Duration,
     pub max_turns: usize,
+    /// What to scrape while the load runs (`--scrape`).
+    pub scrape: scrape::ScrapePlan,
+    pub scrape_interval: Duration,
+    /// Unknown metrics to summarise per cell too (`--scrape-metric`).
+    pub scrape_metrics: Vec<String>,
+    /// One GPU's peak memory bandwidth (bytes/s) and FLOP/s, for MBU and MFU.
+    pub peak_bandwidth: Option<f64>,
+    pub peak_flops: Option<f64>,
+    /// `--gpu`'s name, for run.json.
+    pub gpu: Option<String>,
+    /// Serve bench's own counters here while it runs (`--metrics-listen`).
+    pub metrics_listen: Option<String>,
+    /// Cut each cell into windows of this length (`--timeslice`).
+    pub timeslice: Option<Duration>,
 }
 
 impl Default for BenchConfig {
@@ -173,6 +194,14 @@ impl Default for BenchConfig {
             multi_turn: false,
             think_time: Duration::from_secs(1),
             max_turns: 8,
+            scrape: scrape::ScrapePlan::Auto,
+            scrape_interval: Duration::from_secs(1),
+            scrape_metrics: Vec::new(),
+            peak_bandwidth: None,
+            peak_flops: None,
+            gpu: None,
+            metrics_listen: None,
+            timeslice: None,
         }
     }
 }
@@ -185,13 +214,15 @@ fn now_rfc3339() -> String {
 pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, BenchError> {
     validate(cfg)?;
     let replaying = !cfg.replay.is_empty();
+    let live = live::start(cfg).await?;
     let target = Arc::new(
         Target::new(
             &cfg.target,
             cfg.api_key.as_ref().map(|k| k.expose().clone()),
             cfg.headers.clone(),
         )
-        .map_err(|e| BenchError::Target(cfg.target.clone(), e))?,
+        .map_err(|e| BenchError::Target(cfg.target.clone(), e))?
+        .with_live(live.as_ref().map(|l| l.0.clone())),
     );
     // Prompts: buckets of a dataset (or synthetic lengths), or a dataset's conversations.
     let specs: Vec<_> = dataset::buckets(cfg.short_max, cfg.long_min, cfg.outputs)
@@ -253,7 +284,11 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     } else {
         None
     };
-    let progress = progress::Progress::new(cfg.quiet, cfg.progress_every);
+    let progress = progress::Progress::new(cfg.quiet, cfg.progress_every)
+        .with_live(live.as_ref().map(|l| l.0.clone()));
+    // The run's clock: scrapes and plateaus are in ms since here.
+    let origin = (tokio::time::Instant::now(), SystemTime::now());
+    let scraper = scrape::start_for(cfg, origin.0).await?;
     let prefixes = chosen
         .iter()
         .map(|c| c.spec.name)
@@ -264,6 +299,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         cfg,
         model: model.clone(),
         prefixes,
+        scrape: scraper.as_ref().map(|s| s.handle.clone()),
     };
     if !cfg.quiet && !replaying {
         eprintln!(
@@ -297,6 +333,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     let deadline = tokio::time::Instant::now() + cfg.max_time;
     if let Some((planned, mut info)) = plan {
         let offered = info.offered_rate;
+        let begun = load.mark().await;
         let r = open::run_open(
             target.clone(),
             "replay",
@@ -310,14 +347,17 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         info.sent = Some(oi.clone());
         replay_info = Some(info);
         out.push("replay", None, r.records, r.wall_s, Some(oi));
+        out.window(begun, load.mark().await);
     } else if cfg.multi_turn {
         for &conc in &cfg.concurrency {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
+            let begun = load.mark().await;
             let cell =
                 turns::run_cell(&target, &load, &convs, &specs, conc, &stop, &progress).await;
             out.push("conversations", Some(conc), cell.records, cell.wall_s, None);
+            out.window(begun, load.mark().await);
         }
     } else {
         'sweep: for c in &chosen {
@@ -368,6 +408,13 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         }
     }
     write_records(cfg, &out.records)?;
+    let scraped = match scraper {
+        Some(s) => Some(s.finish().await),
+        None => None,
+    };
+    steady::attach(cfg, &mut out, origin.1, scraped.as_ref());
+    slices::attach(cfg, &mut out, origin.1, scraped.as_ref());
+    let scrape_info = scraped.map(|c| scrape::summarise(cfg, &c, &mut out.cells));
     let buckets = chosen
         .iter()
         .map(|c| {
@@ -432,6 +479,14 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         cells: out.cells,
         saturation,
         replay: replay_info,
+        scrape: scrape_info,
+        hardware: (cfg.peak_bandwidth.is_some() || cfg.peak_flops.is_some()).then(|| {
+            crate::report::engine::Hardware {
+                gpu: cfg.gpu.clone(),
+                peak_bandwidth_bytes_s: cfg.peak_bandwidth,
+                peak_flops: cfg.peak_flops,
+            }
+        }),
     };
     let run_path = cfg.out.join("run.json");
     let json = serde_json::to_string_pretty(&info).unwrap_or_default();
@@ -474,6 +529,12 @@ fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
     }
     if cfg.prefix_groups == 0 {
         return usage("--prefix-groups must be at least 1");
+    }
+    if cfg.timeslice.is_some_and(|t| t.is_zero()) {
+        return usage("--timeslice must be positive");
+    }
+    if cfg.scrape_interval.is_zero() {
+        return usage("--scrape-interval must be positive");
     }
     if cfg.progress_every.is_zero() {
         return usage("--progress-every must be positive");

@@ -21,6 +21,8 @@ pub struct Progress {
     quiet: bool,
     every: Duration,
     state: Arc<Mutex<State>>,
+    /// `--metrics-listen`: the cell under way.
+    live: Option<Arc<super::live::Live>>,
 }
 
 struct State {
@@ -245,7 +247,14 @@ impl Progress {
                 cell: None,
                 cells_done: 0,
             })),
+            live: None,
         }
+    }
+
+    /// Tell these live counters which cell is under way (`--metrics-listen`).
+    pub fn with_live(mut self, live: Option<Arc<super::live::Live>>) -> Self {
+        self.live = live;
+        self
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> Option<T> {
@@ -265,6 +274,9 @@ impl Progress {
 
     /// A cell begins: `requests` measured after `warmup` warm-up requests.
     pub fn begin(&self, label: &str, requests: usize, warmup: usize) {
+        if let Some(l) = &self.live {
+            l.cell(label);
+        }
         self.with(|s| {
             let index = match &s.plan {
                 Some((Plan::Cells { cells, .. }, _)) => cells

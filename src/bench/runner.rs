@@ -31,9 +31,17 @@ pub struct Target {
     auth: Option<String>,
     key_id: Option<String>,
     headers: Vec<(String, String)>,
+    /// `--metrics-listen`: bench's own counters.
+    live: Option<Arc<super::live::Live>>,
 }
 
 impl Target {
+    /// Count every request in these live counters (`--metrics-listen`).
+    pub fn with_live(mut self, live: Option<Arc<super::live::Live>>) -> Target {
+        self.live = live;
+        self
+    }
+
     pub fn new(
         base: &str,
         api_key: Option<String>,
@@ -66,6 +74,7 @@ impl Target {
             auth: api_key.map(|k| format!("Bearer {k}")),
             key_id,
             headers,
+            live: None,
         })
     }
 
@@ -138,6 +147,18 @@ impl Target {
 
     /// One streamed request, measured on this client's clock.
     pub async fn one(&self, req: &Req, sent: Sent, stop: &AtomicBool) -> RequestRecord {
+        let lag = sent.schedule.map(|s| s.lag_ms);
+        if let Some(l) = &self.live {
+            l.request_sent();
+        }
+        let rec = self.one_measured(req, sent, stop).await;
+        if let Some(l) = &self.live {
+            l.request_done(rec.outcome != Outcome::Ok, lag);
+        }
+        rec
+    }
+
+    async fn one_measured(&self, req: &Req, sent: Sent, stop: &AtomicBool) -> RequestRecord {
         // Stamped before the body is built: the record's `ts` is when the client set out.
         let stamp = Stamp::now();
         let (path, body) = req.body();

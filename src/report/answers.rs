@@ -25,7 +25,7 @@ fn range(v: &[f64], unit: &str, digits: usize) -> String {
     }
 }
 
-fn name(c: &Cell) -> String {
+pub(super) fn name(c: &Cell) -> String {
     match &c.arm {
         Some(a) => format!("{} [{a}]", c.bucket),
         None => c.bucket.clone(),

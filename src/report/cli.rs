@@ -132,7 +132,9 @@ fn from_files(a: &Args, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit>
         stream(&a.tap, &mut warn, &mut acc, true)
             .map_err(|e| Exit::Failed(format!("report: --tap: {e}")))?;
     }
-    Ok(finish(acc, slos, a.top, arms))
+    let mut rep = finish(acc, slos, a.top, arms);
+    super::engine::attach(&mut rep, &a.paths, &mut warn);
+    Ok(rep)
 }
 
 fn from_clickhouse(url: &str, p: &Params, slos: &Slos, budget: usize) -> Result<Report, Exit> {

@@ -5,11 +5,13 @@
 use std::fmt::Write;
 
 mod charts;
+mod time;
 
 use super::render::{
     api_rows, bucket_rows, cache_rows, cell_rows, hop_rows, hop_title, key_rows, open_loop_rows,
     other_rows, prov_rows, readings, slo_rows, split_rows, tap_rows, turn_rows,
 };
+use super::sections::{binding_rows, engine_rows, steady_rows};
 use super::svg;
 use super::Report;
 
@@ -93,6 +95,26 @@ pub fn html(r: &Report) -> String {
     if let Some((h, rows)) = split_rows(r) {
         s.push_str("<h2>Where TTFT went (medians, ms)</h2>");
         s += &html_table(&h, &rows);
+    }
+    if let Some((h, rows)) = engine_rows(r) {
+        s.push_str("<h2>Engine and GPU per cell (bench's scrapes)</h2>");
+        s += &html_table(&h, &rows);
+    }
+    if let Some((h, rows)) = binding_rows(r) {
+        s.push_str("<h2>Binding constraint per bucket</h2>");
+        s += &html_table(&h, &rows);
+    }
+    if let Some((h, rows)) = steady_rows(r) {
+        s.push_str("<h2>Steady state: each cell's plateau beside the whole cell</h2><p>The other tables give whole cells.</p>");
+        s += &html_table(&h, &rows);
+    }
+    let over_time = time::charts(r);
+    if !over_time.is_empty() {
+        s.push_str("<h2>Over time, per cell (bench --timeslice)</h2><div class=\"charts\">");
+        for c in &over_time {
+            s.push_str(c);
+        }
+        s.push_str("</div>");
     }
     s.push_str("<h2>Per API shape</h2>");
     let (h, rows) = api_rows(r);

@@ -6,10 +6,12 @@
 
 mod acc;
 pub mod answers;
+pub mod binding;
 mod cellacc;
 pub mod cli;
 pub mod clickhouse;
 mod clock;
+pub mod engine;
 mod fast;
 pub(crate) mod fast_check;
 pub mod hop;
@@ -201,6 +203,9 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             achieved_rate: achieved,
             client_queue_ms: queue,
             client_lag_ms: lag,
+            engine: None,
+            timeslices: Vec::new(),
+            steady_state: None,
         });
     }
     // The tail: against the group's lowest level, and (for saturation) the level below's
@@ -265,6 +270,8 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
         by_turn: read.by_turn,
         other_traffic: read.other,
         streaming: read.streaming,
+        hardware: None,
+        binding: Vec::new(),
     };
     report.answers = answers::answers(&report);
     report

@@ -84,6 +84,15 @@ pub struct Cell {
     /// An open-loop cell: how late the client sent requests beyond their schedule and queue.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_lag_ms: Option<Dist>,
+    /// The engine's and GPUs' figures over the cell, from bench's scrapes (`run.json`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<super::engine::Telemetry>,
+    /// `bench --timeslice`: the cell's windows, from `run.json`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeslices: Vec<super::engine::Slice>,
+    /// The cell's plateau from `run.json` (the other figures are the whole cell's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady_state: Option<super::engine::Steady>,
 }
 
 /// Medians of the records' `ttft_split` (each over the records that have that part).
@@ -284,6 +293,12 @@ pub struct Report {
     /// Is it really streaming? How each route's (and arm's) streams arrived.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub streaming: Vec<super::streaming::StreamRow>,
+    /// One GPU's peaks, from `run.json` (`bench --gpu`, `--peak-bandwidth`, `--peak-flops`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<super::engine::Hardware>,
+    /// Per bucket, what binds at its knee or ceiling (when bench scraped the engine).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub binding: Vec<super::binding::Binding>,
 }
 
 fn is_zero(n: &usize) -> bool {

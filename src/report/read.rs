@@ -1,8 +1,8 @@
-//! Reading records: every `*.jsonl*` file below the paths given, line by line. Lenient: a field
-//! the schema gained later (or the report does not need) may be missing and takes its default;
-//! a line that is not a record is skipped and counted, and the skips are reported grouped by
-//! reason with the first place each was seen. A last line without its newline (a log being
-//! written) is not read and not warned about. No readable record at all is an error.
+//! Reading records: every `*.jsonl*` file below the paths given (but bench's `scrape.jsonl`), line
+//! by line. Lenient: a field the schema gained later (or the report does not need) may be missing
+//! and takes its default; a line that is not a record is skipped and counted, and the skips are
+//! reported grouped by reason with the first place each was seen. A last line without its newline
+//! (a log being written) is not read and not warned about. No readable record at all is an error.
 //!
 //! A file whose name ends in `.gz` (a log rotated and compressed by logrotate or a log shipper)
 //! is decompressed as it is read, every gzip member of it in turn. A compressed file cut short
@@ -25,6 +25,10 @@ fn reason(line: &[u8], e: &serde_json::Error) -> String {
         None => m,
     }
 }
+
+/// bench's raw scrape samples (`scrape.jsonl`): beside the records in a bench folder, not
+/// records themselves, so a folder's reading leaves them out.
+pub const SCRAPE_FILE: &str = "scrape.jsonl";
 
 /// Read records from files and folders (every `*.jsonl*` file below a folder, sorted) into
 /// memory. Skipped lines are reported on `warn`, one line per reason.
@@ -358,7 +362,7 @@ fn collect(p: &Path, files: &mut Vec<PathBuf>) -> Result<(), ReportError> {
         } else if path
             .file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.contains(".jsonl"))
+            .is_some_and(|n| n.contains(".jsonl") && !n.starts_with(SCRAPE_FILE))
         {
             files.push(path);
         }

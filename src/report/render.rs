@@ -3,7 +3,8 @@
 use super::answers::ceiling_words;
 use super::hop::DiffStats;
 pub(super) use super::sections::{
-    api_rows, bucket_rows, cache_rows, open_loop_rows, split_rows, turn_rows,
+    api_rows, binding_rows, bucket_rows, cache_rows, engine_rows, open_loop_rows, split_rows,
+    steady_rows, turn_rows,
 };
 use super::{Axis, Cell, Dist, Report};
 
@@ -423,6 +424,18 @@ pub fn render(r: &Report, f: Format) -> String {
                 s += "\nWhere TTFT went (medians, ms)\n";
                 s += &text_table(&h, &rows);
             }
+            if let Some((h, rows)) = engine_rows(r) {
+                s += "\nEngine and GPU per cell (bench's scrapes)\n";
+                s += &text_table(&h, &rows);
+            }
+            if let Some((h, rows)) = binding_rows(r) {
+                s += "\nBinding constraint per bucket\n";
+                s += &text_table(&h, &rows);
+            }
+            if let Some((h, rows)) = steady_rows(r) {
+                s += "\nSteady state: each cell's plateau beside the whole cell (the other tables: whole cells)\n";
+                s += &text_table(&h, &rows);
+            }
             s += "\nPer API shape\n";
             let (h, rows) = api_rows(r);
             s += &text_table(&h, &rows);
@@ -487,6 +500,19 @@ pub fn render(r: &Report, f: Format) -> String {
             }
             if let Some((h, rows)) = split_rows(r) {
                 s += "\n## Where TTFT went (medians, ms)\n\n";
+                s += &md_table(&h, &rows);
+            }
+            if let Some((h, rows)) = engine_rows(r) {
+                s += "\n## Engine and GPU per cell (bench's scrapes)\n\n";
+                s += &md_table(&h, &rows);
+            }
+            if let Some((h, rows)) = binding_rows(r) {
+                s += "\n## Binding constraint per bucket\n\n";
+                s += &md_table(&h, &rows);
+            }
+            if let Some((h, rows)) = steady_rows(r) {
+                s += "\n## Steady state: each cell's plateau beside the whole cell\n\n";
+                s += "The other tables give whole cells.\n\n";
                 s += &md_table(&h, &rows);
             }
             s += "\n## Per API shape\n\n";

@@ -197,3 +197,146 @@ pub(super) fn split_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Strin
         .collect();
     Some((head, rows))
 }
+
+/// The engine's and GPUs' figures per cell (bench's scrapes); GPU columns only when DCGM was
+/// scraped, MBU and MFU only when the card's peaks were given.
+pub(super) fn engine_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    let cells: Vec<(&Cell, &super::engine::Telemetry)> = r
+        .cells
+        .iter()
+        .filter_map(|c| Some((c, c.engine.as_ref()?)))
+        .collect();
+    if cells.is_empty() {
+        return None;
+    }
+    let dcgm = cells
+        .iter()
+        .any(|(_, t)| t.power_w.is_some() || t.gpu_util_pct.is_some());
+    let peaks = cells
+        .iter()
+        .any(|(_, t)| t.mbu.is_some() || t.mfu.is_some());
+    let mut head = vec![
+        "cell",
+        "C",
+        "KV mean/peak %",
+        "running mean/peak",
+        "waiting mean/peak",
+        "preempt/req",
+        "prefix hit %",
+        "TFLOP/s/GPU",
+        "GB/s/GPU",
+    ];
+    if peaks {
+        head.extend(["MBU %", "MFU %"]);
+    }
+    if dcgm {
+        head.extend(["GPU util %", "DRAM active %", "power W", "J/token"]);
+    }
+    let g = |v: Option<super::engine::Gauge>, scale: f64, d: usize| match v {
+        Some(g) => format!(
+            "{}/{}",
+            n(Some(g.mean * scale), d),
+            n(Some(g.peak * scale), d)
+        ),
+        None => "-".into(),
+    };
+    let rows = cells
+        .iter()
+        .map(|(c, t)| {
+            let mut row = vec![
+                cell_name(c),
+                c.concurrency.clone(),
+                g(t.kv_cache_usage, 100.0, 0),
+                g(t.running, 1.0, 1),
+                g(t.waiting, 1.0, 1),
+                n(t.preemptions_per_request, 2),
+                n(t.prefix_cache_hit_rate.map(|h| h * 100.0), 0),
+                n(t.flops_per_s_per_gpu.map(|f| f / 1e12), 2),
+                n(t.read_bytes_per_s_per_gpu.map(|b| b / 1e9), 0),
+            ];
+            if peaks {
+                row.push(n(t.mbu.map(|m| m * 100.0), 0));
+                row.push(n(t.mfu.map(|m| m * 100.0), 1));
+            }
+            if dcgm {
+                row.push(n(t.gpu_util_pct.map(|u| u.mean), 0));
+                row.push(n(t.dram_active.map(|d| d.mean * 100.0), 0));
+                row.push(n(t.power_w.map(|p| p.mean), 0));
+                row.push(n(t.j_per_token, 2));
+            }
+            row
+        })
+        .collect();
+    Some((head, rows))
+}
+
+/// Per bucket, the binding constraint at its knee or ceiling, with its figures.
+pub(super) fn binding_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    if r.binding.is_empty() {
+        return None;
+    }
+    let head = vec![
+        "bucket",
+        "at",
+        "why there",
+        "binding constraint",
+        "KV peak %",
+        "preempt/req",
+        "waiting mean",
+        "MBU %",
+    ];
+    let rows = r
+        .binding
+        .iter()
+        .map(|b| {
+            let f = &b.figures;
+            vec![
+                b.bucket.clone(),
+                b.at.clone().unwrap_or_else(|| "-".into()),
+                b.point.to_owned(),
+                b.constraint.as_str().to_owned(),
+                n(f.kv_cache_usage_peak.map(|k| k * 100.0), 0),
+                n(f.preemptions_per_request, 2),
+                n(f.waiting_mean, 1),
+                n(f.mbu.map(|m| m * 100.0), 0),
+            ]
+        })
+        .collect();
+    Some((head, rows))
+}
+
+/// Each closed-loop cell's plateau beside the whole cell: the figures the other tables give are
+/// the whole cell's.
+pub(super) fn steady_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    let rows: Vec<Vec<String>> = r
+        .cells
+        .iter()
+        .filter_map(|c| {
+            let s = c.steady_state.as_ref()?;
+            Some(vec![
+                cell_name(c),
+                c.concurrency.clone(),
+                format!("{:.0}–{:.0}", s.from_ms, s.to_ms),
+                format!("{} of {}", s.requests, c.requests),
+                format!("{}/{}", n(s.ttft_ms.p50, 0), n(s.ttft_ms.p95, 0)),
+                format!("{}/{}", n(c.ttft_ms.p50, 0), n(c.ttft_ms.p95, 0)),
+                format!("{}/{}", n(s.tpot_ms.p50, 1), n(s.tpot_ms.p95, 1)),
+                format!("{}/{}", n(c.tpot_ms.p50, 1), n(c.tpot_ms.p95, 1)),
+            ])
+        })
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let head = vec![
+        "cell",
+        "C",
+        "plateau ms (run clock)",
+        "requests",
+        "TTFT p50/95 plateau",
+        "TTFT p50/95 whole cell",
+        "TPOT p50/95 plateau",
+        "TPOT p50/95 whole cell",
+    ];
+    Some((head, rows))
+}

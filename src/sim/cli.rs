@@ -46,6 +46,13 @@ pub struct Args {
     /// profile's `cuda_graphs`).
     #[arg(long)]
     pub cuda_graphs: bool,
+    /// The KV cache's size in tokens (overrides the profile's `kv_tokens`).
+    #[arg(long)]
+    pub kv_tokens: Option<u64>,
+    /// Hold KV as vLLM does, growing a token a step, and preempt the newest sequence when the
+    /// cache is full (overrides the profile's `preemption`).
+    #[arg(long)]
+    pub preemption: bool,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Print the built-in profile as TOML and exit.
@@ -70,6 +77,10 @@ pub fn cli(a: Args) -> Exit {
     }
     profile.prefix_cache |= a.prefix_cache;
     profile.cuda_graphs |= a.cuda_graphs;
+    profile.preemption |= a.preemption;
+    if let Some(k) = a.kv_tokens {
+        profile.kv_tokens = k;
+    }
     if a.print_profile {
         print!("{}", toml::to_string(&profile).unwrap_or_default());
         return Exit::Ok;

@@ -48,6 +48,19 @@ pub struct Profile {
     pub launch_overhead_ms: f64,
     /// CUDA graphs on: a decode step is replayed as one graph, without `launch_overhead_ms`.
     pub cuda_graphs: bool,
+    /// Hold KV for what a sequence has so far (prompt + generated), growing a token a step, as
+    /// vLLM does; when a decode step does not fit, preempt the newest sequence (its KV freed;
+    /// it waits at the head of the queue and recomputes). Off: a sequence reserves its prompt +
+    /// output at admission and is never preempted.
+    pub preemption: bool,
+    /// The model's parameters, billions (for the estimated FLOPs and bytes on `/metrics`).
+    pub params_b: f64,
+    /// GPUs the model is split over (tensor parallel): the estimates are per GPU.
+    pub gpus: u32,
+    /// Bytes per weight (2: 16-bit).
+    pub weight_bytes: f64,
+    /// KV-cache bytes per token, all layers (Qwen2.5-7B: 28 layers × 2 × 4 KV heads × 128 × 2 B).
+    pub kv_bytes_per_token: f64,
 }
 
 impl Default for Profile {
@@ -76,6 +89,22 @@ impl Profile {
             prefix_cache: false,
             launch_overhead_ms: 4.0,
             cuda_graphs: false,
+            preemption: false,
+            params_b: 7.6,
+            gpus: 4,
+            weight_bytes: 2.0,
+            kv_bytes_per_token: 57344.0,
+        }
+    }
+
+    /// The V100 profile with a KV cache of 16,384 tokens and vLLM's preemption: a sweep of long
+    /// prompts fills it, queues and preempts.
+    pub fn v100_small_kv() -> Profile {
+        Profile {
+            name: "v100-qwen2.5-7b-tp4-small-kv".into(),
+            kv_tokens: 16_384,
+            preemption: true,
+            ..Profile::v100()
         }
     }
 
@@ -145,8 +174,23 @@ struct Seq {
 }
 
 impl Seq {
-    fn kv_need(&self) -> u64 {
-        self.job.prompt_tokens + u64::from(self.job.output_tokens)
+    /// KV held while running: with preemption, what it has so far; without, all it will need.
+    fn held(&self, preemption: bool) -> u64 {
+        if preemption {
+            self.job.prompt_tokens + u64::from(self.produced)
+        } else {
+            self.job.prompt_tokens + u64::from(self.job.output_tokens)
+        }
+    }
+
+    /// KV to admit it: with preemption, its context and the token its prefill makes.
+    fn admit_need(&self, preemption: bool) -> u64 {
+        self.held(preemption) + u64::from(preemption)
+    }
+
+    /// Prefill work: the uncached prompt, and what a preempted sequence had generated.
+    fn prefill_work(&self) -> u64 {
+        self.job.uncached() + u64::from(self.produced)
     }
 }
 
@@ -157,6 +201,30 @@ pub struct EngineStats {
     pub waiting: std::sync::atomic::AtomicU64,
     pub kv_used: std::sync::atomic::AtomicU64,
     pub finished: std::sync::atomic::AtomicU64,
+    pub preemptions: std::sync::atomic::AtomicU64,
+    /// Prompt tokens looked up in the prefix cache, and found there.
+    pub prefix_queries: std::sync::atomic::AtomicU64,
+    pub prefix_hits: std::sync::atomic::AtomicU64,
+    /// Estimated per-GPU work so far (whole FLOPs and bytes).
+    pub flops: std::sync::atomic::AtomicU64,
+    pub read_bytes: std::sync::atomic::AtomicU64,
+    pub write_bytes: std::sync::atomic::AtomicU64,
+}
+
+impl EngineStats {
+    /// Add one step's estimated per-GPU work.
+    fn work(&self, p: &Profile, tokens: u64, kv_read_tokens: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let gpus = f64::from(p.gpus.max(1));
+        let flops = 2.0 * p.params_b * 1e9 * tokens as f64 / gpus;
+        let read = (p.params_b * 1e9 * p.weight_bytes
+            + p.kv_bytes_per_token * kv_read_tokens as f64)
+            / gpus;
+        let write = p.kv_bytes_per_token * tokens as f64 / gpus;
+        self.flops.fetch_add(flops as u64, Relaxed);
+        self.read_bytes.fetch_add(read as u64, Relaxed);
+        self.write_bytes.fetch_add(write as u64, Relaxed);
+    }
 }
 
 /// Sleep until `t`, without a timer round-trip (≈1 ms granularity) when `t` has passed: a
@@ -199,11 +267,12 @@ pub async fn run(
             });
         }
         // Drop sequences whose client went away (frees their cache at once, like an abort).
+        let pre = profile.preemption;
         waiting.retain(|s| !s.job.tx.is_closed());
         running.retain(|s| {
             let keep = !s.job.tx.is_closed();
             if !keep {
-                kv_used -= s.kv_need();
+                kv_used -= s.held(pre);
             }
             keep
         });
@@ -213,45 +282,63 @@ pub async fn run(
         let mut prefill_tokens = 0;
         while let Some(s) = waiting.front() {
             let fits = running.len() + admitted.len() < profile.max_batch
-                && kv_used + s.kv_need() <= profile.kv_tokens
+                && kv_used + s.admit_need(pre) <= profile.kv_tokens
                 && (admitted.is_empty()
-                    || prefill_tokens + s.job.uncached() <= profile.max_prefill_tokens);
+                    || prefill_tokens + s.prefill_work() <= profile.max_prefill_tokens);
             if !fits {
                 break;
             }
             let Some(s) = waiting.pop_front() else { break };
-            kv_used += s.kv_need();
-            prefill_tokens += s.job.uncached();
+            kv_used += s.admit_need(pre);
+            prefill_tokens += s.prefill_work();
             admitted.push(s);
         }
         stats.waiting.store(waiting.len() as u64, Relaxed);
         stats.kv_used.store(kv_used, Relaxed);
 
         if !admitted.is_empty() {
-            // Prefill step: produces each admitted sequence's first token.
-            // Steps follow each other on the schedule alone (a late timer adds nothing to the
-            // next step); it restarts from the clock only after the engine was idle.
+            // Prefill step: produces each admitted sequence's first token (a preempted one's
+            // next). Steps follow each other on the schedule alone (a late timer adds nothing to
+            // the next step); it restarts from the clock only after the engine was idle.
             let scheduled = clock;
             clock = scheduled + profile.prefill_cost(prefill_tokens, admitted.len());
+            let cached: u64 = admitted.iter().map(|s| s.job.cached_tokens).sum();
+            stats.work(&profile, prefill_tokens, cached);
             tokio::time::sleep_until(clock).await;
             for mut s in admitted {
-                s.produced = 1;
+                let index = s.produced;
+                s.produced += 1;
                 let last = s.produced >= s.job.output_tokens;
                 let _ = s.job.tx.try_send(Out::Token {
-                    index: 0,
+                    index,
                     last,
-                    scheduled: Some(scheduled),
+                    scheduled: (index == 0).then_some(scheduled),
                 });
                 if last {
-                    kv_used -= s.kv_need();
+                    kv_used -= s.held(pre);
                     stats.finished.fetch_add(1, Relaxed);
                 } else {
                     running.push(s);
                 }
             }
         } else if !running.is_empty() {
+            // With preemption, each sequence grows a token: what does not fit is preempted,
+            // newest first, back to the head of the queue.
+            while pre && !running.is_empty() && kv_used + running.len() as u64 > profile.kv_tokens {
+                if let Some(s) = running.pop() {
+                    kv_used -= s.held(pre);
+                    waiting.push_front(s);
+                    stats.preemptions.fetch_add(1, Relaxed);
+                }
+            }
+            if running.is_empty() {
+                continue;
+            }
             // Decode step: one token for every running sequence.
             clock += profile.step_cost(running.len());
+            let context: u64 = running.iter().map(|s| s.held(true)).sum();
+            stats.work(&profile, running.len() as u64, context);
+            kv_used += if pre { running.len() as u64 } else { 0 };
             wait_until(clock).await;
             running.retain_mut(|s| {
                 let index = s.produced;
@@ -263,7 +350,7 @@ pub async fn run(
                     scheduled: None,
                 });
                 if last {
-                    kv_used -= s.kv_need();
+                    kv_used -= s.held(pre);
                     stats.finished.fetch_add(1, Relaxed);
                 }
                 !last
@@ -275,6 +362,7 @@ pub async fn run(
             }
         }
         stats.running.store(running.len() as u64, Relaxed);
+        stats.waiting.store(waiting.len() as u64, Relaxed);
         stats.kv_used.store(kv_used, Relaxed);
     }
 }

@@ -188,15 +188,7 @@ pub async fn handle(state: Arc<SimState>, req: Request<Incoming>) -> Response<Si
         ),
         (&Method::GET, "/health") => json_response(StatusCode::OK, &serde_json::json!({})),
         (&Method::GET, "/metrics") => {
-            let s = &state.stats;
-            let text = format!(
-                "# simulated engine ({})\ntokentap_sim_requests_running {}\ntokentap_sim_requests_waiting {}\ntokentap_sim_kv_cache_usage_perc {:.4}\ntokentap_sim_requests_finished_total {}\n",
-                state.profile.name,
-                s.running.load(Ordering::Relaxed),
-                s.waiting.load(Ordering::Relaxed),
-                s.kv_used.load(Ordering::Relaxed) as f64 / state.profile.kv_tokens.max(1) as f64,
-                s.finished.load(Ordering::Relaxed),
-            );
+            let text = super::metrics::page(&state.profile, &state.model, &state.stats);
             let mut r = Response::new(SimBody::Full(Full::new(Bytes::from(text))));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -283,6 +275,11 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, api: Api) -> Res
     } else {
         0
     };
+    state
+        .stats
+        .prefix_queries
+        .fetch_add(prompt, Ordering::Relaxed);
+    state.stats.prefix_hits.fetch_add(cached, Ordering::Relaxed);
     let n = state.counter.fetch_add(1, Ordering::Relaxed);
     let mut rng = fastrand::Rng::with_seed(
         state.seed ^ r.seed.unwrap_or(n).wrapping_mul(0x9E37_79B9_7F4A_7C15),

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod hold;
 pub mod hop;
 pub mod http;
+mod metrics;
 mod wire;
 
 use std::net::SocketAddr;
