@@ -104,20 +104,25 @@ pub fn lines(out: &mut String, f: &Frame, series: &[Series]) {
         for (i, v) in s.ys.iter().enumerate() {
             let Some(v) = v else { continue };
             let (x, y) = pt(i, *v);
-            if let Some(Some(ci)) = s.ci.get(i) {
-                whisker(out, f, x, *ci, 3.0, color, i);
-            }
-            let tip = format!("{}: {}", s.name, value(*v));
-            marker(
-                out,
-                s.style,
-                x,
-                y,
-                &format!(r#"class="data" data-x="{i}""#),
-                &tip,
-            );
+            point(out, f, s, i, (x, y), *v);
         }
     }
+}
+
+/// One value's marker at (x, y), with its interval's whisker when it has one.
+fn point(out: &mut String, f: &Frame, s: &Series, i: usize, (x, y): (f64, f64), v: f64) {
+    if let Some(Some(ci)) = s.ci.get(i) {
+        whisker(out, f, x, *ci, 3.0, s.style.color, i);
+    }
+    let tip = format!("{}: {}", s.name, value(v));
+    marker(
+        out,
+        s.style,
+        x,
+        y,
+        &format!(r#"class="data" data-x="{i}""#),
+        &tip,
+    );
 }
 
 /// Points with their intervals, never joined (a forest plot: each category stands alone).
@@ -128,19 +133,7 @@ pub fn points(out: &mut String, f: &Frame, series: &[Series]) {
         let dx = (si as f64 - (n - 1.0) / 2.0) * dodge;
         for (i, v) in s.ys.iter().enumerate() {
             let Some(v) = v else { continue };
-            let (x, y) = (f.x(i) + dx, f.y(*v));
-            if let Some(Some(ci)) = s.ci.get(i) {
-                whisker(out, f, x, *ci, 3.0, s.style.color, i);
-            }
-            let tip = format!("{}: {}", s.name, value(*v));
-            marker(
-                out,
-                s.style,
-                x,
-                y,
-                &format!(r#"class="data" data-x="{i}""#),
-                &tip,
-            );
+            point(out, f, s, i, (f.x(i) + dx, f.y(*v)), *v);
         }
     }
 }
