@@ -50,6 +50,20 @@ grep -ho 'r#"{.*}"#' src/report/fast_check.rs src/report/fast_tests.rs |
     sed 's/^r#"//; s/"#$//' | seed report_line
 grep -ho 'r#"{.*}"#' src/report/fast_check.rs | sed 's/^r#"//; s/"#$//' | seed report_line
 
+# Compressed bodies: a fixture stream in each coding (mode byte 0 gzip, 1 deflate, 2 br, 3 zstd;
+# then where reads split), a brotli stream of uncompressed meta-blocks, and round trips (128 up).
+sse=$fx/vllm-chat-stream-usage.sse
+[ -f "$sse" ] || sse=$(ls "$fx"/*.sse | head -1)
+{ printf '\000\007'; gzip -c <"$sse"; } | seed compressed_body
+{ printf '\001\005'; python3 -c 'import sys, zlib; sys.stdout.buffer.write(zlib.compress(sys.stdin.buffer.read()))' <"$sse"; } | seed compressed_body
+{ printf '\001\003'; python3 -c 'import sys, zlib; c = zlib.compressobj(wbits=-15); sys.stdout.buffer.write(c.compress(sys.stdin.buffer.read()) + c.flush())' <"$sse"; } | seed compressed_body
+if command -v zstd >/dev/null; then
+    { printf '\003\011'; zstd -q -c <"$sse"; } | seed compressed_body
+fi
+printf '\002\011\217\002\200hello\n\003' | seed compressed_body
+{ printf '\200\021'; cat "$sse"; } | seed compressed_body
+{ printf '\201\052'; cat "$sse"; } | seed compressed_body
+
 seed config <config/tokentap.toml
 printf '[[routes]]\nname = "a"\nupstream = "http://127.0.0.1:8000"\nmodel_map = { tiny = "Qwen/Qwen2.5-7B" }\n' | seed config
 printf 'listen = "127.0.0.1:0"\n[limits]\nmax_concurrent = 0\n' | seed config
