@@ -99,6 +99,7 @@ pub(super) fn lines(c: &Comparison) -> Vec<(String, Vec<String>)> {
             )],
         ),
         ("Mismatches".to_owned(), or_none(&c.mismatches)),
+        ("Intervals".to_owned(), vec![c.intervals_note.clone()]),
         (
             "Verdicts (relative change; error_rate and goodput in percentage points)".to_owned(),
             c.verdicts.iter().map(|v| v.line.clone()).collect(),

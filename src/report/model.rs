@@ -284,6 +284,10 @@ pub struct Report {
     /// Is it really streaming? How each route's (and arm's) streams arrived.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub streaming: Vec<super::streaming::StreamRow>,
+    /// A repeated sweep (`bench --runs N`): per cell, each run's figures and their spread
+    /// across runs (mean, sd, CV, 95 % t-interval).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spread: Vec<crate::spread::CellSpread>,
 }
 
 fn is_zero(n: &usize) -> bool {
