@@ -94,8 +94,14 @@ pub(super) fn lines(c: &Comparison) -> Vec<(String, Vec<String>)> {
         (
             "Pairing".to_owned(),
             vec![format!(
-                "{} — intervals: bootstrap 95 %, {} resamples, seed {}",
-                c.pairing_note, c.resamples, c.seed
+                "{} — {}: bootstrap 95 %, {} resamples, seed {}",
+                c.pairing_note,
+                match c.intervals {
+                    "runs" => "other intervals",
+                    _ => "intervals",
+                },
+                c.resamples,
+                c.seed
             )],
         ),
         ("Mismatches".to_owned(), or_none(&c.mismatches)),
