@@ -428,7 +428,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         saturation,
         replay: replay_info,
         runs: (cfg.runs > 1).then_some(cfg.runs),
-        spread: crate::spread::of_records(&out.records),
+        spread: spread_as_written(cfg, &out.records),
     };
     let run_path = cfg.out.join("run.json");
     let json = serde_json::to_string_pretty(&info).unwrap_or_default();
@@ -510,6 +510,24 @@ fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
         }
     }
     Ok(())
+}
+
+/// `--runs N`: the spread of the records as `requests.jsonl` holds them (each read back as the
+/// report reads it: a double serde_json parses may differ from the one written by an ulp), so
+/// run.json and `tokentap report` give the same figures. Nothing with one run.
+fn spread_as_written(
+    cfg: &BenchConfig,
+    records: &[RequestRecord],
+) -> Vec<crate::spread::CellSpread> {
+    if cfg.runs <= 1 {
+        return Vec::new();
+    }
+    let read: Vec<RequestRecord> = records
+        .iter()
+        .filter_map(|r| serde_json::to_string(r).ok())
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .collect();
+    crate::spread::of_records(&read)
 }
 
 fn write_records(cfg: &BenchConfig, records: &[RequestRecord]) -> Result<(), BenchError> {
