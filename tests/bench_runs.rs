@@ -354,3 +354,27 @@ fn compare_on_two_three_run_folders_takes_its_intervals_from_the_runs() {
         "{one}"
     );
 }
+
+#[test]
+fn runs_must_be_positive_and_repeat_a_sweep_only() {
+    let run = |c: tokentap::bench::BenchConfig| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        match rt.block_on(tokentap::bench::run(&c, stop)) {
+            Err(tokentap::bench::BenchError::Usage(e)) => e,
+            other => panic!("a usage error, not {:?}", other.map(|_| ())),
+        }
+    };
+    let cfg = |runs: u32, multi_turn: bool| tokentap::bench::BenchConfig {
+        runs,
+        multi_turn,
+        quiet: true,
+        out: support::scratch("bench-runs-usage"),
+        ..Default::default()
+    };
+    assert_eq!(run(cfg(0, false)), "--runs must be at least 1");
+    assert!(run(cfg(2, true)).starts_with("--runs repeats a sweep of cells"));
+}
