@@ -130,7 +130,9 @@ pub struct Args {
     pub no_estimate: bool,
     /// Repeat the whole sweep N times; run r visits the cells rotated left by ⌊(r−1)·K÷N⌋ of
     /// its K cells, so drift spreads over all of them. Records carry `run`; run.json and the
-    /// report give each cell's run-to-run spread (mean, sd, CV, 95 % t-interval over runs).
+    /// report give each cell's run-to-run spread (mean, sd, CV, 95 % t-interval over runs), and
+    /// compare takes its intervals from the runs. A sweep's only (not --until, --replay or
+    /// --multi-turn).
     #[arg(long, default_value_t = 1)]
     pub runs: u32,
     /// Print a progress line after this long without one (a terminal's bar is redrawn instead).

@@ -27,7 +27,9 @@ pub use render::render;
 pub struct Args {
     /// BASE, then one or more NEW runs (BASE NEW [NEW2…]): bench output folders (their records
     /// and run.json) or request logs (files or folders of *.jsonl*). Each NEW is compared with
-    /// BASE.
+    /// BASE. When both were `bench --runs N` (N ≥ 2), the intervals of TTFT, TPOT and E2E p50
+    /// and p95 and per-stream tok/s come from the runs (Welch over each run's value), the
+    /// others from the bootstrap; the output's Intervals line says which.
     #[arg(required = true, num_args = 2.., value_name = "RUN")]
     pub paths: Vec<PathBuf>,
     /// table (terminal), md, json, or html (one self-contained file with charts).
