@@ -8,6 +8,7 @@
 //! - [`keys`]: API key fingerprints and aliases; `Secret<T>`.
 //! - [`headers`]: hop-by-hop header hygiene.
 //! - [`meter`]: timeline, per-chunk observer, `MeteredBody`, the `RequestRecord` schema.
+//! - [`spread`]: a repeated sweep's run-to-run spread per cell, from the records' `run`.
 //! - [`config`]: TOML → validated `Config`, errors with file and key path.
 //! - [`route`]: path → route and the experiment's arm choice, as pure functions.
 //! - [`tap`]: the gateway tap's join of a request's outer and inner sides.
@@ -47,6 +48,7 @@ pub mod serve;
 pub mod server;
 pub mod sim;
 pub mod sink;
+pub mod spread;
 pub mod sse;
 pub mod stats;
 pub mod tap;

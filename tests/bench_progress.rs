@@ -192,6 +192,50 @@ fn a_sweep_says_how_long_before_it_starts_and_as_it_goes() {
 }
 
 #[test]
+fn repeated_runs_are_in_the_estimate_the_cell_count_and_the_eta() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = bench(&[
+        "--runs",
+        "2",
+        "--buckets",
+        "long-short,short-long",
+        "--concurrency",
+        "1",
+        "--requests",
+        "4",
+        "--warmup",
+        "1",
+        "--outputs",
+        "8,8,8",
+    ]);
+    let (_, e) = run.estimate();
+    assert!(
+        e.contains("(4 cells, 20 requests with warm-up; 2 runs of 2 cells; from a probe"),
+        "{e}"
+    );
+    assert_eq!(run.find("run 1 of 2").len(), 1, "{:#?}", run.lines);
+    assert_eq!(run.find("run 2 of 2").len(), 1, "{:#?}", run.lines);
+    let cells = run.cells();
+    // Run 2 starts one cell into the sweep (⌊1 · 2 ÷ 2⌋).
+    let labels = [
+        "long-short C=1",
+        "short-long C=1",
+        "short-long C=1",
+        "long-short C=1",
+    ];
+    assert_eq!(cells.len(), 4, "{:#?}", run.lines);
+    for (k, ((_, line), label)) in cells.iter().zip(labels).enumerate() {
+        assert!(line.starts_with(label), "{line}");
+        assert!(
+            line.contains(&format!("cell {}/4, elapsed ", k + 1)),
+            "{line}"
+        );
+    }
+    assert!(cells[3].1.ends_with("ETA 0s"), "{}", cells[3].1);
+    assert!(run.stdout.contains("long-short r2") && run.stdout.contains("2 runs (rN: run N)"));
+}
+
+#[test]
 fn an_open_loop_is_estimated_by_its_schedule() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = bench(&[

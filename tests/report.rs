@@ -68,6 +68,7 @@ fn rec(i: usize, bucket: &str, c: u64, ttft: f64, tpot: f64, key: &str) -> Reque
         client_lag_ms: None,
         turn: None,
         prompt_index: None,
+        run: None,
         upstream_sent_ms: None,
         ttft_split: None,
         gateway_tap: None,

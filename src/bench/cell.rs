@@ -122,6 +122,7 @@ impl Out {
                 0.0
             },
             open_loop,
+            run: None,
             records: from..from + records.len(),
             window_ms: None,
             scrape: None,
@@ -137,6 +138,46 @@ impl Out {
             c.window_ms = Some((a, b));
         }
     }
+}
+
+impl Out {
+    /// The records at `at` and their cell (the last one pushed) belong to run `run`.
+    pub fn mark_run(&mut self, at: std::ops::Range<usize>, run: u32) {
+        for r in self.records.get_mut(at).into_iter().flatten() {
+            r.run = Some(run);
+        }
+        if let Some(c) = self.cells.last_mut() {
+            c.run = Some(run);
+        }
+    }
+}
+
+/// The sweep's cells in their first run's order: each bucket (by its index among the buckets
+/// with prompts) at every level, the closed loop's concurrencies or the open loop's rates.
+pub(crate) fn grid(cfg: &BenchConfig, buckets: usize) -> Vec<(usize, Level)> {
+    let levels: Vec<Level> = if cfg.request_rates.is_empty() {
+        cfg.concurrency
+            .iter()
+            .map(|&c| Level::Concurrency(c))
+            .collect()
+    } else {
+        cfg.request_rates.iter().map(|&r| Level::Rate(r)).collect()
+    };
+    (0..buckets)
+        .flat_map(|b| levels.iter().map(move |l| (b, *l)))
+        .collect()
+}
+
+/// Run `run` (from 1) of `runs`: the K cells rotated left by ⌊(run − 1) · K ÷ runs⌋, so the
+/// runs start evenly spread over the sweep and drift falls on every cell alike (with K = runs,
+/// each cell takes each place once). Run 1 is the sweep's own order.
+pub(crate) fn run_order<T: Copy>(grid: &[T], run: u32, runs: u32) -> Vec<T> {
+    let k = grid.len();
+    let shift = match (k, runs) {
+        (0, _) | (_, 0) => 0,
+        _ => (run.saturating_sub(1) as usize * k / runs as usize) % k,
+    };
+    grid.iter().cycle().skip(shift).take(k).copied().collect()
 }
 
 /// What an open loop's result says of its schedule.
@@ -247,4 +288,29 @@ pub(crate) fn shared_prefixes(cfg: &BenchConfig, bucket: &str) -> Vec<Arc<str>> 
             Arc::from(text)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_order;
+
+    #[test]
+    fn runs_rotate_the_cells_evenly_and_one_run_keeps_the_sweep_order() {
+        let g = [0, 1, 2, 3, 4, 5];
+        assert_eq!(run_order(&g, 1, 1), g);
+        assert_eq!(run_order(&g, 1, 3), g);
+        assert_eq!(run_order(&g, 2, 3), [2, 3, 4, 5, 0, 1]);
+        assert_eq!(run_order(&g, 3, 3), [4, 5, 0, 1, 2, 3]);
+        // Three cells, three runs: a Latin square, each cell once in every place.
+        let g = [0, 1, 2];
+        let orders: Vec<Vec<i32>> = (1..=3).map(|r| run_order(&g, r, 3)).collect();
+        for place in 0..3 {
+            let mut at: Vec<i32> = orders.iter().map(|o| o[place]).collect();
+            at.sort_unstable();
+            assert_eq!(at, g);
+        }
+        // More runs than cells: the shift wraps, never out of range.
+        assert_eq!(run_order(&[7, 8], 4, 5), [8, 7]);
+        assert!(run_order::<i32>(&[], 2, 3).is_empty());
+    }
 }

@@ -161,6 +161,13 @@ pub struct Args {
     /// cells[].timeslices; the HTML report charts them over time).
     #[arg(long)]
     pub timeslice: Option<humantime::Duration>,
+    /// Repeat the whole sweep N times; run r visits the cells rotated left by ⌊(r−1)·K÷N⌋ of
+    /// its K cells, so drift spreads over all of them. Records carry `run`; run.json and the
+    /// report give each cell's run-to-run spread (mean, sd, CV, 95 % t-interval over runs), and
+    /// compare takes its intervals from the runs. A sweep's only (not --until, --replay or
+    /// --multi-turn).
+    #[arg(long, default_value_t = 1)]
+    pub runs: u32,
     /// Print a progress line after this long without one (a terminal's bar is redrawn instead).
     #[arg(long, default_value = "10s", hide = true)]
     pub progress_every: humantime::Duration,
@@ -281,6 +288,7 @@ pub fn cli(a: Args) -> Exit {
         multi_turn: a.multi_turn,
         think_time: a.think_time.into(),
         max_turns: a.max_turns,
+        runs: a.runs,
         estimate: !a.no_estimate,
         progress_every: a.progress_every.into(),
         ..Default::default()

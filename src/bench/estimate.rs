@@ -227,6 +227,16 @@ pub(crate) async fn plan(
             });
         }
     }
+    // `--runs N`: every run's cells, in its order (the ETA matches a cell by its label).
+    let grid: Vec<usize> = (0..cells.len()).collect();
+    let basis = match cfg.runs {
+        0 | 1 => basis,
+        r => format!("{r} runs of {} cells; {basis}", grid.len()),
+    };
+    let cells = (1..=cfg.runs)
+        .flat_map(|r| super::cell::run_order(&grid, r, cfg.runs))
+        .filter_map(|i| cells.get(i).cloned())
+        .collect();
     Plan::Cells {
         cells,
         calibrated,

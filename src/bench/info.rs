@@ -40,6 +40,10 @@ pub struct CellInfo {
     /// An open-loop cell: its arrivals, offered against sent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_loop: Option<OpenInfo>,
+    /// `--runs N` (N > 1): the run this cell was measured in, from 1 (cells are listed in the
+    /// order they ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<u32>,
     /// The cell's records in the run's records (for the summary).
     #[serde(skip)]
     pub records: std::ops::Range<usize>,
@@ -163,6 +167,12 @@ pub struct RunInfo {
     /// `--gpu`, `--peak-bandwidth`, `--peak-flops`: one GPU's peaks (MBU, MFU).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hardware: Option<crate::report::engine::Hardware>,
+    /// `--runs N` (N > 1): how many times the sweep was repeated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs: Option<u32>,
+    /// `--runs N` (N > 1): per cell, each run's figures and their spread across runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spread: Vec<crate::spread::CellSpread>,
 }
 
 /// `scrape` in `run.json`.

@@ -47,7 +47,7 @@ pub use runner::Target;
 pub use search::{SaturationInfo, Until};
 
 use crate::meter::RequestRecord;
-use cell::{measure, open_info, shared_prefixes, Level, Load, Out};
+use cell::{measure, open_info, shared_prefixes, Load, Out};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -146,6 +146,8 @@ pub struct BenchConfig {
     pub metrics_listen: Option<String>,
     /// Cut each cell into windows of this length (`--timeslice`).
     pub timeslice: Option<Duration>,
+    /// Repeat the sweep this many times, each run visiting the cells in a rotated order.
+    pub runs: u32,
 }
 
 impl Default for BenchConfig {
@@ -202,6 +204,7 @@ impl Default for BenchConfig {
             gpu: None,
             metrics_listen: None,
             timeslice: None,
+            runs: 1,
         }
     }
 }
@@ -360,49 +363,41 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
             out.window(begun, load.mark().await);
         }
     } else {
-        'sweep: for c in &chosen {
-            if c.prompts.is_empty() {
-                progress.line(&format!(
-                    "bucket {}: no prompts in this dataset — skipped",
-                    c.spec.name
-                ));
-                continue;
-            }
-            if let Some(until) = &cfg.until {
+        for c in chosen.iter().filter(|c| c.prompts.is_empty()) {
+            progress.line(&format!(
+                "bucket {}: no prompts in this dataset — skipped",
+                c.spec.name
+            ));
+        }
+        let chosen: Vec<_> = chosen.iter().filter(|c| !c.prompts.is_empty()).collect();
+        if let Some(until) = &cfg.until {
+            for c in chosen {
                 let s = search::run(
                     &target, &load, c, until, deadline, &stop, &progress, &mut out,
                 )
                 .await;
                 progress.line(&s.line(c.spec.name));
                 saturation.insert(c.spec.name.to_owned(), s);
-                continue;
             }
-            if cfg.request_rates.is_empty() {
-                for &conc in &cfg.concurrency {
-                    if stop.load(Ordering::Relaxed) {
-                        break 'sweep;
-                    }
-                    let level = Level::Concurrency(conc);
-                    let n = (cfg.requests, cfg.warmup);
-                    measure(&target, &load, c, level, n, &stop, &progress, &mut out).await;
+        } else {
+            let grid = cell::grid(cfg, chosen.len());
+            'sweep: for run in 1..=cfg.runs {
+                let many = cfg.runs > 1;
+                if many {
+                    progress.line(&format!("run {run} of {}", cfg.runs));
                 }
-            } else {
-                for &rate in &cfg.request_rates {
+                for (b, level) in cell::run_order(&grid, run, cfg.runs) {
                     if stop.load(Ordering::Relaxed) {
                         break 'sweep;
                     }
                     let n = (cfg.requests, cfg.warmup);
-                    measure(
-                        &target,
-                        &load,
-                        c,
-                        Level::Rate(rate),
-                        n,
-                        &stop,
-                        &progress,
-                        &mut out,
+                    let at = measure(
+                        &target, &load, chosen[b], level, n, &stop, &progress, &mut out,
                     )
                     .await;
+                    if many {
+                        out.mark_run(at, run);
+                    }
                 }
             }
         }
@@ -487,6 +482,11 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
                 peak_flops: cfg.peak_flops,
             }
         }),
+        runs: (cfg.runs > 1).then_some(cfg.runs),
+        spread: match cfg.runs {
+            0 | 1 => Vec::new(),
+            _ => crate::spread::as_written(&out.records),
+        },
     };
     let run_path = cfg.out.join("run.json");
     let json = serde_json::to_string_pretty(&info).unwrap_or_default();
@@ -538,6 +538,14 @@ fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
     }
     if cfg.progress_every.is_zero() {
         return usage("--progress-every must be positive");
+    }
+    if cfg.runs == 0 {
+        return usage("--runs must be at least 1");
+    }
+    if cfg.runs > 1 && (!cfg.replay.is_empty() || cfg.multi_turn || cfg.until.is_some()) {
+        return usage(
+            "--runs repeats a sweep of cells (buckets × --concurrency or --request-rate); not --replay, --multi-turn or --until",
+        );
     }
     if cfg.max_turns == 0 {
         return usage("--max-turns must be at least 1");

@@ -69,7 +69,11 @@ pub fn table(records: &[RequestRecord], info: &RunInfo) -> String {
             let _ = writeln!(
             s,
             "{:<13} {:<8} {:>6} {:>4} {:>4} | {:>7} {:>7} {:>7} | {:>6} {:>9} {:>9.0} | {:>8} {:>8}",
-            cell.bucket,
+            // `--runs N`: the bucket with its run (`long-short r2`).
+            match cell.run {
+                Some(r) => format!("{} r{r}", cell.bucket),
+                None => cell.bucket.clone(),
+            },
             arm.as_deref().unwrap_or("-"),
             level,
             rs.len(),
@@ -86,6 +90,9 @@ pub fn table(records: &[RequestRecord], info: &RunInfo) -> String {
         }
     }
     let _ = writeln!(s, "TTFT/TPOT in ms (p50/p95/p99 of the cell); tok/s/str = per stream (1000 ÷ TPOT p50); agg tok/s = all output tokens ÷ cell wall time.");
+    if let Some(n) = info.runs {
+        let _ = writeln!(s, "{n} runs (rN: run N); each cell's run-to-run spread is in run.json (spread) and in `tokentap report`.");
+    }
     for c in &info.cells {
         if let Some(o) = &c.open_loop {
             let f1 = |v: Option<f64>| f(v, 1);

@@ -60,6 +60,9 @@ pub struct Diff {
     /// NEW ÷ BASE − 1 (null when BASE is 0).
     pub rel: Option<f64>,
     pub rel_ci: Option<[f64; 2]>,
+    /// Where the intervals come from: `bootstrap` (requests resampled) or `runs` (Welch's
+    /// t-interval over the runs' values, with several runs a side).
+    pub interval: &'static str,
 }
 
 /// How the two sides' requests are drawn.
@@ -207,6 +210,7 @@ pub fn compare(s: &Sample<'_>, aggregate: [Option<f64>; 2], seed: u64) -> Vec<Di
                     .filter(|(b, _)| *b != 0.0)
                     .map(|(b, n)| n / b - 1.0),
                 rel_ci: interval(std::mem::take(&mut rel_draws[m])),
+                interval: "bootstrap",
             }
         })
         .collect()

@@ -188,6 +188,7 @@ mod tests {
             abs_ci: Some([0.8, 1.2]),
             rel: Some(0.1),
             rel_ci: Some(rel_ci),
+            interval: "bootstrap",
         };
         let t = &parse("tpot_p50:+3%").unwrap()[0];
         assert!(breached(t, &d([0.08, 0.12])).is_some());

@@ -7,6 +7,7 @@ pub mod boot;
 pub mod gate;
 mod html;
 mod render;
+pub mod runs;
 pub mod side;
 mod verdict;
 
@@ -26,7 +27,9 @@ pub use render::render;
 pub struct Args {
     /// BASE, then one or more NEW runs (BASE NEW [NEW2…]): bench output folders (their records
     /// and run.json) or request logs (files or folders of *.jsonl*). Each NEW is compared with
-    /// BASE.
+    /// BASE. When both were `bench --runs N` (N ≥ 2), the intervals of TTFT, TPOT and E2E p50
+    /// and p95 and per-stream tok/s come from the runs (Welch over each run's value), the
+    /// others from the bootstrap; the output's Intervals line says which.
     #[arg(required = true, num_args = 2.., value_name = "RUN")]
     pub paths: Vec<PathBuf>,
     /// table (terminal), md, json, or html (one self-contained file with charts).
@@ -72,6 +75,10 @@ pub struct CellDiff {
     pub n_new: usize,
     /// Requests paired (same prompt, same occurrence) when paired.
     pub pairs: Option<usize>,
+    /// Runs a side (BASE, NEW) when both had several (`bench --runs N`) and the run-to-run
+    /// spread gave the intervals of the metrics it covers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs: Option<[usize; 2]>,
     pub metrics: Vec<Diff>,
     /// SLO name → (met in BASE, met in NEW).
     #[serde(skip)]
@@ -97,6 +104,10 @@ pub struct Comparison {
     /// `paired` (prompt by prompt) or `unpaired`.
     pub pairing: &'static str,
     pub pairing_note: String,
+    /// Which intervals were used: `bootstrap` everywhere, or `runs` where both sides had
+    /// several runs (the run-to-run spread; bootstrap for the other metrics and rows).
+    pub intervals: &'static str,
+    pub intervals_note: String,
     pub prompt_set_sha256: [Option<String>; 2],
     pub seed: u64,
     pub resamples: usize,
@@ -171,7 +182,11 @@ pub fn compare(base: &Side, new: &Side, seed: u64, unpaired: bool) -> Comparison
             b.cell.as_ref().and_then(|c| c.aggregate_tok_s),
             n.cell.as_ref().and_then(|c| c.aggregate_tok_s),
         ];
-        let metrics = boot::compare(&sample, agg, seed ^ fnv(&b.key.name()));
+        let mut metrics = boot::compare(&sample, agg, seed ^ fnv(&b.key.name()));
+        let runs = match b.key.pooled() {
+            true => None,
+            false => runs::apply(&b.reqs, &n.reqs, &mut metrics),
+        };
         let mut slo = BTreeMap::new();
         if let (Some(cb), Some(cn)) = (&b.cell, &n.cell) {
             for (name, met) in &cb.slo {
@@ -192,10 +207,12 @@ pub fn compare(base: &Side, new: &Side, seed: u64, unpaired: bool) -> Comparison
             n_base: b.reqs.len(),
             n_new: n.reqs.len(),
             pairs: paired.then(|| sample.sizes().0),
+            runs,
             metrics,
             slo,
         });
     }
+    let (intervals, intervals_note) = runs::note(&cells);
     let mut c = Comparison {
         base: base.path.clone(),
         new: new.path.clone(),
@@ -205,6 +222,8 @@ pub fn compare(base: &Side, new: &Side, seed: u64, unpaired: bool) -> Comparison
             "unpaired"
         },
         pairing_note: note,
+        intervals,
+        intervals_note,
         prompt_set_sha256: sets.map(|s| s.map(str::to_owned)),
         seed,
         resamples: boot::RESAMPLES,

@@ -94,11 +94,18 @@ pub(super) fn lines(c: &Comparison) -> Vec<(String, Vec<String>)> {
         (
             "Pairing".to_owned(),
             vec![format!(
-                "{} — intervals: bootstrap 95 %, {} resamples, seed {}",
-                c.pairing_note, c.resamples, c.seed
+                "{} — {}: bootstrap 95 %, {} resamples, seed {}",
+                c.pairing_note,
+                match c.intervals {
+                    "runs" => "other intervals",
+                    _ => "intervals",
+                },
+                c.resamples,
+                c.seed
             )],
         ),
         ("Mismatches".to_owned(), or_none(&c.mismatches)),
+        ("Intervals".to_owned(), vec![c.intervals_note.clone()]),
         (
             "Verdicts (relative change; error_rate and goodput in percentage points)".to_owned(),
             c.verdicts.iter().map(|v| v.line.clone()).collect(),

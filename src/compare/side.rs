@@ -63,6 +63,8 @@ pub struct Req {
     pub any_e2e: f64,
     pub error: bool,
     pub good: bool,
+    /// The run of a repeated sweep (`bench --runs N`) the request belongs to.
+    pub run: Option<u32>,
 }
 
 /// A cell of one side: the report's figures (SLO verdicts, aggregate tok/s) and its requests.
@@ -232,5 +234,6 @@ fn req_of(r: &RequestRecord, cell: u64, slos: &Slos, seen: &mut BTreeMap<u64, u3
         good: ok
             && r.ttft_ms.is_none_or(|t| t <= slos.goodput_ttft_ms)
             && tok_s.is_none_or(|s| s >= slos.goodput_tok_s),
+        run: r.run,
     }
 }

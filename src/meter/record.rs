@@ -350,6 +350,9 @@ pub struct RequestRecord {
     /// bench`; the set is `run.json`'s `prompt_set_sha256`). `compare` pairs two runs by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_index: Option<u64>,
+    /// The run of a repeated sweep (`tokentap bench --runs N`, N > 1) this request is, from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<u32>,
     /// Request head → request written upstream (tokentap's own share of TTFT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_sent_ms: Option<f64>,
@@ -570,6 +573,7 @@ impl RequestRecord {
             client_lag_ms: facts.schedule.map(|s| s.lag_ms),
             turn: facts.turn,
             prompt_index: None,
+            run: None,
             upstream_sent_ms,
             ttft_split,
             gateway_tap: None,

@@ -163,6 +163,8 @@ pub struct Acc {
     other: BTreeMap<(String, String, u16, Class), usize>,
     other_endpoints: std::collections::HashSet<String>,
     streaming: super::streaming::StreamingAcc,
+    /// Generations of a repeated sweep (`bench --runs N`), by cell and run.
+    runs: crate::spread::Collect,
 }
 
 impl Acc {
@@ -195,6 +197,7 @@ impl Acc {
             other: BTreeMap::new(),
             other_endpoints: std::collections::HashSet::new(),
             streaming: Default::default(),
+            runs: Default::default(),
         }
     }
 
@@ -220,6 +223,31 @@ impl Acc {
             .or_insert(0) += 1;
     }
 
+    /// A generation of a repeated sweep: kept for its cell's run-to-run spread.
+    fn add_run(&mut self, r: &Row<'_>) {
+        let Some(run) = r.run.filter(|n| *n >= 1 && r.class().is_generation()) else {
+            return;
+        };
+        self.runs.add(crate::spread::Obs {
+            key: crate::spread::CellKey {
+                bucket: r.bucket.as_ref().map_or("-", |b| b.as_str()).to_owned(),
+                concurrency: r.concurrency,
+                request_rate: r.request_rate,
+                arm: r.arm().map(str::to_owned),
+            },
+            run: u32::try_from(run).unwrap_or(u32::MAX),
+            ok: r.ok(),
+            ttft_ms: r.ttft_ms,
+            tpot_ms: r.tpot_ms,
+            e2e_ms: r.e2e_ms,
+        });
+    }
+
+    /// The run-to-run spread of what was read (`bench --runs N`), taken out.
+    pub(super) fn take_spread(&mut self) -> Vec<crate::spread::CellSpread> {
+        std::mem::take(&mut self.runs).finish()
+    }
+
     /// A record of the traffic being reported.
     pub fn add(&mut self, r: &Row<'_>) {
         self.records += 1;
@@ -236,6 +264,7 @@ impl Acc {
         if !r.client_facing() {
             return;
         }
+        self.add_run(r);
         let sketch = self.sketch;
         let mut held = 0;
         let live = r.concurrency.is_none() && r.request_rate.is_none();

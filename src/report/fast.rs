@@ -49,6 +49,7 @@ enum F {
     ClientQueueMs,
     ClientLagMs,
     Turn,
+    Run,
     ScheduledMs,
     Method,
     Endpoint,
@@ -57,7 +58,7 @@ enum F {
     Delivery,
 }
 
-const FIELDS: [(&[u8], F); 31] = [
+const FIELDS: [(&[u8], F); 32] = [
     (b"ts", F::Ts),
     (b"route", F::Route),
     (b"experiment", F::Experiment),
@@ -83,6 +84,7 @@ const FIELDS: [(&[u8], F); 31] = [
     (b"client_queue_ms", F::ClientQueueMs),
     (b"client_lag_ms", F::ClientLagMs),
     (b"turn", F::Turn),
+    (b"run", F::Run),
     (b"scheduled_ms", F::ScheduledMs),
     (b"method", F::Method),
     (b"endpoint", F::Endpoint),
@@ -131,7 +133,7 @@ const fn tail(k: &[u8]) -> u64 {
 const fn slot(head: u64, len: usize) -> usize {
     (head
         .wrapping_add(len as u64)
-        .wrapping_mul(0xd245_f07f_8770_a55d)
+        .wrapping_mul(0x7ecf_cee9_902d_85e9)
         >> 58) as usize
 }
 
@@ -221,6 +223,7 @@ fn read<'a>(b: &'a [u8], i: usize, f: F, r: &mut Row<'a>) -> Option<usize> {
         F::ClientQueueMs => set!(client_queue_ms, opt_f64(b, i)),
         F::ClientLagMs => set!(client_lag_ms, opt_f64(b, i)),
         F::Turn => set!(turn, opt_u64(b, i)),
+        F::Run => set!(run, opt_u64(b, i)),
         F::ScheduledMs => set!(scheduled_ms, opt_f64(b, i)),
         F::Method => set!(method, text(b, i)),
         F::Endpoint => set!(endpoint, text(b, i)),
@@ -364,6 +367,7 @@ impl Fast {
             client_queue_ms: None,
             client_lag_ms: None,
             turn: None,
+            run: None,
             scheduled_ms: None,
             ttft_split: None,
             gateway_tap: None,

@@ -124,7 +124,7 @@ fn value() -> impl Strategy<Value = String> {
     })
 }
 
-const KEYS: [&str; 34] = [
+const KEYS: [&str; 35] = [
     "outc\\u006fme",
     "ké",
     "k\u{1}",
@@ -151,6 +151,7 @@ const KEYS: [&str; 34] = [
     "gateway_tap",
     "request_rate",
     "turn",
+    "run",
     "scheduled_ms",
     "client_queue_ms",
     "client_lag_ms",

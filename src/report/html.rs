@@ -123,6 +123,10 @@ pub fn html(r: &Report) -> String {
         let _ = write!(s, "<h2>{}</h2>", super::streaming::TITLE);
         s += &html_table(&h, &rows);
     }
+    if let Some((h, rows)) = super::runs::table(&r.spread) {
+        let _ = write!(s, "<h2>{}</h2>", svg::escape(super::runs::TITLE));
+        s += &html_table(&h, &rows);
+    }
     if let Some((h, rows)) = other_rows(r) {
         s.push_str("<h2>Not judged: client errors and other traffic</h2>");
         s += &html_table(&h, &rows);

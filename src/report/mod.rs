@@ -22,6 +22,7 @@ mod names;
 pub mod read;
 pub(crate) mod render;
 pub mod row;
+mod runs;
 mod scan;
 mod sections;
 pub mod shapes;
@@ -110,8 +111,11 @@ pub fn compute_all(
 }
 
 /// The report of what an [`Acc`] has read.
-pub fn finish(acc: Acc, slos: &Slos, top: usize, arms: (&str, &str)) -> Report {
-    report_of(acc.finish(top), slos, arms)
+pub fn finish(mut acc: Acc, slos: &Slos, top: usize, arms: (&str, &str)) -> Report {
+    let spread = acc.take_spread();
+    let mut report = report_of(acc.finish(top), slos, arms);
+    report.spread = spread;
+    report
 }
 
 /// The report of figures read (from records, or from ClickHouse's answers).
@@ -272,6 +276,7 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
         streaming: read.streaming,
         hardware: None,
         binding: Vec::new(),
+        spread: Vec::new(),
     };
     report.answers = answers::answers(&report);
     report

@@ -299,6 +299,10 @@ pub struct Report {
     /// Per bucket, what binds at its knee or ceiling (when bench scraped the engine).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub binding: Vec<super::binding::Binding>,
+    /// A repeated sweep (`bench --runs N`): per cell, each run's figures and their spread
+    /// across runs (mean, sd, CV, 95 % t-interval).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spread: Vec<crate::spread::CellSpread>,
 }
 
 fn is_zero(n: &usize) -> bool {

@@ -443,6 +443,10 @@ pub fn render(r: &Report, f: Format) -> String {
                 s += &format!("\n{}\n", super::streaming::TITLE);
                 s += &text_table(&h, &rows);
             }
+            if let Some((h, rows)) = super::runs::table(&r.spread) {
+                s += &format!("\n{}\n", super::runs::TITLE);
+                s += &text_table(&h, &rows);
+            }
             if let Some((h, rows)) = other_rows(r) {
                 s += "\nNot judged: client errors and other traffic\n";
                 s += &text_table(&h, &rows);
@@ -520,6 +524,10 @@ pub fn render(r: &Report, f: Format) -> String {
             s += &md_table(&h, &rows);
             if let Some((h, rows)) = super::streaming::table(&r.streaming) {
                 s += &format!("\n## {}\n\n", super::streaming::TITLE);
+                s += &md_table(&h, &rows);
+            }
+            if let Some((h, rows)) = super::runs::table(&r.spread) {
+                s += &format!("\n## {}\n\n", super::runs::TITLE);
                 s += &md_table(&h, &rows);
             }
             if let Some((h, rows)) = other_rows(r) {

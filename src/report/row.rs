@@ -193,6 +193,8 @@ pub struct Row<'a> {
     #[serde(default)]
     pub turn: Option<u64>,
     #[serde(default)]
+    pub run: Option<u64>,
+    #[serde(default)]
     pub scheduled_ms: Option<f64>,
     #[serde(default)]
     pub ttft_split: Option<TtftSplit>,
@@ -237,6 +239,7 @@ impl<'a> Row<'a> {
             client_queue_ms: r.client_queue_ms,
             client_lag_ms: r.client_lag_ms,
             turn: r.turn.map(u64::from),
+            run: r.run.map(u64::from),
             scheduled_ms: r.scheduled_ms,
             ttft_split: r.ttft_split,
             gateway_tap: r.gateway_tap.as_ref().map(tap_row),

@@ -174,6 +174,7 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
         client_lag_ms: None,
         turn: None,
         prompt_index: None,
+        run: None,
         upstream_sent_ms: Some(r.unit() * 0.4),
         ttft_split: ok.then_some(TtftSplit {
             proxy_ms: Some(0.3),
