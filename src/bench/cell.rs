@@ -152,17 +152,22 @@ impl Out {
     }
 }
 
-/// The sweep's cells in their first run's order: each bucket (by its index among the buckets
-/// with prompts) at every level, the closed loop's concurrencies or the open loop's rates.
-pub(crate) fn grid(cfg: &BenchConfig, buckets: usize) -> Vec<(usize, Level)> {
-    let levels: Vec<Level> = if cfg.request_rates.is_empty() {
+/// The sweep's levels: the closed loop's concurrencies, or the open loop's rates.
+pub(crate) fn levels(cfg: &BenchConfig) -> Vec<Level> {
+    if cfg.request_rates.is_empty() {
         cfg.concurrency
             .iter()
             .map(|&c| Level::Concurrency(c))
             .collect()
     } else {
         cfg.request_rates.iter().map(|&r| Level::Rate(r)).collect()
-    };
+    }
+}
+
+/// The sweep's cells in their first run's order: each bucket (by its index among the buckets
+/// with prompts) at every level, the closed loop's concurrencies or the open loop's rates.
+pub(crate) fn grid(cfg: &BenchConfig, buckets: usize) -> Vec<(usize, Level)> {
+    let levels = levels(cfg);
     (0..buckets)
         .flat_map(|b| levels.iter().map(move |l| (b, *l)))
         .collect()

@@ -206,15 +206,7 @@ pub(crate) async fn plan(
     let mut cells = Vec::new();
     for (c, p) in per_bucket {
         let e2e = p.e2e_s(c.spec.output_tokens);
-        let levels: Vec<Level> = if cfg.request_rates.is_empty() {
-            cfg.concurrency
-                .iter()
-                .map(|&c| Level::Concurrency(c))
-                .collect()
-        } else {
-            cfg.request_rates.iter().map(|&r| Level::Rate(r)).collect()
-        };
-        for level in levels {
+        for level in super::cell::levels(cfg) {
             let (value, est_s) = match level {
                 Level::Concurrency(conc) => (conc as f64, rounds(n, conc) * e2e),
                 Level::Rate(rate) => (rate, open_s(load, rate, n, e2e)),
