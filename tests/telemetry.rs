@@ -429,3 +429,74 @@ async fn bench_serves_its_own_metrics_while_it_runs() {
     assert!(support::send(&c, "GET", &url, &[], vec![]).await.is_err());
     assert!(!dir.join("scrape.jsonl").exists(), "--scrape off");
 }
+
+/// `tokentap report --format json DIR [extra]`, parsed.
+fn report_json(dir: &std::path::Path, extra: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .args(["report", "--format", "json"])
+        .arg(dir)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cells_figures_are_its_plateaus_when_it_holds_enough_and_whole_on_request() {
+    let s = sim_on(small_kv());
+    let dir = scratch("telemetry-figures");
+    // 40 requests at C=4 with drawn output lengths: a ramp, a plateau of well over 20, a drain.
+    let cfg = BenchConfig {
+        concurrency: vec![4],
+        requests: 40,
+        fixed_output: false,
+        outputs: [48, 48, 48],
+        timeslice: None,
+        ..sweep(100, dir.clone(), &s)
+    };
+    run_bench(&cfg).await;
+    let run = run_json(&dir);
+    let bench_st = &run["cells"][0]["steady_state"];
+    let plateau = bench_st["requests"].as_u64().unwrap();
+    assert!((20..40).contains(&plateau), "{bench_st}");
+
+    let rep = report_json(&dir, &[]);
+    let cell = &rep["cells"][0];
+    assert_eq!(cell["figures"], "steady_state", "{cell}");
+    assert_eq!(cell["requests"], 40, "counts stay the whole cell's");
+    // The report found the same plateau from the records as bench did, and its latency
+    // figures are that plateau's: the run's own window, on the run's clock once run.json is
+    // read beside the records.
+    let st = &cell["steady_state"];
+    assert_eq!(st["requests"], plateau, "{st}");
+    assert_eq!(st["clock"], "run");
+    assert_eq!(cell["ttft_ms"]["n"], plateau);
+    assert_eq!(cell["ttft_ms"]["p95"], st["ttft_ms"]["p95"]);
+    assert_eq!(cell["tpot_ms"]["p95"], st["tpot_ms"]["p95"]);
+    let whole = &cell["whole_cell"];
+    assert_eq!(whole["requests"], 40);
+    assert_eq!(whole["ttft_ms"]["n"], 40);
+    assert!(whole["ttft_ms"]["max"].as_f64() >= cell["ttft_ms"]["max"].as_f64());
+    assert!(whole["e2e_ms"]["n"].as_u64().unwrap() > cell["e2e_ms"]["n"].as_u64().unwrap());
+
+    // The records alone (no run.json): the same plateau, on the cell's clock.
+    let alone = scratch("telemetry-figures-alone");
+    std::fs::copy(dir.join("requests.jsonl"), alone.join("requests.jsonl")).unwrap();
+    let rep = report_json(&alone, &[]);
+    let st = &rep["cells"][0]["steady_state"];
+    assert_eq!(
+        (st["requests"].as_u64(), &st["clock"]),
+        (Some(plateau), &"cell".into())
+    );
+    let span = st["to_ms"].as_f64().unwrap() - st["from_ms"].as_f64().unwrap();
+    let bench_span = bench_st["to_ms"].as_f64().unwrap() - bench_st["from_ms"].as_f64().unwrap();
+    assert!((span - bench_span).abs() < 0.01, "{span} vs {bench_span}");
+
+    // `--whole-cell`: every request, the plateau still shown beside.
+    let rep = report_json(&dir, &["--whole-cell"]);
+    let cell = &rep["cells"][0];
+    assert_eq!(cell["figures"], "whole_cell");
+    assert_eq!(cell["ttft_ms"]["n"], 40);
+    assert!(cell["whole_cell"].is_null() && cell["steady_state"]["requests"] == plateau);
+}

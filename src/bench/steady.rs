@@ -45,29 +45,8 @@ pub fn find(
     target: usize,
     origin: std::time::SystemTime,
 ) -> Option<SteadyState> {
-    if target == 0 {
-        return None;
-    }
     let spans: Vec<(f64, f64)> = records.iter().filter_map(|r| span(r, origin)).collect();
-    // Events in time order, an end before a start at the same instant.
-    let mut events: Vec<(f64, i32)> = spans.iter().flat_map(|&(s, e)| [(s, 1), (e, -1)]).collect();
-    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut level, mut up, mut down) = (0usize, None, None);
-    for (t, d) in events {
-        let before = level;
-        level = if d > 0 {
-            level + 1
-        } else {
-            level.saturating_sub(1)
-        };
-        if before < target && level >= target && up.is_none() {
-            up = Some(t);
-        }
-        if before >= target && level < target {
-            down = Some(t);
-        }
-    }
-    let (from, to) = (up?, down?);
+    let (from, to) = crate::report::steady::window(spans.iter().copied(), target)?;
     let inside: Vec<&RequestRecord> = records
         .iter()
         .zip(spans.iter())

@@ -125,6 +125,8 @@ pub(super) struct Read {
     pub traffic: Traffic,
     pub other: Vec<OtherRow>,
     pub streaming: Vec<super::streaming::StreamRow>,
+    /// Whether cells keep their whole-cell figures even when a plateau holds enough.
+    pub whole_cell: bool,
 }
 
 /// The report's reading state. Feed it with [`Acc::add`] (and [`Acc::add_tap_only`]), then
@@ -165,6 +167,8 @@ pub struct Acc {
     streaming: super::streaming::StreamingAcc,
     /// Generations of a repeated sweep (`bench --runs N`), by cell and run.
     runs: crate::spread::Collect,
+    /// `report --whole-cell`: every cell's figures from all its requests, never its plateau.
+    pub whole_cell: bool,
 }
 
 impl Acc {
@@ -198,6 +202,7 @@ impl Acc {
             other_endpoints: std::collections::HashSet::new(),
             streaming: Default::default(),
             runs: Default::default(),
+            whole_cell: false,
         }
     }
 
@@ -336,6 +341,25 @@ impl Acc {
             let end = t + Duration::from_secs_f64(r.e2e_ms.max(0.0) / 1000.0);
             c.end = Some(c.end.map_or(end, |e| e.max(end)));
         }
+        let good = r.ok()
+            && r.ttft_ms.is_none_or(|t| t <= self.goodput_ttft_ms)
+            && r.tok_s().is_none_or(|s| s >= self.goodput_tok_s);
+        if kind == Kind::Concurrency && !sketch {
+            if let Some(t) = ts.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
+                let start_ms = t.as_secs_f64() * 1000.0;
+                c.spans.push(super::steady::Span {
+                    start_ms,
+                    end_ms: start_ms + r.e2e_ms.max(0.0),
+                    ok: r.ok(),
+                    good,
+                    ttft: r.ttft_ms,
+                    tpot: r.tpot_ms,
+                    tps: r.tok_s(),
+                    e2e: r.e2e_ms,
+                });
+                held += 8;
+            }
+        }
         if r.ok() {
             held += c.ttft.opt(r.ttft_ms)
                 + c.ttfo.opt(r.ttfo_ms)
@@ -358,11 +382,7 @@ impl Acc {
                     held += v.opt(p);
                 }
             }
-            if r.ttft_ms.is_none_or(|t| t <= self.goodput_ttft_ms)
-                && r.tok_s().is_none_or(|s| s >= self.goodput_tok_s)
-            {
-                c.good += 1;
-            }
+            c.good += usize::from(good);
         }
 
         let key_arm = match r.arm() {
@@ -444,6 +464,7 @@ impl Acc {
         self.held = 0;
         for c in self.cells.values_mut() {
             c.values().for_each(Values::to_sketch);
+            c.spans = Vec::new();
         }
         for k in self.keys.values_mut() {
             for v in [&mut k.ttft, &mut k.tpot, &mut k.e2e] {
@@ -554,6 +575,7 @@ impl Acc {
             traffic: Traffic::of(self.classes, self.streams, self.no_usage),
             other: other_rows(self.other),
             streaming: self.streaming.finish(&names),
+            whole_cell: self.whole_cell,
         }
     }
 }

@@ -36,6 +36,9 @@ pub(super) struct CellAcc {
     pub scheduled: Option<(f64, f64, usize)>,
     pub queue: Values,
     pub lag: Values,
+    /// A closed-loop cell's requests, for its plateau (emptied when the report switches to
+    /// sketches; the cell's figures are then the whole cell's).
+    pub spans: Vec<super::steady::Span>,
 }
 
 impl CellAcc {
@@ -64,6 +67,7 @@ impl CellAcc {
             scheduled: None,
             queue: v(),
             lag: v(),
+            spans: Vec::new(),
         }
     }
 

@@ -55,6 +55,11 @@ pub struct Args {
     /// from the start.
     #[arg(long, default_value_t = DEFAULT_EXACT_VALUES)]
     pub exact_values: usize,
+    /// Take every closed-loop cell's figures from all its requests. By default a cell whose
+    /// plateau (C in flight; ramp-up and drain left out) holds at least 20 requests takes its
+    /// latency figures, SLO verdicts and goodput from the plateau (`cells[].figures`).
+    #[arg(long)]
+    pub whole_cell: bool,
 }
 
 /// Read the records, compute, render; exit 1 when `--fail-on-slo` names a missed SLO.
@@ -126,6 +131,7 @@ pub fn cli(a: Args) -> Exit {
 fn from_files(a: &Args, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit> {
     let mut warn = |w: String| eprintln!("tokentap report: warning: {w}");
     let mut acc = Acc::new(slos, a.by_arm, arms, a.exact_values);
+    acc.whole_cell = a.whole_cell;
     stream(&a.paths, &mut warn, &mut acc, false)
         .map_err(|e| Exit::Failed(format!("report: {e}")))?;
     if !a.tap.is_empty() {

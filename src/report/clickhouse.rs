@@ -2,8 +2,7 @@
 //! the figures computed where the records are. The queries ([`super::sql`]) return one row per
 //! group (cell, key, API shape, bucket) with its counts and exact nearest-rank percentiles;
 //! only the two gateway sections fetch their rows, because their bootstrap intervals resample
-//! the pairs. What comes back fills the same structure the file reader fills, so the tables,
-//! JSON and HTML are rendered by the same code.
+//! the pairs. What comes back fills the file reader's structure: one renderer for both.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -255,6 +254,7 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
         traffic: Traffic::of(classes, streams, no_usage),
         other,
         streaming: Vec::new(), // NB: the table has no delivery columns yet
+        whole_cell: false,
     })
 }
 
@@ -415,7 +415,6 @@ fn cell(r: &Row) -> CellIn {
             end: time(int(r, "end_ns")),
             out_tokens: count(r, "out_tokens") as u64,
             tokens: [0; 3], // by_bucket has its own query here
-
             ttft: k("ttft"),
             ttfo: Values::new(false),
             tpot: k("tpot"),
@@ -436,6 +435,7 @@ fn cell(r: &Row) -> CellIn {
             },
             queue: k("client_queue"),
             lag: k("client_lag"),
+            spans: Vec::new(), // no requests read back: whole cells' figures
         },
     }
 }

@@ -185,7 +185,9 @@ pub fn attach(r: &mut super::Report, paths: &[std::path::PathBuf], warn: &mut dy
                 if same {
                     c.engine = t.cloned();
                     c.timeslices.clone_from(&rc.timeslices);
-                    c.steady_state.clone_from(&rc.steady_state);
+                    if rc.steady_state.is_some() {
+                        c.steady_state.clone_from(&rc.steady_state);
+                    }
                 }
             }
         }
@@ -222,17 +224,31 @@ pub struct Slice {
     pub waiting: Option<f64>,
 }
 
-/// A closed-loop cell's plateau, as bench found it (`cells[].steady_state` in `run.json`): the
-/// requests that lived while C were in flight, and their figures beside the whole cell's.
+/// A closed-loop cell's plateau (`cells[].steady_state`): the requests that lived while C were
+/// in flight, as bench found it (`run.json`) or as the report finds it from the records.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Steady {
-    /// The plateau, ms since the run began.
+    /// The plateau, ms on `clock`.
     pub from_ms: f64,
     pub to_ms: f64,
     pub requests: usize,
     pub ttft_ms: SteadyDist,
     pub tpot_ms: SteadyDist,
+    /// What `from_ms` and `to_ms` count from: the run's start (bench's `run.json`) or the
+    /// cell's first request (found by the report from the records alone).
+    pub clock: SteadyClock,
+}
+
+/// The clock of a plateau's bounds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SteadyClock {
+    /// ms since the run began (`run.json`, the clock of `scrape.jsonl`).
+    #[default]
+    Run,
+    /// ms since the cell's first request began.
+    Cell,
 }
 
 /// The percentiles of a plateau's figure that the report shows.

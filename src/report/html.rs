@@ -57,7 +57,11 @@ pub fn html(r: &Report) -> String {
             svg::escape(&a.answer)
         );
     }
-    s.push_str("</dl><div class=\"charts\">");
+    s.push_str("</dl>");
+    if let Some(note) = super::steady::note(&r.cells) {
+        let _ = write!(s, "<p>{}</p>", svg::escape(&note));
+    }
+    s.push_str("<div class=\"charts\">");
     for c in &charts {
         s.push_str(c);
     }

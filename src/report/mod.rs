@@ -28,6 +28,7 @@ mod sections;
 pub mod shapes;
 mod slo;
 pub mod sql;
+pub mod steady;
 pub mod streaming;
 pub(crate) mod svg;
 pub mod tap;
@@ -139,8 +140,56 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             acc::Kind::Live => Axis::InFlight,
             acc::Kind::Rate => Axis::RequestRate,
         };
-        let ttft = std::mem::replace(&mut c.ttft, Values::new(false)).dist();
-        let tpot = std::mem::replace(&mut c.tpot, Values::new(false)).dist();
+        let take = |v: &mut Values| std::mem::replace(v, Values::new(false));
+        let whole = steady::WholeCell {
+            requests: c.requests,
+            ttft_ms: take(&mut c.ttft).dist(),
+            tpot_ms: take(&mut c.tpot).dist(),
+            e2e_ms: take(&mut c.e2e).dist(),
+            tok_s_per_stream: take(&mut c.tps).dist(),
+            goodput: c.good as f64 / c.requests.max(1) as f64,
+        };
+        let plateau = match kind {
+            acc::Kind::Concurrency => steady::plateau(&c.spans, lvl as usize),
+            _ => None,
+        };
+        let first_ms = c.spans.iter().map(|s| s.start_ms).reduce(f64::min);
+        let steady_state = plateau.as_ref().map(|p| engine::Steady {
+            from_ms: p.from_ms - first_ms.unwrap_or(p.from_ms),
+            to_ms: p.to_ms - first_ms.unwrap_or(p.from_ms),
+            requests: p.requests,
+            ttft_ms: engine::SteadyDist {
+                p50: p.ttft.p50,
+                p95: p.ttft.p95,
+            },
+            tpot_ms: engine::SteadyDist {
+                p50: p.tpot.p50,
+                p95: p.tpot.p95,
+            },
+            clock: engine::SteadyClock::Cell,
+        });
+        let used =
+            plateau.filter(|p| !read.whole_cell && p.requests >= steady::STEADY_MIN_REQUESTS);
+        let (figures, whole_cell, ttft, tpot, e2e, tps, goodput) = match used {
+            Some(p) => (
+                steady::Figures::SteadyState,
+                Some(whole),
+                p.ttft,
+                p.tpot,
+                p.e2e,
+                p.tps,
+                p.good as f64 / p.requests as f64,
+            ),
+            None => (
+                steady::Figures::WholeCell,
+                None,
+                whole.ttft_ms,
+                whole.tpot_ms,
+                whole.e2e_ms,
+                whole.tok_s_per_stream,
+                whole.goodput,
+            ),
+        };
         let wall = match (c.start, c.end) {
             (Some(s), Some(e)) => e.duration_since(s).map(|d| d.as_secs_f64()).unwrap_or(0.0),
             _ => 0.0,
@@ -178,7 +227,6 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
                 slo.insert(name, met);
             }
         }
-        let take = |v: &mut Values| std::mem::replace(v, Values::new(false));
         let ttft_split = c.split_cell();
         cells.push(Cell {
             bucket,
@@ -193,14 +241,16 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             error_rate: c.errors as f64 / c.requests.max(1) as f64,
             ttft_ms: ttft,
             tpot_ms: tpot,
-            e2e_ms: take(&mut c.e2e).dist(),
-            tok_s_per_stream: take(&mut c.tps).dist(),
+            e2e_ms: e2e,
+            tok_s_per_stream: tps,
             aggregate_tok_s: (wall > 0.0).then(|| c.out_tokens as f64 / wall),
             input_tokens_median: take(&mut c.input).median(),
             output_tokens_median: take(&mut c.output).median(),
             tail: Tail::Tight,
             slo,
-            goodput: c.good as f64 / c.requests.max(1) as f64,
+            goodput,
+            figures,
+            whole_cell,
             ttft_split,
             request_rate: rate,
             scheduled_rate: scheduled.filter(|_| rate.is_some()),
@@ -209,7 +259,7 @@ fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Report {
             client_lag_ms: lag,
             engine: None,
             timeslices: Vec::new(),
-            steady_state: None,
+            steady_state,
         });
     }
     // The tail: against the group's lowest level, and (for saturation) the level below's

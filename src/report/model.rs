@@ -66,6 +66,14 @@ pub struct Cell {
     pub slo: BTreeMap<&'static str, bool>,
     /// Share of requests meeting the goodput SLO pair.
     pub goodput: f64,
+    /// Where `ttft_ms`, `tpot_ms`, `e2e_ms`, `tok_s_per_stream`, `slo`, `goodput` and `tail`
+    /// come from: the cell's plateau (`steady_state`, when it holds at least
+    /// [`super::steady::STEADY_MIN_REQUESTS`] requests and `--whole-cell` is not given) or the
+    /// whole cell. `requests`, errors, tokens and `aggregate_tok_s` are always the whole cell's.
+    pub figures: super::steady::Figures,
+    /// The whole cell's latency figures, when `figures` is the plateau's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_cell: Option<super::steady::WholeCell>,
     /// Where TTFT went, as medians over the cell's served requests; null when no record says.
     pub ttft_split: Option<SplitCell>,
     /// An open-loop cell (`bench --request-rate`): the offered arrival rate, requests a second.
@@ -90,7 +98,8 @@ pub struct Cell {
     /// `bench --timeslice`: the cell's windows, from `run.json`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeslices: Vec<super::engine::Slice>,
-    /// The cell's plateau from `run.json` (the other figures are the whole cell's).
+    /// The cell's plateau: found from its records (`clock: "cell"`, ms since its first
+    /// request), or bench's from `run.json` (`clock: "run"`, with the engine's figures over it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steady_state: Option<super::engine::Steady>,
 }

@@ -65,7 +65,12 @@ pub(super) fn cell_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
             vec![
                 cell_name(c),
                 level_cell(r, c),
-                c.requests.to_string(),
+                match (c.figures, &c.steady_state) {
+                    (super::steady::Figures::SteadyState, Some(p)) => {
+                        format!("{} ({} plateau)", c.requests, p.requests)
+                    }
+                    _ => c.requests.to_string(),
+                },
                 format!("{:.1}", c.error_rate * 100.0),
                 dist3(&c.ttft_ms),
                 format!("{}/{}", n(c.tpot_ms.p50, 1), n(c.tpot_ms.p95, 1)),
@@ -391,6 +396,9 @@ pub fn render(r: &Report, f: Format) -> String {
             for a in &r.answers {
                 s += &format!("{}\n  {}\n", a.question, a.answer);
             }
+            if let Some(note) = super::steady::note(&r.cells) {
+                s += &format!("\n{note}\n");
+            }
             s += "\nPer prompt shape (all concurrency levels)\n";
             let (h, rows) = bucket_rows(r);
             s += &text_table(&h, &rows);
@@ -433,7 +441,7 @@ pub fn render(r: &Report, f: Format) -> String {
                 s += &text_table(&h, &rows);
             }
             if let Some((h, rows)) = steady_rows(r) {
-                s += "\nSteady state: each cell's plateau beside the whole cell (the other tables: whole cells)\n";
+                s += "\nSteady state: each cell's plateau beside the whole cell\n";
                 s += &text_table(&h, &rows);
             }
             s += "\nPer API shape\n";
@@ -471,6 +479,9 @@ pub fn render(r: &Report, f: Format) -> String {
             );
             for a in &r.answers {
                 s += &format!("- **{}** {}\n", a.question, a.answer);
+            }
+            if let Some(note) = super::steady::note(&r.cells) {
+                s += &format!("\n{note}\n");
             }
             s += "\n## Per prompt shape (all concurrency levels)\n\n";
             let (h, rows) = bucket_rows(r);
@@ -516,7 +527,6 @@ pub fn render(r: &Report, f: Format) -> String {
             }
             if let Some((h, rows)) = steady_rows(r) {
                 s += "\n## Steady state: each cell's plateau beside the whole cell\n\n";
-                s += "The other tables give whole cells.\n\n";
                 s += &md_table(&h, &rows);
             }
             s += "\n## Per API shape\n\n";

@@ -305,23 +305,41 @@ pub(super) fn binding_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Str
     Some((head, rows))
 }
 
-/// Each closed-loop cell's plateau beside the whole cell: the figures the other tables give are
-/// the whole cell's.
+/// Each closed-loop cell's plateau beside the whole cell, and which of the two the other
+/// tables give.
 pub(super) fn steady_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
+    use super::steady::Figures;
     let rows: Vec<Vec<String>> = r
         .cells
         .iter()
         .filter_map(|c| {
             let s = c.steady_state.as_ref()?;
+            let (ttft, tpot) = match &c.whole_cell {
+                Some(w) => (&w.ttft_ms, &w.tpot_ms),
+                None => (&c.ttft_ms, &c.tpot_ms),
+            };
+            let used = match c.figures {
+                Figures::SteadyState => "plateau".to_owned(),
+                Figures::WholeCell if s.requests < super::steady::STEADY_MIN_REQUESTS => format!(
+                    "whole cell (plateau < {})",
+                    super::steady::STEADY_MIN_REQUESTS
+                ),
+                Figures::WholeCell => "whole cell".to_owned(),
+            };
+            let clock = match s.clock {
+                super::engine::SteadyClock::Run => "run",
+                super::engine::SteadyClock::Cell => "cell",
+            };
             Some(vec![
                 cell_name(c),
                 c.concurrency.clone(),
-                format!("{:.0}–{:.0}", s.from_ms, s.to_ms),
+                format!("{:.0}–{:.0} ({clock})", s.from_ms, s.to_ms),
                 format!("{} of {}", s.requests, c.requests),
+                used,
                 format!("{}/{}", n(s.ttft_ms.p50, 0), n(s.ttft_ms.p95, 0)),
-                format!("{}/{}", n(c.ttft_ms.p50, 0), n(c.ttft_ms.p95, 0)),
+                format!("{}/{}", n(ttft.p50, 0), n(ttft.p95, 0)),
                 format!("{}/{}", n(s.tpot_ms.p50, 1), n(s.tpot_ms.p95, 1)),
-                format!("{}/{}", n(c.tpot_ms.p50, 1), n(c.tpot_ms.p95, 1)),
+                format!("{}/{}", n(tpot.p50, 1), n(tpot.p95, 1)),
             ])
         })
         .collect();
@@ -331,8 +349,9 @@ pub(super) fn steady_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Stri
     let head = vec![
         "cell",
         "C",
-        "plateau ms (run clock)",
+        "plateau ms (clock)",
         "requests",
+        "figures used",
         "TTFT p50/95 plateau",
         "TTFT p50/95 whole cell",
         "TPOT p50/95 plateau",
