@@ -1,8 +1,10 @@
 //! The report being read, record by record: counts and sums per group, and the values behind
 //! each percentile (exact while the budget of held values lasts, then HDR sketches). Memory
 //! grows with the number of groups and, in exact mode, with the values held, never with the
-//! bytes read. The gateway-hop and gateway-tap sections keep a compact row per paired or
-//! tapped request, because their bootstrap intervals need every pair.
+//! bytes read — but for a load generator's closed-loop cells, whose requests are held (about
+//! 64 bytes each) to find each cell's plateau: a bench run is bounded; live traffic never is.
+//! The gateway-hop and gateway-tap sections keep a compact row per paired or tapped request,
+//! because their bootstrap intervals need every pair.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -344,7 +346,7 @@ impl Acc {
         let good = r.ok()
             && r.ttft_ms.is_none_or(|t| t <= self.goodput_ttft_ms)
             && r.tok_s().is_none_or(|s| s >= self.goodput_tok_s);
-        if kind == Kind::Concurrency && !sketch {
+        if kind == Kind::Concurrency {
             if let Some(t) = ts.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
                 let start_ms = t.as_secs_f64() * 1000.0;
                 c.spans.push(super::steady::Span {
@@ -464,7 +466,6 @@ impl Acc {
         self.held = 0;
         for c in self.cells.values_mut() {
             c.values().for_each(Values::to_sketch);
-            c.spans = Vec::new();
         }
         for k in self.keys.values_mut() {
             for v in [&mut k.ttft, &mut k.tpot, &mut k.e2e] {

@@ -36,8 +36,8 @@ pub(super) struct CellAcc {
     pub scheduled: Option<(f64, f64, usize)>,
     pub queue: Values,
     pub lag: Values,
-    /// A closed-loop cell's requests, for its plateau (emptied when the report switches to
-    /// sketches; the cell's figures are then the whole cell's).
+    /// A closed-loop cell's requests, for its plateau (held in sketch mode too, so the
+    /// figures do not depend on the budget).
     pub spans: Vec<super::steady::Span>,
 }
 
