@@ -60,6 +60,18 @@ ADDR=$(sed -n 's/.*listen=\([^ ]*\).*/\1/p' "$WORK/tokentap.err" | head -1)
 ADMIN=$(sed -n 's/.*admin=\([^ ]*\).*/\1/p' "$WORK/tokentap.err" | head -1)
 echo "tokentap on $ADDR, log $WORK/requests.jsonl"
 
+# Wait (up to 20 s) until the log holds COUNT whole lines: the writer batches records after
+# their requests end, and a line being written is not yet whole.
+wait_records() {
+  local want=$1
+  for _ in $(seq 200); do
+    [ "$(tr -cd '\n' < "$WORK/requests.jsonl" 2>/dev/null | wc -c)" -ge "$want" ] && return 0
+    sleep 0.1
+  done
+  echo "the log holds $(wc -l < "$WORK/requests.jsonl") whole lines, not $want" >&2
+  return 1
+}
+
 "$RIG_HOME/venv-litellm/bin/python" - "$ADDR" "$N" <<'PY'
 import sys, time
 from openai import OpenAI
@@ -85,7 +97,7 @@ for i in range(n):
 print(f"openai client: {2 * n} streamed requests OK")
 PY
 
-sleep 0.5
+wait_records $((2 * N + 2))
 python3 - "$WORK/requests.jsonl" "$N" <<'PY'
 import json, sys, statistics
 recs = [json.loads(l) for l in open(sys.argv[1])]
@@ -126,7 +138,7 @@ for name, base, key in (("direct", f"http://{addr}/v1", "unused-by-vllm"),
     assert r.status_code == 200 and "message_stop" in body, (r.status_code, body[:300])
 print("openai client responses.create(stream=True) and /v1/messages streams OK on both routes")
 PY
-sleep 0.5
+wait_records $((2 * N + 2 + 4))
 python3 - "$WORK/requests.jsonl" <<'PY'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
