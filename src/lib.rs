@@ -7,6 +7,7 @@
 //! - [`openai`]: lenient read-only views of requests and chunks; byte-exact request splices.
 //! - [`keys`]: API key fingerprints and aliases; `Secret<T>`.
 //! - [`headers`]: hop-by-hop header hygiene.
+//! - [`tags`]: tokentap's own `x-tokentap-*` headers; bench's load tags (`LoadTags`) as one value.
 //! - [`meter`]: timeline, per-chunk observer, `MeteredBody`, the `RequestRecord` schema.
 //! - [`spread`]: a repeated sweep's run-to-run spread per cell, from the records' `run`.
 //! - [`config`]: TOML → validated `Config`, errors with file and key path.
@@ -51,5 +52,6 @@ pub mod sink;
 pub mod spread;
 pub mod sse;
 pub mod stats;
+pub mod tags;
 pub mod tap;
 pub mod tls;

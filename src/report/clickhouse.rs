@@ -390,14 +390,7 @@ fn cell(r: &Row) -> CellIn {
     let kind = Kind::of(rate.is_some(), live);
     let sent = rate.and_then(|_| Some((time(int(r, "start_ns"))?, time(int(r, "last_sent_ns"))?)));
     let k = |name: &str| Values::Known(known(r, name));
-    let split = [
-        "proxy_ms",
-        "upstream_headers_ms",
-        "engine_queue_ms",
-        "engine_prefill_ms",
-        "outside_engine_ms",
-    ]
-    .map(|s| median(r, &format!("split_{s}_p50")));
+    let split = super::sql::SPLIT.map(|s| median(r, &format!("split_{s}_p50")));
     CellIn {
         bucket: text(r, "bucket_"),
         arm: opt_text(r, "arm"),
