@@ -4,6 +4,7 @@
 //! Leaves first; each module uses only those above it in this list.
 //! - [`stats`]: nearest-rank percentiles and bootstrap intervals, for every command.
 //! - [`sse`]: incremental SSE splitter over arbitrary chunks.
+//! - [`tokens`]: the token estimate of a text (about four bytes a token), for the sim and bench.
 //! - [`openai`]: lenient read-only views of requests and chunks; byte-exact request splices.
 //! - [`keys`]: API key fingerprints and aliases; `Secret<T>`.
 //! - [`headers`]: hop-by-hop header hygiene.
@@ -14,6 +15,7 @@
 //! - [`route`]: path → route and the experiment's arm choice, as pure functions.
 //! - [`tap`]: the gateway tap's join of a request's outer and inner sides.
 //! - [`tls`]: PEM files, the listener's acceptor, an upstream route's connector.
+//! - [`post`]: one HTTP/1.1 connection out, for posting to a collector or a database.
 //! - [`sink`]: metrics, per-route live stats and the JSONL writer.
 //! - [`proxy`]: the tower stack, the per-request `Exchange`, the routes, the upstream client.
 //! - [`server`]: client-facing accept loop (HTTP/1.1 + HTTP/2, TLS), graceful drain.
@@ -41,6 +43,7 @@ pub mod headers;
 pub mod keys;
 pub mod meter;
 pub mod openai;
+pub mod post;
 pub mod proxy;
 pub mod reload;
 pub mod report;
@@ -55,3 +58,4 @@ pub mod stats;
 pub mod tags;
 pub mod tap;
 pub mod tls;
+pub mod tokens;

@@ -194,7 +194,7 @@ mod tests {
     fn synthetic_text_has_the_tokens_asked_for() {
         for n in [1u64, 2, 17, 512, 3000] {
             let t = text_of_tokens(n, 7);
-            assert_eq!(crate::sim::http::estimate_tokens(&t), n);
+            assert_eq!(crate::tokens::estimate_tokens(&t), n);
             assert_eq!(t, text_of_tokens(n, 7), "seeded");
         }
         assert_ne!(text_of_tokens(50, 1), text_of_tokens(50, 2));

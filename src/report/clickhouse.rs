@@ -23,7 +23,7 @@ use super::tap::TapRec;
 use super::values::{Method, Values};
 use super::{Dist, KeyRow, Traffic};
 use crate::keys::Secret;
-use crate::sink::export::{connect, post, tls_for, Tls};
+use crate::post::{connect, post, tls_for, Tls};
 
 /// How long a connection to the server may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
