@@ -35,7 +35,12 @@ def flatten(r):
         row[f"tap_{k}"] = v
     for k, v in (r.get("ttft_split") or {}).items():
         row[f"ttft_split_{k}"] = v
+    for k, v in (r.get("delivery") or {}).items():
+        row[f"delivery_{k}"] = v
     row["stream"] = 1 if r.get("stream") else 0
+    for k, v in row.items():
+        if isinstance(v, bool):
+            row[k] = int(v)
     return row
 
 

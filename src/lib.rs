@@ -4,15 +4,18 @@
 //! Leaves first; each module uses only those above it in this list.
 //! - [`stats`]: nearest-rank percentiles and bootstrap intervals, for every command.
 //! - [`sse`]: incremental SSE splitter over arbitrary chunks.
+//! - [`tokens`]: the token estimate of a text (about four bytes a token), for the sim and bench.
 //! - [`openai`]: lenient read-only views of requests and chunks; byte-exact request splices.
 //! - [`keys`]: API key fingerprints and aliases; `Secret<T>`.
 //! - [`headers`]: hop-by-hop header hygiene.
+//! - [`tags`]: tokentap's own `x-tokentap-*` headers; bench's load tags (`LoadTags`) as one value.
 //! - [`meter`]: timeline, per-chunk observer, `MeteredBody`, the `RequestRecord` schema.
 //! - [`spread`]: a repeated sweep's run-to-run spread per cell, from the records' `run`.
 //! - [`config`]: TOML → validated `Config`, errors with file and key path.
 //! - [`route`]: path → route and the experiment's arm choice, as pure functions.
 //! - [`tap`]: the gateway tap's join of a request's outer and inner sides.
 //! - [`tls`]: PEM files, the listener's acceptor, an upstream route's connector.
+//! - [`post`]: one HTTP/1.1 connection out, for posting to a collector or a database.
 //! - [`sink`]: metrics, per-route live stats and the JSONL writer.
 //! - [`proxy`]: the tower stack, the per-request `Exchange`, the routes, the upstream client.
 //! - [`server`]: client-facing accept loop (HTTP/1.1 + HTTP/2, TLS), graceful drain.
@@ -40,6 +43,7 @@ pub mod headers;
 pub mod keys;
 pub mod meter;
 pub mod openai;
+pub mod post;
 pub mod proxy;
 pub mod reload;
 pub mod report;
@@ -51,5 +55,7 @@ pub mod sink;
 pub mod spread;
 pub mod sse;
 pub mod stats;
+pub mod tags;
 pub mod tap;
 pub mod tls;
+pub mod tokens;

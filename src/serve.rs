@@ -282,7 +282,8 @@ pub struct Args {
     /// TOML config file (see config/tokentap.toml).
     #[arg(long, short)]
     pub config: Option<PathBuf>,
-    /// Upstream base URL (quick start without a file; replaces the first route's upstream).
+    /// Upstream base URL. Without a file (or a file without routes): one route, named
+    /// `default`, on every path; with a file's routes, it replaces the first route's upstream.
     #[arg(long)]
     pub upstream: Option<String>,
     /// Proxy listen address [default: 0.0.0.0:8080].

@@ -226,6 +226,7 @@ async fn quick_start_serves_and_stops_cleanly_on_sigterm() {
     let recs = wait_records(&log, 1).await;
     assert_eq!(recs.len(), 1);
     assert_eq!(recs[0].output_tokens, Some(3));
+    assert_eq!(recs[0].route, "default", "the one route --upstream makes");
     let all = lines.join("\n");
     assert!(!all.contains(secret) && !std::fs::read_to_string(&log).unwrap().contains(secret));
 }

@@ -1,6 +1,7 @@
--- tokentap's request records in ClickHouse: one row per record (docs/records.md), the nested
+-- tokentap's request records in ClickHouse: one row per record (docs/records.md), a column per
+-- field (tests/schema.rs checks that every field has one, of a type that holds it), the nested
 -- objects flattened with `_` (experiment.arm → experiment_arm, gateway_tap.side → tap_side,
--- ttft_split.proxy_ms → ttft_split_proxy_ms):
+-- ttft_split.proxy_ms → ttft_split_proxy_ms, delivery.verdict → delivery_verdict):
 -- JSONEachRow of ClickHouse 18.16 cannot map a JSON object into columns, and every version
 -- accepts flat rows. Only SQL that ClickHouse 18.16 and today's ClickHouse (chdb) both accept.
 --
@@ -21,6 +22,7 @@ CREATE TABLE IF NOT EXISTS requests
     method String,
     endpoint String,
     api String,
+    endpoint_api Nullable(String),
     model Nullable(String),
     upstream_model Nullable(String),
     response_model Nullable(String),
@@ -40,7 +42,11 @@ CREATE TABLE IF NOT EXISTS requests
     itl_p50_ms Nullable(Float64),
     itl_p99_ms Nullable(Float64),
     itl_max_ms Nullable(Float64),
+    body_read_ms Nullable(Float64),
     upstream_headers_ms Nullable(Float64),
+    first_byte_ms Nullable(Float64),
+    first_event_ms Nullable(Float64),
+    last_token_ms Nullable(Float64),
     upstream_sent_ms Nullable(Float64),
     in_flight UInt64,
     max_tokens Nullable(UInt64),
@@ -48,9 +54,13 @@ CREATE TABLE IF NOT EXISTS requests
     response_bytes UInt64,
     events UInt64,
     content_events UInt64,
+    done Nullable(UInt8),
     bucket Nullable(String),
+    parse_errors UInt64,
+    oversize_events UInt64,
     engine_queue_ms Nullable(Float64),
     engine_ttft_ms Nullable(Float64),
+    engine_decode_ms Nullable(Float64),
     gateway_overhead_ms Nullable(Float64),
     concurrency Nullable(UInt64),
     request_rate Nullable(Float64),
@@ -58,6 +68,8 @@ CREATE TABLE IF NOT EXISTS requests
     client_queue_ms Nullable(Float64),
     client_lag_ms Nullable(Float64),
     turn Nullable(UInt32),
+    prompt_index Nullable(UInt64),
+    run Nullable(UInt32),
     tap_side Nullable(String),
     tap_peer Nullable(String),
     tap_join Nullable(String),
@@ -65,6 +77,10 @@ CREATE TABLE IF NOT EXISTS requests
     tap_admission_ms Nullable(Float64),
     tap_relay_ms Nullable(Float64),
     tap_ttft_ms Nullable(Float64),
+    tap_relay_p50_ms Nullable(Float64),
+    tap_relay_max_ms Nullable(Float64),
+    tap_held_tokens Nullable(UInt64),
+    tap_relay_verdict Nullable(String),
     ttft_split_proxy_ms Nullable(Float64),
     ttft_split_upstream_headers_ms Nullable(Float64),
     ttft_split_engine_queue_ms Nullable(Float64),
@@ -73,6 +89,15 @@ CREATE TABLE IF NOT EXISTS requests
     request_id Nullable(String),                -- the client's, at most 128 bytes
     upstream_request_id Nullable(String),       -- the upstream's (chatcmpl-…), at most 128 bytes
     trace_id Nullable(String),
+    span_id Nullable(String),
+    content_encoding Nullable(String),
+    decode_error Nullable(String),
+    delivery_content_reads Nullable(UInt64),
+    delivery_max_events_per_read Nullable(UInt64),
+    delivery_first_read_events Nullable(UInt64),
+    delivery_coalesced_share Nullable(Float64),
+    delivery_burst_silence_ms Nullable(Float64),
+    delivery_verdict Nullable(String),
     error Nullable(String)
 )
 ENGINE = MergeTree
@@ -82,6 +107,8 @@ ORDER BY (route, date, ts_us);
 -- A table made by an earlier schema.sql lacks the request ids; rows insert without them (the
 -- sink skips unknown fields). To keep them, add them once:
 -- ALTER TABLE requests ADD COLUMN request_id Nullable(String), ADD COLUMN upstream_request_id Nullable(String);
+-- Likewise the columns added when the table came to store every field (deploy/clickhouse/README.md
+-- has the ALTER).
 
 -- Keep 90 days. TTL needs ClickHouse 19.6 or later (18.16 has none: drop old partitions with
 -- `ALTER TABLE requests DROP PARTITION 202601` there instead).

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::sim::http::estimate_tokens;
+use crate::tokens::estimate_tokens;
 
 /// The bundled sample: written for tokentap (no downloaded data), ShareGPT-shaped.
 pub const SAMPLE: &str = include_str!("../../data/sharegpt-sample.json");

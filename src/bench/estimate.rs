@@ -13,7 +13,7 @@ use super::open::Planned;
 use super::request::{text_of_tokens, Message, Req, Sent};
 use super::runner::Target;
 use crate::meter::Outcome;
-use crate::sim::http::estimate_tokens;
+use crate::tokens::estimate_tokens;
 
 /// Output tokens a probe asks for: enough gaps for a TPOT, few enough to cost little.
 const PROBE_TOKENS: u64 = 16;

@@ -410,10 +410,10 @@ mod tests {
     fn mooncake_blocks_share_text_and_have_the_length_asked_for() {
         let a = blocks(&[1, 2, 3], 1200, 42, 7);
         let b = blocks(&[1, 2, 9], 1200, 42, 8);
-        assert_eq!(crate::sim::http::estimate_tokens(&a), 1200);
+        assert_eq!(crate::tokens::estimate_tokens(&a), 1200);
         assert_eq!(a[..4096], b[..4096], "two shared blocks");
         assert_ne!(a[4096..], b[4096..]);
         let long = blocks(&[1], 700, 42, 7);
-        assert_eq!(crate::sim::http::estimate_tokens(&long), 700);
+        assert_eq!(crate::tokens::estimate_tokens(&long), 700);
     }
 }

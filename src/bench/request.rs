@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::meter::Schedule;
 use crate::openai::Api;
+use crate::tags::LoadTags;
 
 /// Who said a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +75,17 @@ pub struct Sent {
 }
 
 impl Req {
+    /// What the request says of the load it is part of: sent as headers (tokentap records
+    /// them), and in bench's own record.
+    pub fn tags(&self) -> LoadTags {
+        LoadTags {
+            bucket: Some(self.bucket.to_string()),
+            concurrency: self.concurrency,
+            request_rate: self.request_rate,
+            turn: self.turn,
+        }
+    }
+
     /// The path (without an arm's prefix) and the JSON body for this request's API shape.
     pub fn body(&self) -> (&'static str, serde_json::Value) {
         use serde_json::json;
@@ -182,7 +194,7 @@ mod tests {
     fn synthetic_text_has_the_tokens_asked_for() {
         for n in [1u64, 2, 17, 512, 3000] {
             let t = text_of_tokens(n, 7);
-            assert_eq!(crate::sim::http::estimate_tokens(&t), n);
+            assert_eq!(crate::tokens::estimate_tokens(&t), n);
             assert_eq!(t, text_of_tokens(n, 7), "seeded");
         }
         assert_ne!(text_of_tokens(50, 1), text_of_tokens(50, 2));

@@ -101,22 +101,9 @@ impl Target {
         if let Some((k, v)) = extra {
             b = b.header(k, v);
         }
-        // tokentap takes these off and records them: its records then carry bench's level,
-        // rate, turn and bucket too.
-        use crate::config::defaults::{
-            BUCKET_HEADER, CONCURRENCY_HEADER, RATE_HEADER, TURN_HEADER,
-        };
-        if let Some(r) = load {
-            b = b.header(BUCKET_HEADER, &*r.bucket);
-            if let Some(c) = r.concurrency {
-                b = b.header(CONCURRENCY_HEADER, c.to_string());
-            }
-            if let Some(rate) = r.request_rate {
-                b = b.header(RATE_HEADER, rate.to_string());
-            }
-            if let Some(t) = r.turn {
-                b = b.header(TURN_HEADER, t.to_string());
-            }
+        // tokentap takes these off and records them: its records then carry bench's tags too.
+        for (k, v) in load.into_iter().flat_map(|r| r.tags().headers()) {
+            b = b.header(k, v);
         }
         b.body(Full::new(body)).map_err(|e| e.to_string())
     }
@@ -176,11 +163,8 @@ impl Target {
         facts.max_tokens = Some(req.out);
         facts.request_bytes = body.len() as u64;
         facts.in_flight = sent.in_flight;
-        facts.bucket = Some(req.bucket.to_string());
-        facts.concurrency = req.concurrency;
-        facts.request_rate = req.request_rate;
+        facts.load = req.tags();
         facts.schedule = sent.schedule;
-        facts.turn = req.turn;
         let route = req.arm.as_ref().map_or("bench", |a| &*a.0).to_owned();
         let extra = req
             .route_header

@@ -15,7 +15,7 @@ use super::dataset::{BucketSpec, Conversation};
 use super::progress::Progress;
 use super::request::{Message, Req, Role, Sent};
 use super::runner::{CellResult, Tally, Target};
-use crate::sim::http::estimate_tokens;
+use crate::tokens::estimate_tokens;
 
 /// The bucket whose prompt range holds `tokens`.
 fn bucket_of(specs: &[BucketSpec], tokens: u64) -> &'static str {

@@ -60,20 +60,6 @@ pub const PATH_PREFIX: &str = "/";
 
 /// `routes[].behind_window_ms`: how long an outer request waits for its inner one.
 pub const BEHIND_WINDOW_MS: u64 = 60_000;
-/// The header a gateway tap's outer route adds to what it forwards (its record's id).
-pub const TAP_HEADER: &str = "x-tokentap-join";
-/// The header `tokentap bench` names its concurrency level in (taken off, recorded).
-pub const CONCURRENCY_HEADER: &str = "x-tokentap-concurrency";
-/// The header `tokentap bench` names an open-loop cell's offered rate in (taken off, recorded).
-pub const RATE_HEADER: &str = "x-tokentap-request-rate";
-/// The header `tokentap bench --multi-turn` names a request's conversation turn in (taken off,
-/// recorded).
-pub const TURN_HEADER: &str = "x-tokentap-turn";
-
-/// The header `tokentap bench` names a request's prompt-shape bucket in (taken off, recorded:
-/// the proxy's record then has bench's bucket, as bench's own record does). Only bench's
-/// bucket names are taken; any other value is ignored.
-pub const BUCKET_HEADER: &str = "x-tokentap-bucket";
 
 /// `[experiment]`.
 pub const EXPERIMENT_MODE: &str = "off";

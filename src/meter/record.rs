@@ -1,13 +1,15 @@
 //! The per-request record: the JSONL schema, one line per request, written by `serve` and read by
 //! the offline commands. Additive changes only; `docs/records.md` documents every field.
 //!
-//! Serialised by `serde_json` alone, so a new field is added here and nowhere else.
+//! Serialised by `serde_json` alone. The other lists of its fields (the report's rows, the
+//! ClickHouse table) are held to this one by `tests/schema.rs`.
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::timeline::{ms_between, Stamp};
 use crate::openai::Api;
+use crate::tags::LoadTags;
 
 fn other_api() -> Api {
     Api::Other
@@ -410,15 +412,12 @@ pub struct Facts {
     pub request_bytes: u64,
     pub in_flight: u64,
     pub gateway_overhead_ms: Option<f64>,
-    /// A bucket known in advance (bench knows its prompt's bucket); else derived from tokens.
-    pub bucket: Option<String>,
-    /// The load generator's concurrency level for this request.
-    pub concurrency: Option<u64>,
-    /// The load generator's open-loop rate, its schedule for this request (`scheduled_ms`,
-    /// `client_queue_ms`, `client_lag_ms`) and the request's conversation turn.
-    pub request_rate: Option<f64>,
+    /// The load generator's tags: its bucket (known in advance; else the record's is derived
+    /// from tokens), concurrency level, open-loop rate and conversation turn.
+    pub load: LoadTags,
+    /// The load generator's schedule for this request (`scheduled_ms`, `client_queue_ms`,
+    /// `client_lag_ms`).
     pub schedule: Option<Schedule>,
-    pub turn: Option<u32>,
     /// The request's trace context, when its span is exported (OTLP on).
     pub trace: Option<super::Trace>,
     /// The client's request id (bounded), and the upstream's from its response headers.
@@ -441,11 +440,8 @@ impl Facts {
             request_bytes: 0,
             in_flight: 0,
             gateway_overhead_ms: None,
-            bucket: None,
-            concurrency: None,
-            request_rate: None,
+            load: LoadTags::default(),
             schedule: None,
-            turn: None,
             trace: None,
             request_id: None,
             upstream_request_id: None,
@@ -558,6 +554,7 @@ impl RequestRecord {
             content_events: meter.content_events,
             done: meter.is_sse().then_some(meter.done),
             bucket: facts
+                .load
                 .bucket
                 .or_else(|| buckets.of(input_tokens, output_tokens).map(str::to_owned)),
             parse_errors: meter.parse_errors,
@@ -566,12 +563,12 @@ impl RequestRecord {
             engine_ttft_ms: meter.timings.ttft_ms,
             engine_decode_ms: meter.timings.generation_ms,
             gateway_overhead_ms: facts.gateway_overhead_ms,
-            concurrency: facts.concurrency,
-            request_rate: facts.request_rate,
+            concurrency: facts.load.concurrency,
+            request_rate: facts.load.request_rate,
             scheduled_ms: facts.schedule.map(|s| s.scheduled_ms),
             client_queue_ms: facts.schedule.map(|s| s.queue_ms),
             client_lag_ms: facts.schedule.map(|s| s.lag_ms),
-            turn: facts.turn,
+            turn: facts.load.turn,
             prompt_index: None,
             run: None,
             upstream_sent_ms,

@@ -283,7 +283,7 @@ async fn forward(
 /// `x-tokentap-join`, which a gateway may forward); the inner side takes that header off and
 /// joins by it, or by the body's fingerprint.
 fn tap(ex: &mut Exchange, route: &Route, headers: &mut HeaderMap, body: &[u8]) {
-    const HEADER: &str = crate::config::defaults::TAP_HEADER;
+    const HEADER: &str = crate::tags::TAP_HEADER;
     match &route.tap {
         None => {}
         Some(Tap::Outer(joiner)) => {

@@ -34,6 +34,7 @@ use super::{Live, ProxyBody, ProxyError, Slot, State};
 use crate::keys;
 use crate::meter::Stamp;
 use crate::route::arm::{self, Draw, Refusal};
+use crate::tags::LoadTags;
 
 /// A request as it arrives: before it is routed, nothing to record it on yet.
 pub struct Arrival {
@@ -43,14 +44,8 @@ pub struct Arrival {
     pub body: Incoming,
     /// The route header's value, once `RouteHeader` took it off.
     pub forced: Option<HeaderValue>,
-    /// bench's concurrency level (`x-tokentap-concurrency`), once `RouteHeader` took it off.
-    pub concurrency: Option<u64>,
-    /// bench's open-loop rate and conversation turn (`x-tokentap-request-rate`,
-    /// `x-tokentap-turn`), taken off likewise.
-    pub request_rate: Option<f64>,
-    pub turn: Option<u32>,
-    /// bench's prompt-shape bucket (`x-tokentap-bucket`), taken off likewise.
-    pub bucket: Option<&'static str>,
+    /// bench's tags (`x-tokentap-*`: bucket, concurrency, rate, turn), taken off likewise.
+    pub load: LoadTags,
     /// The client's address (a gateway tap's `behind_sources`).
     pub peer: Option<IpAddr>,
 }
@@ -157,7 +152,7 @@ macro_rules! always_ready {
 }
 
 /// Takes tokentap's own headers off the request, whatever happens next: the experiment's route
-/// header (kept for routing) and bench's concurrency level (kept for the record).
+/// header (kept for routing) and bench's tags (kept for the record).
 #[derive(Clone)]
 pub struct RouteHeader<S> {
     state: Arc<State>,
@@ -176,34 +171,7 @@ impl<S: Service<Arrival>> Service<Arrival> for RouteHeader<S> {
             .head
             .headers
             .remove(&self.state.config.experiment.route_header);
-        a.concurrency = a
-            .head
-            .headers
-            .remove(crate::config::defaults::CONCURRENCY_HEADER)
-            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
-            .filter(|c| (1..=1_000_000).contains(c));
-        a.request_rate = a
-            .head
-            .headers
-            .remove(crate::config::defaults::RATE_HEADER)
-            .and_then(|v| v.to_str().ok()?.trim().parse::<f64>().ok())
-            .filter(|r| r.is_finite() && *r > 0.0 && *r <= 1e6);
-        a.turn = a
-            .head
-            .headers
-            .remove(crate::config::defaults::TURN_HEADER)
-            .and_then(|v| v.to_str().ok()?.trim().parse::<u32>().ok())
-            .filter(|t| (1..=100_000).contains(t));
-        a.bucket = a
-            .head
-            .headers
-            .remove(crate::config::defaults::BUCKET_HEADER)
-            .and_then(|v| {
-                let v = v.to_str().ok()?.trim();
-                ["long-short", "balanced", "short-long", "other"]
-                    .into_iter()
-                    .find(|b| *b == v)
-            });
+        a.load = LoadTags::take(&mut a.head.headers);
         self.inner.call(a)
     }
 }
@@ -234,17 +202,11 @@ where
             mut head,
             body,
             forced,
-            concurrency,
-            request_rate,
-            turn,
-            bucket,
+            load,
             peer,
         } = a;
         let mut facts = Exchange::facts_for(stamp, &head.method, head.uri.path());
-        facts.concurrency = concurrency;
-        facts.request_rate = request_rate;
-        facts.turn = turn;
-        facts.bucket = bucket.map(str::to_owned);
+        facts.load = load;
         let (request_id, made_id) = super::ids::client(&cfg.request_id, &mut head.headers);
         facts.request_id = request_id;
         if state.sink().otlp.is_some() {
@@ -450,10 +412,7 @@ impl hyper::service::Service<http::Request<Incoming>> for Proxy {
             head,
             body,
             forced: None,
-            concurrency: None,
-            request_rate: None,
-            turn: None,
-            bucket: None,
+            load: LoadTags::default(),
             peer: self.1,
         })
     }

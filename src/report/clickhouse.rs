@@ -22,7 +22,7 @@ use super::tap::TapRec;
 use super::values::{Method, Values};
 use super::{Dist, KeyRow, Traffic};
 use crate::keys::Secret;
-use crate::sink::export::{connect, post, tls_for, Tls};
+use crate::post::{connect, post, tls_for, Tls};
 
 /// How long a connection to the server may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -390,14 +390,7 @@ fn cell(r: &Row) -> CellIn {
     let kind = Kind::of(rate.is_some(), live);
     let sent = rate.and_then(|_| Some((time(int(r, "start_ns"))?, time(int(r, "last_sent_ns"))?)));
     let k = |name: &str| Values::Known(known(r, name));
-    let split = [
-        "proxy_ms",
-        "upstream_headers_ms",
-        "engine_queue_ms",
-        "engine_prefill_ms",
-        "outside_engine_ms",
-    ]
-    .map(|s| median(r, &format!("split_{s}_p50")));
+    let split = super::sql::SPLIT.map(|s| median(r, &format!("split_{s}_p50")));
     CellIn {
         bucket: text(r, "bucket_"),
         arm: opt_text(r, "arm"),

@@ -93,6 +93,14 @@ const FIELDS: [(&[u8], F); 32] = [
     (b"delivery", F::Delivery),
 ];
 
+/// The names of the fields the fast path reads: [`Row`]'s (`tests/schema.rs` holds them to it).
+pub fn fields() -> Vec<&'static str> {
+    FIELDS
+        .iter()
+        .filter_map(|(k, _)| std::str::from_utf8(k).ok())
+        .collect()
+}
+
 /// A key's first eight bytes (zero-padded), little-endian.
 #[inline(always)]
 const fn head(k: &[u8]) -> u64 {

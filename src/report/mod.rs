@@ -40,6 +40,7 @@ use std::collections::BTreeMap;
 use crate::meter::RequestRecord;
 
 pub use acc::{Acc, DEFAULT_EXACT_VALUES};
+pub use fast::fields as fast_fields;
 pub use model::*;
 pub use row::Class;
 use row::Row;

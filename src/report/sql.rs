@@ -111,7 +111,8 @@ fn median(x: &str, name: &str) -> String {
     format!("{} AS {name}", at(x, "0.5"))
 }
 
-const SPLIT: [&str; 5] = [
+/// The parts of `ttft_split`, as the table's `ttft_split_*` columns name them.
+pub const SPLIT: [&str; 5] = [
     "proxy_ms",
     "upstream_headers_ms",
     "engine_queue_ms",

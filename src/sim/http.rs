@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use super::engine::{EngineStats, Job, Out, Profile};
 use super::wire::{Counts, Wire};
 use crate::openai::Api;
+use crate::tokens::estimate_tokens;
 
 /// Words the sim "generates": deterministic per request seed.
 const WORDS: &[&str] = &[
@@ -114,12 +115,6 @@ struct GenRequest {
     stream_options: Option<Value>,
     seed: Option<u64>,
     n: Option<u64>,
-}
-
-/// The sim's tokenizer: about four bytes per token, plus a per-message template overhead.
-/// `bench` uses the same estimate to sort prompts into buckets.
-pub fn estimate_tokens(text: &str) -> u64 {
-    (text.len() as u64).div_ceil(4).max(1)
 }
 
 /// Every string of the prompt, concatenated: what the prefix cache keys on.

@@ -6,9 +6,11 @@
 //!
 //! Rows are the records with their nested objects flattened as the table has them
 //! (`experiment.arm` → `experiment_arm`, `gateway_tap.side` → `tap_side`,
-//! `ttft_split.proxy_ms` → `ttft_split_proxy_ms`; other objects are left out) and `stream` as 0/1: ClickHouse 18.16's JSONEachRow reads no objects and no
-//! booleans. Fields the table lacks are skipped by the server
-//! (`input_format_skip_unknown_fields`), so a newer tokentap inserts into an older table.
+//! `ttft_split.proxy_ms` → `ttft_split_proxy_ms`, `delivery.verdict` → `delivery_verdict`) and
+//! booleans as 0/1: ClickHouse 18.16's JSONEachRow reads no objects and no booleans
+//! (`tests/schema.rs` holds these rows to the record and to the table). Fields the table lacks
+//! are skipped by the server (`input_format_skip_unknown_fields`), so a newer tokentap inserts
+//! into an older table.
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -22,24 +24,24 @@ pub use export::Counters as ClickHouseCounters;
 /// The record queue the sink keeps.
 pub type ClickHouse = export::Queue<Box<RequestRecord>>;
 
+/// The record's objects, and the prefix their fields take as columns.
+const FLATTENED: [(&str, &str); 4] = [
+    ("experiment", "experiment_"),
+    ("gateway_tap", "tap_"),
+    ("ttft_split", "ttft_split_"),
+    ("delivery", "delivery_"),
+];
+
 /// A record as a row of the `requests` table.
 pub fn row(rec: &RequestRecord) -> Map<String, Value> {
     let Ok(Value::Object(mut o)) = serde_json::to_value(rec) else {
         return Map::new();
     };
-    if let Some(Value::Object(e)) = o.remove("experiment") {
-        for (k, v) in e {
-            o.insert(format!("experiment_{k}"), v);
-        }
-    }
-    if let Some(Value::Object(t)) = o.remove("gateway_tap") {
-        for (k, v) in t {
-            o.insert(format!("tap_{k}"), v);
-        }
-    }
-    if let Some(Value::Object(t)) = o.remove("ttft_split") {
-        for (k, v) in t {
-            o.insert(format!("ttft_split_{k}"), v);
+    for (object, prefix) in FLATTENED {
+        if let Some(Value::Object(fields)) = o.remove(object) {
+            for (k, v) in fields {
+                o.insert(format!("{prefix}{k}"), v);
+            }
         }
     }
     o.retain(|_, v| !v.is_object());

@@ -1,10 +1,10 @@
 //! One HTTP batch exporter for every sink that posts records somewhere (`[otlp]` spans,
 //! `[clickhouse]` rows): a bounded queue filled with `try_send` (full: the item is dropped and
 //! counted), one task that batches it (`batch` items, or what came within `flush`), encodes the
-//! batch and posts it over one kept-alive HTTP/1.1 connection (https verified against the
-//! system roots). Retryable failures (no connection, a timeout, 429, 502, 503, 504, and what
-//! the target adds) are retried with exponential backoff from 100 ms, at most 5 attempts;
-//! items of a batch that still fails are dropped and counted, and a warning is logged at most
+//! batch and posts it over one kept-alive HTTP/1.1 connection (`crate::post`: https verified
+//! against the system roots). Retryable failures (no connection, a timeout, 429, 502, 503, 504,
+//! and what the target adds) are retried with exponential backoff from 100 ms, at most 5
+//! attempts; items of a batch that still fails are dropped and counted, and a warning is logged at most
 //! once a minute. While an export waits the queue fills and then drops: traffic never waits.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,17 +12,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http::{HeaderName, HeaderValue, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::keys::Secret;
+use crate::post::{connect, post, tls_for, Tls};
 
 /// Attempts per batch before its items are dropped.
 const ATTEMPTS: u32 = 5;
@@ -121,9 +119,6 @@ pub fn spawn<T: Send + 'static, E: Encode<T>>(
     let task = tokio::spawn(exporter.run(rx));
     Ok((Queue { tx, counters }, task))
 }
-
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// Why one export attempt failed.
 enum Failure {
@@ -284,78 +279,4 @@ impl<T: Send + 'static, E: Encode<T>> Exporter<T, E> {
             .await
             .map_err(Failure::Retry)
     }
-}
-
-/// A POST of `body` to `path` on `endpoint`, with `headers` (credentials: values never echoed).
-pub fn post(
-    endpoint: &Uri,
-    path: &str,
-    content_type: Option<&'static str>,
-    body: Bytes,
-    headers: &[(HeaderName, Secret<HeaderValue>)],
-) -> Result<Request<Full<Bytes>>, http::Error> {
-    let authority = endpoint
-        .authority()
-        .map(|a| a.as_str().to_owned())
-        .unwrap_or_default();
-    let mut req = Request::builder()
-        .method(Method::POST)
-        .uri(path)
-        .header(header::HOST, authority);
-    if let Some(t) = content_type {
-        req = req.header(header::CONTENT_TYPE, t);
-    }
-    let mut req = req
-        .header(header::CONTENT_LENGTH, body.len())
-        .body(Full::new(body))?;
-    for (name, value) in headers {
-        req.headers_mut()
-            .insert(name.clone(), HeaderValue::clone(value.expose()));
-    }
-    Ok(req)
-}
-
-/// A TLS connector and the name it verifies.
-pub type Tls = (
-    tokio_rustls::TlsConnector,
-    rustls::pki_types::ServerName<'static>,
-);
-
-/// The connector for an `https` endpoint (verified against the system roots); none for `http`.
-pub fn tls_for(endpoint: &Uri) -> Result<Option<Tls>, crate::tls::TlsError> {
-    match endpoint.scheme_str() {
-        Some("https") => {
-            crate::tls::connector_with(None, endpoint.host().unwrap_or_default()).map(Some)
-        }
-        _ => Ok(None),
-    }
-}
-
-/// One HTTP/1.1 connection to `endpoint` (over TLS with `tls`); its driver runs on its own task.
-pub async fn connect(
-    endpoint: &Uri,
-    tls: Option<&Tls>,
-) -> Result<SendRequest<Full<Bytes>>, String> {
-    let host = endpoint.host().unwrap_or_default();
-    let port = endpoint
-        .port_u16()
-        .unwrap_or(if tls.is_some() { 443 } else { 80 });
-    let tcp = TcpStream::connect((host.trim_matches(['[', ']']), port))
-        .await
-        .map_err(|e| format!("connect {host}:{port}: {e}"))?;
-    let _ = tcp.set_nodelay(true);
-    let io: Box<dyn Io> = match tls {
-        Some((connector, name)) => Box::new(
-            connector
-                .connect(name.clone(), tcp)
-                .await
-                .map_err(|e| format!("TLS: {e}"))?,
-        ),
-        None => Box::new(tcp),
-    };
-    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    tokio::spawn(conn);
-    Ok(send)
 }
