@@ -4,33 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
+pub use super::model::StreamRow;
 use super::names::{Names, NONE};
 use super::row::Row;
 use crate::meter::delivery::Verdict;
 use crate::meter::{RelayVerdict, TapSide};
-
-/// One route (and arm) of the streaming section.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct StreamRow {
-    pub route: String,
-    pub arm: Option<String>,
-    /// `outer` or `inner` on a gateway tap's routes, else null.
-    pub side: Option<&'static str>,
-    /// Streams whose delivery was recorded (those that carried content).
-    pub streams: usize,
-    pub streamed: usize,
-    pub coalesced: usize,
-    pub buffered: usize,
-    pub buffered_share: f64,
-    /// The most content events one read carried, over the route's streams.
-    pub max_events_per_read: u64,
-    /// Outer side of a tap: streams the gateway held (two tokens or more relayed later than 50 ms), and
-    /// the largest token relay seen.
-    pub gateway_held: usize,
-    pub relay_max_ms: Option<f64>,
-}
 
 #[derive(Default, Debug)]
 struct Counts {
@@ -81,10 +59,7 @@ impl StreamingAcc {
                 StreamRow {
                     route: names.name(route).unwrap_or_default(),
                     arm: names.name(arm),
-                    side: c.side.map(|s| match s {
-                        TapSide::Outer => "outer",
-                        TapSide::Inner => "inner",
-                    }),
+                    side: c.side,
                     streams,
                     streamed: c.by[Verdict::Streamed as usize],
                     coalesced: c.by[Verdict::Coalesced as usize],
@@ -98,134 +73,3 @@ impl StreamingAcc {
             .collect()
     }
 }
-
-/// The answer to "Is it really streaming?"; `cells` are named where buffered streams sit.
-pub fn answer(rows: &[StreamRow], cells: &[super::Cell]) -> String {
-    let streams: usize = rows.iter().map(|r| r.streams).sum();
-    if streams == 0 {
-        return "No record says how its stream arrived: no streams, records from before tokentap measured delivery, or a report read from ClickHouse (its table has no delivery columns yet).".into();
-    }
-    let name = |r: &StreamRow| match &r.arm {
-        Some(a) if *a != r.route => format!("{} [{a}]", r.route),
-        _ => r.route.clone(),
-    };
-    let buffered: Vec<String> = rows
-        .iter()
-        .filter(|r| r.buffered > 0)
-        .map(|r| {
-            format!(
-                "{} came buffered on {} ({:.0} %; up to {} events in one read)",
-                r.buffered,
-                name(r),
-                100.0 * r.buffered_share,
-                r.max_events_per_read
-            )
-        })
-        .collect();
-    let held: Vec<String> = rows
-        .iter()
-        .filter(|r| r.gateway_held > 0)
-        .map(|r| {
-            format!(
-                "on {}, the gateway held {} streams (two tokens or more relayed later than 50 ms), a token up to {:.0} ms",
-                name(r),
-                r.gateway_held,
-                r.relay_max_ms.unwrap_or(0.0)
-            )
-        })
-        .collect();
-    let coalesced: usize = rows.iter().map(|r| r.coalesced).sum();
-    if buffered.is_empty() && held.is_empty() {
-        return format!(
-            "Yes: none of {streams} streams came buffered ({coalesced} coalesced: a few events per read, or several tokens per event)."
-        );
-    }
-    let mut s = if buffered.is_empty() {
-        format!("Not everywhere: none of {streams} streams came buffered to tokentap, but")
-    } else {
-        format!(
-            "Not everywhere: of {streams} streams, {}.",
-            buffered.join("; ")
-        )
-    };
-    if !held.is_empty() {
-        let lead = if buffered.is_empty() {
-            ""
-        } else {
-            " Through the tap,"
-        };
-        s += &format!("{lead} {}.", held.join("; "));
-    }
-    let inner_clean = rows
-        .iter()
-        .filter(|r| r.side == Some("inner"))
-        .all(|r| r.buffered == 0);
-    if !held.is_empty() && inner_clean {
-        s += " Inside the gateway the engine streamed them: the gateway is the hop that held them.";
-    }
-    s += " A buffered stream's TTFT includes the hold and its TPOT is not a decode speed";
-    let flagged: Vec<String> = cells
-        .iter()
-        .filter(|c| c.buffered_streams > 0)
-        .map(|c| {
-            format!(
-                "{} {} ({} of {})",
-                super::render::cell_name(c),
-                super::answers::at(c),
-                c.buffered_streams,
-                c.requests
-            )
-        })
-        .collect();
-    if flagged.is_empty() {
-        s.push('.');
-    } else {
-        s += &format!(": cells with buffered streams: {}.", flagged.join(", "));
-    }
-    s
-}
-
-/// The section's table: per route (and arm), how its streams arrived.
-pub(super) fn table(rows: &[StreamRow]) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
-    if rows.is_empty() {
-        return None;
-    }
-    let head = vec![
-        "route",
-        "side",
-        "streams",
-        "streamed",
-        "coalesced",
-        "buffered",
-        "most events/read",
-        "held by gateway",
-        "largest relay ms",
-    ];
-    let body = rows
-        .iter()
-        .map(|r| {
-            vec![
-                match &r.arm {
-                    Some(a) if *a != r.route => format!("{} [{a}]", r.route),
-                    _ if r.route.is_empty() => "(client)".into(),
-                    _ => r.route.clone(),
-                },
-                r.side.unwrap_or("-").to_owned(),
-                r.streams.to_string(),
-                r.streamed.to_string(),
-                r.coalesced.to_string(),
-                format!("{} ({:.0} %)", r.buffered, 100.0 * r.buffered_share),
-                r.max_events_per_read.to_string(),
-                if r.side == Some("outer") {
-                    r.gateway_held.to_string()
-                } else {
-                    "-".into()
-                },
-                r.relay_max_ms.map_or("-".into(), |m| format!("{m:.1}")),
-            ]
-        })
-        .collect();
-    Some((head, body))
-}
-
-pub(super) const TITLE: &str = "Is it really streaming? How streams arrived, per route";
