@@ -59,7 +59,10 @@ impl StreamingAcc {
                 StreamRow {
                     route: names.name(route).unwrap_or_default(),
                     arm: names.name(arm),
-                    side: c.side,
+                    side: c.side.map(|s| match s {
+                        TapSide::Outer => "outer",
+                        TapSide::Inner => "inner",
+                    }),
                     streams,
                     streamed: c.by[Verdict::Streamed as usize],
                     coalesced: c.by[Verdict::Coalesced as usize],

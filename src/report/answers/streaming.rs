@@ -1,7 +1,6 @@
 //! "Is it really streaming?" in sentences: which routes buffered or held streams, and which
 //! cells' TPOT a held stream would pass for a fast decode.
 
-use crate::meter::TapSide;
 use crate::report::model::{Cell, StreamRow};
 use crate::report::words::{at, cell_name};
 
@@ -64,7 +63,7 @@ pub fn answer(rows: &[StreamRow], cells: &[Cell]) -> String {
     }
     let inner_clean = rows
         .iter()
-        .filter(|r| r.side == Some(TapSide::Inner))
+        .filter(|r| r.side == Some("inner"))
         .all(|r| r.buffered == 0);
     if !held.is_empty() && inner_clean {
         s += " Inside the gateway the engine streamed them: the gateway is the hop that held them.";

@@ -316,6 +316,28 @@ pub struct OtherRow {
     pub requests: usize,
 }
 
+/// A verdict equals its name in the JSON (`failure_mode == "errors"`).
+macro_rules! named {
+    ($($t:ty),*) => {$(
+        impl PartialEq<&str> for $t {
+            fn eq(&self, name: &&str) -> bool {
+                self.as_str() == *name
+            }
+        }
+    )*};
+}
+
+named!(
+    Tail,
+    FailureMode,
+    Sources,
+    SloKind,
+    ConcurrencyFrom,
+    BindPoint,
+    Constraint,
+    PercentileMethod
+);
+
 /// One of the write-up's questions and its answer, in a sentence with its figure.
 #[derive(Debug, Clone, Serialize)]
 pub struct Answer {

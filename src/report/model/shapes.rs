@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::dist::Dist;
-use crate::meter::TapSide;
 
 /// One API shape's (or one bucket's) requests.
 #[derive(Debug, Clone, Serialize)]
@@ -65,7 +64,7 @@ pub struct StreamRow {
     pub route: String,
     pub arm: Option<String>,
     /// `outer` or `inner` on a gateway tap's routes, else null.
-    pub side: Option<TapSide>,
+    pub side: Option<&'static str>,
     /// Streams whose delivery was recorded (those that carried content).
     pub streams: usize,
     pub streamed: usize,

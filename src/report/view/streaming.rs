@@ -1,6 +1,5 @@
 //! The streaming section's table: per route (and arm), how its streams arrived.
 
-use crate::meter::TapSide;
 use crate::report::model::StreamRow;
 
 /// The section's table: per route (and arm), how its streams arrived.
@@ -28,18 +27,13 @@ pub(super) fn table(rows: &[StreamRow]) -> Option<(Vec<&'static str>, Vec<Vec<St
                     _ if r.route.is_empty() => "(client)".into(),
                     _ => r.route.clone(),
                 },
-                r.side
-                    .map_or("-", |s| match s {
-                        TapSide::Outer => "outer",
-                        TapSide::Inner => "inner",
-                    })
-                    .to_owned(),
+                r.side.unwrap_or("-").to_owned(),
                 r.streams.to_string(),
                 r.streamed.to_string(),
                 r.coalesced.to_string(),
                 format!("{} ({:.0} %)", r.buffered, 100.0 * r.buffered_share),
                 r.max_events_per_read.to_string(),
-                if r.side == Some(TapSide::Outer) {
+                if r.side == Some("outer") {
                     r.gateway_held.to_string()
                 } else {
                     "-".into()
