@@ -334,7 +334,6 @@ named!(
     SloKind,
     ConcurrencyFrom,
     BindPoint,
-    Constraint,
     PercentileMethod
 );
 
@@ -396,4 +395,54 @@ pub struct Report {
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each verdict's `as_str()` (what the renderers print) is its name in the JSON, so a
+    /// rename on one side cannot drift from the other.
+    #[test]
+    fn verdicts_are_named_as_in_the_json() {
+        fn check<T: Serialize + Copy + PartialEq<&'static str>>(
+            all: &[T],
+            str: fn(T) -> &'static str,
+        ) {
+            for v in all {
+                let json = serde_json::to_string(v).unwrap_or_default();
+                assert_eq!(json, format!("\"{}\"", str(*v)));
+                assert!(*v == str(*v));
+            }
+        }
+        use Tail::*;
+        check(
+            &[Tight, Widening, Shifted, ConvergedHigh, Unknown],
+            Tail::as_str,
+        );
+        check(
+            &[FailureMode::Slower, FailureMode::Errors, FailureMode::None],
+            FailureMode::as_str,
+        );
+        check(
+            &[Sources::Bench, Sources::Live, Sources::Mixed],
+            Sources::as_str,
+        );
+        check(&[SloKind::Ttft, SloKind::TokS], SloKind::as_str);
+        check(
+            &[ConcurrencyFrom::LoadGenerator, ConcurrencyFrom::InFlight],
+            ConcurrencyFrom::as_str,
+        );
+        check(
+            &[BindPoint::Knee, BindPoint::Slo, BindPoint::Top],
+            BindPoint::as_str,
+        );
+        check(
+            &[PercentileMethod::Exact, PercentileMethod::Hdr],
+            PercentileMethod::as_str,
+        );
+        // Provisioning's axis is the cells' axis, by the same names.
+        let axis = serde_json::to_string(&Some(Axis::RequestRate)).unwrap_or_default();
+        assert_eq!(axis, "\"request_rate\"");
+    }
 }
