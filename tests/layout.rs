@@ -415,10 +415,6 @@ const KNOWN_FOLDER_CYCLES: &[&str] = &[
     "src/openai: chunk, fast",
     "src/proxy: ending, exchange, timeout",
     "src/proxy: forward, stack",
-    "src/report/svg: frame, marks",
-    "src/report: acc, traffic",
-    "src/report: answers, binding, engine, html, render, sections, streaming",
-    "src/report: hop, tap",
 ];
 
 #[test]
@@ -563,14 +559,6 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("src/meter/record.rs: assemble", 104),
     ("src/proxy/forward.rs: forward", 108),
     ("src/proxy/stack.rs: call", 117),
-    ("src/report/acc.rs: add", 134),
-    ("src/report/hop.rs: compute", 185),
-    ("src/report/html/charts.rs: charts", 129),
-    ("src/report/html.rs: html", 112),
-    ("src/report/mod.rs: report_of", 162),
-    ("src/report/read.rs: scan", 104),
-    ("src/report/render.rs: render", 170),
-    ("src/report/tap.rs: compute", 140),
     ("src/serve.rs: run", 142),
     ("src/sim/cli.rs: cli", 103),
     ("src/sim/engine.rs: run", 128),

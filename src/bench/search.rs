@@ -28,7 +28,7 @@ pub enum Until {
     /// slowest 5 % of streams at least its tok/s.
     Slo {
         name: &'static str,
-        kind: &'static str,
+        kind: crate::report::SloKind,
         threshold: f64,
     },
     /// Errors alone (`errors`).
@@ -57,7 +57,7 @@ impl Until {
                 .find(|(n, ..)| *n == name)
                 .map(|(name, kind, threshold)| Until::Slo {
                     name,
-                    kind,
+                    kind: *kind,
                     threshold: *threshold,
                 })
                 .ok_or_else(|| {
@@ -99,7 +99,7 @@ impl Until {
             Until::Slo {
                 kind, threshold, ..
             } => match *kind {
-                "ttft" => ttft_p95.is_some_and(|p| p <= *threshold),
+                crate::report::SloKind::Ttft => ttft_p95.is_some_and(|p| p <= *threshold),
                 _ => tok_s_p5.is_some_and(|t| t >= *threshold),
             },
         };

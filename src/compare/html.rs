@@ -7,8 +7,8 @@ use std::fmt::Write;
 
 use super::render::{forest_point, lines, rows};
 use super::{CellDiff, Comparison};
-use crate::report::html::html_table;
-use crate::report::svg::{self, Chart, Key, Series, Style, COLORS, GREY};
+use crate::report::view::grid::html_table;
+use crate::report::view::svg::{self, Chart, Key, Series, Style, COLORS, GREY};
 
 /// The metrics drawn: BASE and NEW side by side, and as differences.
 const DRAWN: [(&str, &str); 4] = [

@@ -4,7 +4,7 @@
 use super::boot::Diff;
 use super::verdict::reading;
 use super::{CellDiff, Comparison};
-use crate::report::render::{md_table, text_table};
+use crate::report::view::grid::{md_table, text_table};
 use crate::report::Format;
 
 /// A figure as the tables print it.

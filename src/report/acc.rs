@@ -7,7 +7,6 @@
 //! because their bootstrap intervals need every pair.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use super::clock::Clock;
 use super::hop::HopRec;
@@ -18,7 +17,6 @@ use super::tap::TapRec;
 use super::traffic::{drop_single_arm, other_rows, OTHER_ENDPOINTS_HELD, OTHER_PATHS};
 use super::values::{Method, Values};
 use super::{Dist, KeyRow, OtherRow, Traffic};
-use crate::meter::delivery::Verdict::Buffered;
 use crate::openai::Api;
 
 /// Values held exactly before the report switches to sketches: about 8 bytes each, so the
@@ -36,7 +34,7 @@ const API_ORDER: [Api; 7] = [
     Api::Other,
 ];
 
-pub(super) use super::cellacc::CellAcc;
+pub(super) use super::cellacc::{CellAcc, CellIn, Kind};
 
 #[derive(Debug)]
 struct KeyAcc {
@@ -48,40 +46,6 @@ struct KeyAcc {
     ttft: Values,
     tpot: Values,
     e2e: Values,
-}
-
-/// One cell as the report's finishing step receives it.
-pub(super) struct CellIn {
-    pub bucket: String,
-    pub arm: Option<String>,
-    pub level: u64,
-    pub label: String,
-    /// An open-loop cell's offered rate (requests a second); its `level` is that in
-    /// thousandths.
-    pub rate: Option<f64>,
-    pub kind: Kind,
-    pub acc: CellAcc,
-}
-
-/// What a cell's level is. The three are never one axis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(super) enum Kind {
-    /// A load generator's concurrency.
-    Concurrency,
-    /// Live traffic's in-flight count at admission, binned 1, 2, 3-4, 5-8, …
-    Live,
-    /// A load generator's offered arrival rate, in thousandths of a request a second.
-    Rate,
-}
-
-impl Kind {
-    pub(super) fn of(rate: bool, live: bool) -> Kind {
-        match (rate, live) {
-            (true, _) => Kind::Rate,
-            (false, true) => Kind::Live,
-            (false, false) => Kind::Concurrency,
-        }
-    }
 }
 
 /// An open-loop cell's label: `2/s`, `0.5/s`, `12.25/s`.
@@ -315,77 +279,13 @@ impl Acc {
             .cells
             .entry((bucket, arm, lvl, kind))
             .or_insert_with(|| CellAcc::new(sketch));
-        c.requests += 1;
-        c.errors += usize::from(r.is_error());
-        c.throttled += usize::from(class == Class::Throttled);
-        c.buffered += usize::from(r.delivery.is_some_and(|d| d.verdict == Buffered));
-        for (sum, t) in
-            c.tokens
-                .iter_mut()
-                .zip([r.input_tokens, r.output_tokens, r.reasoning_tokens])
-        {
-            *sum += t.unwrap_or(0);
-        }
-        if kind == Kind::Rate {
-            if let Some(t) = ts {
-                c.sent = Some(c.sent.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
-            }
-            if let Some(s) = r.scheduled_ms.filter(|s| s.is_finite()) {
-                c.scheduled = Some(
-                    c.scheduled
-                        .map_or((s, s, 1), |(a, b, n)| (a.min(s), b.max(s), n + 1)),
-                );
-            }
-            held += c.queue.opt(r.client_queue_ms) + c.lag.opt(r.client_lag_ms);
-        }
-        if let Some(t) = ts {
-            c.start = Some(c.start.map_or(t, |s| s.min(t)));
-            let end = t + Duration::from_secs_f64(r.e2e_ms.max(0.0) / 1000.0);
-            c.end = Some(c.end.map_or(end, |e| e.max(end)));
-        }
-        let good = r.ok()
-            && r.ttft_ms.is_none_or(|t| t <= self.goodput_ttft_ms)
-            && r.tok_s().is_none_or(|s| s >= self.goodput_tok_s);
-        if kind == Kind::Concurrency {
-            if let Some(t) = ts.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
-                let start_ms = t.as_secs_f64() * 1000.0;
-                c.spans.push(super::steady::Span {
-                    start_ms,
-                    end_ms: start_ms + r.e2e_ms.max(0.0),
-                    ok: r.ok(),
-                    good,
-                    ttft: r.ttft_ms,
-                    tpot: r.tpot_ms,
-                    tps: r.tok_s(),
-                    e2e: r.e2e_ms,
-                });
-                held += 8;
-            }
-        }
-        if r.ok() {
-            held += c.ttft.opt(r.ttft_ms)
-                + c.ttfo.opt(r.ttfo_ms)
-                + c.tpot.opt(r.tpot_ms)
-                + c.tps.opt(r.tok_s())
-                + c.e2e.push(r.e2e_ms)
-                + c.input.opt(r.input_tokens.map(|v| v as f64))
-                + c.output.opt(r.output_tokens.map(|v| v as f64));
-            c.out_tokens += r.output_tokens.unwrap_or(0);
-            if let Some(s) = &r.ttft_split {
-                c.split_n += 1;
-                let parts = [
-                    s.proxy_ms,
-                    s.upstream_headers_ms,
-                    s.engine_queue_ms,
-                    s.engine_prefill_ms,
-                    s.outside_engine_ms,
-                ];
-                for (v, p) in c.split.iter_mut().zip(parts) {
-                    held += v.opt(p);
-                }
-            }
-            c.good += usize::from(good);
-        }
+        held += c.add(
+            r,
+            ts,
+            kind,
+            class,
+            (self.goodput_ttft_ms, self.goodput_tok_s),
+        );
 
         let key_arm = match r.arm() {
             Some(a) if self.by_arm => self.names.id(a),

@@ -3,9 +3,10 @@
 //! figures beside the verdict; and how close the engine came to the card's limits (MBU, MFU).
 //! The rule is docs/report.md's "The binding constraint"; it reads the cells' engine figures.
 
-use serde::Serialize;
-
-use super::{answers::Answer, Cell, Report};
+use super::answers;
+use super::model::{Axis, Cell, Report};
+pub use super::model::{BindPoint, Binding, BindingFigures as Figures, Constraint};
+use super::words::{at, cell_name};
 
 /// KV-cache usage at or above this is full.
 pub const KV_FULL: f64 = 0.95;
@@ -15,67 +16,6 @@ pub const QUEUE_MEAN: f64 = 0.5;
 pub const CLIENT_LAG_MS: f64 = 10.0;
 /// Time outside the engine at or above this share of TTFT (medians) is the gateway's.
 pub const GATEWAY_SHARE: f64 = 0.5;
-
-/// What binds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Constraint {
-    Client,
-    Gateway,
-    KvCache,
-    Queueing,
-    Compute,
-    /// Neither a knee nor an SLO failure in the levels measured.
-    NotReached,
-    /// A knee, but no engine figures to say why (`bench --scrape`).
-    Unknown,
-}
-
-impl Constraint {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Constraint::Client => "client",
-            Constraint::Gateway => "gateway",
-            Constraint::KvCache => "KV cache",
-            Constraint::Queueing => "queueing",
-            Constraint::Compute => "compute",
-            Constraint::NotReached => "not reached",
-            Constraint::Unknown => "unknown",
-        }
-    }
-}
-
-/// The figures a verdict is read from.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Figures {
-    pub kv_cache_usage_peak: Option<f64>,
-    pub preemptions_per_request: Option<f64>,
-    pub waiting_mean: Option<f64>,
-    pub running_mean: Option<f64>,
-    pub mbu: Option<f64>,
-    pub mfu: Option<f64>,
-    pub client_lag_p99_ms: Option<f64>,
-    /// Time outside the engine ÷ TTFT (medians).
-    pub outside_engine_share: Option<f64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Binding {
-    pub bucket: String,
-    /// The level examined (`C=8`, `4/s`).
-    pub at: Option<String>,
-    /// Why that level: `knee`, `slo` (the interactive SLO's first failure) or `top` (neither
-    /// reached: the highest level).
-    pub point: &'static str,
-    pub constraint: Constraint,
-    pub figures: Figures,
-    /// The verdict in a sentence, with its figures.
-    pub text: String,
-}
-
-fn pct(v: f64) -> String {
-    format!("{:.0} %", v * 100.0)
-}
 
 fn figures(c: &Cell) -> Figures {
     let t = c.engine.clone().unwrap_or_default();
@@ -117,32 +57,6 @@ pub fn verdict(f: &Figures, scraped: bool) -> Constraint {
     }
 }
 
-fn describe(f: &Figures) -> String {
-    let mut parts = Vec::new();
-    if let Some(k) = f.kv_cache_usage_peak {
-        parts.push(format!("KV cache peak {}", pct(k)));
-    }
-    if let Some(p) = f.preemptions_per_request {
-        parts.push(format!("{p:.2} preemptions a request"));
-    }
-    if let Some(w) = f.waiting_mean {
-        parts.push(format!("waiting {w:.1} mean"));
-    }
-    if let Some(r) = f.running_mean {
-        parts.push(format!("running {r:.1} mean"));
-    }
-    if let Some(m) = f.mbu {
-        parts.push(format!("MBU {}", pct(m)));
-    }
-    if let Some(l) = f.client_lag_p99_ms {
-        parts.push(format!("client lag p99 {l:.1} ms"));
-    }
-    if let Some(s) = f.outside_engine_share {
-        parts.push(format!("{} of TTFT outside the engine", pct(s)));
-    }
-    parts.join(", ")
-}
-
 /// Name each bucket's binding constraint, and add the answers the engine's figures give.
 pub fn settle(r: &mut Report) {
     if !r.cells.iter().any(|c| c.engine.is_some()) {
@@ -153,113 +67,37 @@ pub fn settle(r: &mut Report) {
         let cs: Vec<&Cell> = r
             .cells
             .iter()
-            .filter(|c| super::answers::name(c) == p.bucket)
-            .filter(|c| match p.axis {
-                None => c.axis == super::Axis::Concurrency,
-                Some("request_rate") => c.axis == super::Axis::RequestRate,
-                Some(_) => c.axis == super::Axis::InFlight,
-            })
+            .filter(|c| cell_name(c) == p.bucket)
+            .filter(|c| c.axis == p.axis.unwrap_or(Axis::Concurrency))
             .collect();
         let missed = cs.iter().find(|c| c.slo.get("interactive") == Some(&false));
         let (cell, point) = match (&p.knee, missed) {
-            (Some(k), _) => (cs.iter().find(|c| &c.concurrency == k), "knee"),
-            (None, Some(c)) => (Some(c), "slo"),
-            (None, None) => (cs.last(), "top"),
+            (Some(k), _) => (cs.iter().find(|c| &c.concurrency == k), BindPoint::Knee),
+            (None, Some(c)) => (Some(c), BindPoint::Slo),
+            (None, None) => (cs.last(), BindPoint::Top),
         };
         let Some(cell) = cell else { continue };
         let f = figures(cell);
-        let constraint = if point == "top" {
+        let constraint = if point == BindPoint::Top {
             Constraint::NotReached
         } else {
             verdict(&f, cell.engine.is_some())
         };
-        let at = super::answers::at(cell);
-        let why = match point {
-            "knee" => format!("at its knee, {at}"),
-            "slo" => format!("where the interactive SLO first fails, {at}"),
-            _ => format!("no knee or SLO failure up to {at}"),
-        };
-        let figs = describe(&f);
-        let text = format!(
-            "{}: {} ({why}{}{figs})",
-            p.bucket,
-            constraint.as_str(),
-            if figs.is_empty() { "" } else { ": " },
-        );
         out.push(Binding {
             bucket: p.bucket.clone(),
-            at: Some(at),
+            at: Some(at(cell)),
             point,
             constraint,
             figures: f,
-            text,
+            // The sentence is the answers' (`answers::binding_text`).
+            text: String::new(),
         });
     }
-    let binds = out
-        .iter()
-        .map(|b| b.text.clone())
-        .collect::<Vec<_>>()
-        .join("; ");
+    for b in &mut out {
+        b.text = answers::binding_text(b);
+    }
     r.binding = out;
-    r.answers.push(Answer {
-        question: "What binds, at the knee or ceiling?",
-        answer: if binds.is_empty() {
-            "-".into()
-        } else {
-            format!("{binds}.")
-        },
-    });
-    r.answers.push(Answer {
-        question: "How close to the hardware's limit is it?",
-        answer: limit(r),
-    });
-}
-
-/// Per bucket, the cell nearest the card's bandwidth limit (or, without the card's peak, the
-/// highest achieved bytes/s).
-fn limit(r: &Report) -> String {
-    let hw = r.hardware.clone().unwrap_or_default();
-    let mut parts = Vec::new();
-    for p in &r.provisioning {
-        let best = r
-            .cells
-            .iter()
-            .filter(|c| super::answers::name(c) == p.bucket)
-            .filter_map(|c| Some((c, c.engine.as_ref()?.read_bytes_per_s_per_gpu?)))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
-        let Some((c, bytes)) = best else { continue };
-        let Some(t) = c.engine.as_ref() else { continue };
-        let at = super::answers::at(c);
-        parts.push(match (t.mbu, hw.peak_bandwidth_bytes_s) {
-            (Some(m), Some(peak)) => format!(
-                "{} reaches {} of the card's {:.0} GB/s at {at}{}",
-                p.bucket,
-                pct(m),
-                peak / 1e9,
-                t.mfu
-                    .map_or_else(String::new, |f| format!(" (MFU {})", pct(f)))
-            ),
-            _ if bytes <= 0.0 => format!(
-                "{}: the engine's estimate of bytes read stayed at zero (vLLM counts it with --enable-mfu-metrics)",
-                p.bucket
-            ),
-            _ => format!("{} reads {:.0} GB/s per GPU at {at}", p.bucket, bytes / 1e9),
-        });
-    }
-    if parts.is_empty() {
-        return "no engine estimates of bytes read were scraped (vLLM's vllm:estimated_read_bytes_per_gpu_total)".into();
-    }
-    let mut s = parts.join("; ");
-    let measured = r.cells.iter().any(|c| {
-        c.engine
-            .as_ref()
-            .and_then(|t| t.read_bytes_per_s_per_gpu)
-            .is_some_and(|b| b > 0.0)
-    });
-    if hw.peak_bandwidth_bytes_s.is_none() && measured {
-        s += " — give bench --gpu or --peak-bandwidth for the share of the card's peak (MBU)";
-    }
-    s + "."
+    answers::binding_answers(r);
 }
 
 #[cfg(test)]

@@ -5,10 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
+use super::model::GatewayTap as Tap;
+pub use super::model::{DiffStats, GatewayHop, HopSet, OrderEffect, SplitStats};
 use super::row::{level_of, Row};
-use super::tap::GatewayTap as Tap;
 use crate::stats::{bootstrap, bootstrap_diff, pct, sorted};
 
 /// What the section keeps of a served record of either arm (about 100 bytes): the paired
@@ -59,64 +58,6 @@ impl HopRec {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct DiffStats {
-    pub n: usize,
-    pub median: Option<f64>,
-    pub p95: Option<f64>,
-    pub p99: Option<f64>,
-    /// Bootstrap 95 % confidence interval of the median, [low, high].
-    pub ci95: Option<[f64; 2]>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct HopSet {
-    pub pairs: usize,
-    pub ttft_ms: DiffStats,
-    pub upstream_headers_ms: DiffStats,
-    pub tpot_ms: DiffStats,
-    pub e2e_ms: DiffStats,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SplitStats {
-    pub gateway_n: usize,
-    pub direct_n: usize,
-    /// Percentile of gateway − same percentile of direct, with bootstrap 95 % intervals.
-    pub ttft_ms: BTreeMap<&'static str, (Option<f64>, Option<[f64; 2]>)>,
-    pub tpot_ms: BTreeMap<&'static str, (Option<f64>, Option<[f64; 2]>)>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct OrderEffect {
-    /// Median TTFT difference when the gateway copy went first, and when the direct one did.
-    pub gateway_first_median: Option<f64>,
-    pub direct_first_median: Option<f64>,
-    /// (gateway first − direct first) with its bootstrap interval.
-    pub difference: Option<f64>,
-    pub ci95: Option<[f64; 2]>,
-    pub present: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct GatewayHop {
-    pub gateway_arm: String,
-    pub direct_arm: String,
-    #[serde(flatten)]
-    pub overall: HopSet,
-    pub by_bucket: BTreeMap<String, HopSet>,
-    /// The same fields per concurrency level: at C=1 the pair does not share the engine; above
-    /// it engine contention can be mixed into the difference.
-    pub by_concurrency: BTreeMap<String, HopSet>,
-    /// The levels the overall figure pools (it is never pooled without saying so).
-    pub pooled_over: Vec<String>,
-    /// The first level whose difference is no longer the hop (contention mixed in), if any.
-    pub contention_from: Option<String>,
-    pub order_effect: Option<OrderEffect>,
-    pub split: Option<SplitStats>,
-    pub summary: String,
-}
-
 /// Seeds of the section's bootstrap intervals (fixed: the same records give the same report).
 const SEED_MEDIAN: u64 = 0x7153_11a5;
 const SEED_PERCENTILE: u64 = 0x5b17;
@@ -153,20 +94,6 @@ fn hop_set(pairs: &[Pair<'_>]) -> HopSet {
 fn percentile_diff(g: &[f64], d: &[f64], p: f64) -> (Option<f64>, Option<[f64; 2]>) {
     let point = pct(g, p).zip(pct(d, p)).map(|(a, b)| a - b);
     (point, bootstrap_diff(g, d, p, SEED_PERCENTILE))
-}
-
-fn fmt_ci(d: &DiffStats) -> String {
-    match (d.median, d.ci95) {
-        (Some(m), Some([lo, hi])) => {
-            format!("{m:+.1} ms (95% CI [{lo:+.1}, {hi:+.1}], {} pairs)", d.n)
-        }
-        (Some(m), None) => format!("{m:+.1} ms ({} pair)", d.n),
-        _ => "no data".into(),
-    }
-}
-
-fn covers_zero(d: &DiffStats) -> bool {
-    d.ci95.is_some_and(|[lo, hi]| lo <= 0.0 && hi >= 0.0)
 }
 
 /// Whether a level's paired difference `d` is still the hop: against the tap's figure at that
@@ -241,9 +168,28 @@ pub fn compute(
         departs(&set.ttft_ms, reference).then(|| l.clone())
     });
 
-    // Order effect: did the gateway copy or the direct copy start first?
+    let order_effect = order_effect(&pairs);
+    let split = pairs.is_empty().then(|| split_stats(&g_recs, &d_recs));
+    Some(GatewayHop {
+        gateway_arm: gateway.into(),
+        direct_arm: direct.into(),
+        overall,
+        by_bucket,
+        by_concurrency: per_level.into_iter().collect(),
+        pooled_over,
+        contention_from,
+        order_effect,
+        split,
+        // The sentence is the answers' (`answers::hop_summary`).
+        summary: String::new(),
+    })
+}
+
+/// Order effect: did the gateway copy or the direct copy start first? Present when the
+/// difference between the two orders is clear.
+fn order_effect(pairs: &[Pair<'_>]) -> Option<OrderEffect> {
     let (mut gf, mut df) = (Vec::new(), Vec::new());
-    for (g, d) in &pairs {
+    for (g, d) in pairs {
         if let (Some(tg), Some(td), Some(a), Some(b)) = (g.ts, d.ts, g.ttft_ms, d.ttft_ms) {
             if tg <= td {
                 gf.push(a - b);
@@ -252,7 +198,7 @@ pub fn compute(
             }
         }
     }
-    let order_effect = (gf.len() >= 5 && df.len() >= 5).then(|| {
+    (gf.len() >= 5 && df.len() >= 5).then(|| {
         let (gs, ds) = (sorted(gf), sorted(df));
         let (difference, ci95) = percentile_diff(&gs, &ds, 0.5);
         OrderEffect {
@@ -264,110 +210,26 @@ pub fn compute(
             present: ci95.is_some_and(|[lo, hi]| lo > 0.0 || hi < 0.0)
                 && difference.is_some_and(|d| d.abs() > 1.0),
         }
-    });
-
-    let split = pairs.is_empty().then(|| {
-        let g_ttft = sorted(g_recs.iter().filter_map(|r| r.ttft_ms));
-        let d_ttft = sorted(d_recs.iter().filter_map(|r| r.ttft_ms));
-        let g_tpot = sorted(g_recs.iter().filter_map(|r| r.tpot_ms));
-        let d_tpot = sorted(d_recs.iter().filter_map(|r| r.tpot_ms));
-        let ps = [("p50", 0.5), ("p95", 0.95), ("p99", 0.99)];
-        SplitStats {
-            gateway_n: g_recs.len(),
-            direct_n: d_recs.len(),
-            ttft_ms: ps
-                .iter()
-                .map(|(n, p)| (*n, percentile_diff(&g_ttft, &d_ttft, *p)))
-                .collect(),
-            tpot_ms: ps
-                .iter()
-                .map(|(n, p)| (*n, percentile_diff(&g_tpot, &d_tpot, *p)))
-                .collect(),
-        }
-    });
-
-    let summary = if pairs.is_empty() {
-        let s = split.as_ref();
-        let p50 = s.and_then(|s| s.ttft_ms.get("p50")).and_then(|x| x.0);
-        format!(
-            "No paired requests: split traffic compares two distributions (gateway n={}, direct n={}); TTFT p50 differs by {}. Paired or forced (bench --route-header) runs give a measurement per prompt.",
-            g_recs.len(),
-            d_recs.len(),
-            p50.map(|v| format!("{v:+.1} ms")).unwrap_or_else(|| "-".into())
-        )
-    } else {
-        let body = if covers_zero(&overall.tpot_ms) {
-            "its interval covers 0: no measurable tax on the body"
-        } else if overall.tpot_ms.median.is_some_and(|m| m < 0.0) {
-            "the gateway arm streamed slightly faster (an engine-batching effect, not a hop cost)"
-        } else {
-            "its interval excludes 0: the hop also taxes the body"
-        };
-        let mut s = format!(
-            "The gateway hop taxes the front of the request: TTFT {}; response headers {}. TPOT {}; {body}.",
-            fmt_ci(&overall.ttft_ms),
-            fmt_ci(&overall.upstream_headers_ms),
-            fmt_ci(&overall.tpot_ms),
-        );
-        if per_level.len() > 1 {
-            let parts: Vec<String> = per_level
-                .iter()
-                .map(|(l, set)| {
-                    format!(
-                        "C={l} {}",
-                        set.ttft_ms
-                            .median
-                            .map(|m| format!("{m:+.1} ms"))
-                            .unwrap_or_else(|| "-".into())
-                    )
-                })
-                .collect();
-            s.push_str(&format!(
-                " That TTFT figure pools C={}; per level: {}.",
-                pooled_over.join(", "),
-                parts.join(", ")
-            ));
-            let against = if tap.is_some() {
-                "the tap's per-request hop"
-            } else {
-                "the lowest level"
-            };
-            match &contention_from {
-                Some(l) => s.push_str(&format!(
-                    " From C={l} the difference departs from {against}: engine contention is mixed in and it is no longer the hop; {}.",
-                    if tap.is_some() {
-                        "the gateway tap measures the hop itself at every level (gateway_tap)"
-                    } else {
-                        "a gateway tap (a route `behind` the gateway) measures the hop itself at every level"
-                    }
-                )),
-                None => s.push_str(&format!(
-                    " No level departs from {against}: the difference is the hop at every level measured."
-                )),
-            }
-        }
-        if let Some(o) = &order_effect {
-            if o.present {
-                s.push_str(&format!(
-                    " ORDER EFFECT: the difference depends on which copy went first ({:+.1} ms) — likely a prefix-cache hit on the second copy; use cache_salt or ABBA order.",
-                    o.difference.unwrap_or(0.0)
-                ));
-            } else {
-                s.push_str(" No order effect detected.");
-            }
-        }
-        s
-    };
-    Some(GatewayHop {
-        gateway_arm: gateway.into(),
-        direct_arm: direct.into(),
-        overall,
-        by_bucket,
-        by_concurrency: per_level.into_iter().collect(),
-        pooled_over,
-        contention_from,
-        order_effect,
-        split,
-        summary,
     })
+}
+
+/// Split traffic (no pairs): the difference of the two arms' percentiles.
+fn split_stats(g_recs: &[&HopRec], d_recs: &[&HopRec]) -> SplitStats {
+    let g_ttft = sorted(g_recs.iter().filter_map(|r| r.ttft_ms));
+    let d_ttft = sorted(d_recs.iter().filter_map(|r| r.ttft_ms));
+    let g_tpot = sorted(g_recs.iter().filter_map(|r| r.tpot_ms));
+    let d_tpot = sorted(d_recs.iter().filter_map(|r| r.tpot_ms));
+    let ps = [("p50", 0.5), ("p95", 0.95), ("p99", 0.99)];
+    SplitStats {
+        gateway_n: g_recs.len(),
+        direct_n: d_recs.len(),
+        ttft_ms: ps
+            .iter()
+            .map(|(n, p)| (*n, percentile_diff(&g_ttft, &d_ttft, *p)))
+            .collect(),
+        tpot_ms: ps
+            .iter()
+            .map(|(n, p)| (*n, percentile_diff(&g_tpot, &d_tpot, *p)))
+            .collect(),
+    }
 }

@@ -155,7 +155,17 @@ pub(crate) fn scan(
         }
         // What follows the last newline is still being written: not read, not a warning.
     }
-    for (why, (n, first)) in &skipped {
+    tally(&skipped, read, &names, warn)
+}
+
+/// The skipped lines said once per reason; no line read at all is an error.
+fn tally(
+    skipped: &BTreeMap<String, (usize, String)>,
+    read: usize,
+    names: &dyn Fn() -> String,
+    warn: &mut dyn FnMut(String),
+) -> Result<usize, ReportError> {
+    for (why, (n, first)) in skipped {
         let lines = if *n == 1 { "line" } else { "lines" };
         warn(format!(
             "{} {lines} skipped: {why}; first at {first}",

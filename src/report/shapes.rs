@@ -3,66 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
+pub use super::model::{CacheBucket, CacheSplit, ShapeRow, TurnRow};
 use super::row::Row;
 use super::values::Values;
 use super::Dist;
 
-/// One API shape's (or one bucket's) requests.
-#[derive(Debug, Clone, Serialize)]
-pub struct ShapeRow {
-    pub requests: usize,
-    pub error_rate: f64,
-    pub ttft_ms: Dist,
-    /// Time to the first output (non-reasoning) token.
-    pub ttfo_ms: Dist,
-    pub tpot_ms: Dist,
-    pub e2e_ms: Dist,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Output tokens that were reasoning, where usage says.
-    pub reasoning_tokens: u64,
-}
-
-/// TTFT of requests whose prompt hit the prefix cache (`cached_tokens` > 0) and of those that
-/// did not (`cached_tokens` = 0); requests whose usage does not say are left out.
-#[derive(Debug, Clone, Serialize)]
-pub struct CacheSplit {
-    pub hit: Dist,
-    pub miss: Dist,
-    /// What the cache gave back: median TTFT of misses − median TTFT of hits (ms); null
-    /// without both.
-    pub ttft_saved_ms: Option<f64>,
-    /// Cached ÷ all prompt tokens, over the requests that say.
-    pub cached_token_share: Option<f64>,
-    pub by_bucket: BTreeMap<String, CacheBucket>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct CacheBucket {
-    pub hit: Dist,
-    pub miss: Dist,
-    pub ttft_saved_ms: Option<f64>,
-}
-
 /// Median of misses − median of hits.
 pub fn saved(hit: &Dist, miss: &Dist) -> Option<f64> {
     Some(miss.p50? - hit.p50?)
-}
-
-/// One conversation turn's requests (`bench --multi-turn`): where prefix caching pays.
-#[derive(Debug, Clone, Serialize)]
-pub struct TurnRow {
-    pub requests: usize,
-    pub error_rate: f64,
-    pub ttft_ms: Dist,
-    /// Median prompt tokens: the history grows turn by turn.
-    pub input_tokens_median: Option<f64>,
-    /// Share of served requests whose prompt hit the prefix cache, over those whose usage says.
-    pub cache_hit_rate: Option<f64>,
-    /// Cached ÷ prompt tokens, over the requests whose usage says.
-    pub cached_token_share: Option<f64>,
 }
 
 /// One turn being read.

@@ -1,45 +1,9 @@
-//! SLO thresholds (the write-up's, overridable by a TOML file) and the cells that miss them.
+//! SLO thresholds read from a TOML file, and the cells that miss them.
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
+pub use super::model::Slos;
 use super::{Report, ReportError};
-
-/// SLO thresholds (defaults from the write-up), overridable by a TOML file.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Slos {
-    /// TTFT p95 bounds in ms.
-    pub ttft_interactive_ms: f64,
-    pub ttft_strict_ms: f64,
-    pub ttft_code_completion_ms: f64,
-    pub ttft_agents_ms: f64,
-    /// Per-stream output tok/s floors (at p95, i.e. the slowest 5 % of streams).
-    pub reading_tok_s: f64,
-    pub coding_tok_s: f64,
-    /// The knee: first concurrency whose p95 TTFT exceeds this multiple of its C=1 value.
-    pub knee_factor: f64,
-    /// Goodput: a request counts when its TTFT ≤ this and its tok/s ≥ `goodput_tok_s`.
-    pub goodput_ttft_ms: f64,
-    pub goodput_tok_s: f64,
-}
-
-impl Default for Slos {
-    fn default() -> Self {
-        Slos {
-            ttft_interactive_ms: 500.0,
-            ttft_strict_ms: 200.0,
-            ttft_code_completion_ms: 100.0,
-            ttft_agents_ms: 1000.0,
-            reading_tok_s: 6.0,
-            coding_tok_s: 60.0,
-            knee_factor: 2.0,
-            goodput_ttft_ms: 500.0,
-            goodput_tok_s: 6.0,
-        }
-    }
-}
 
 impl Slos {
     pub fn load(path: &Path) -> Result<Slos, ReportError> {
@@ -54,18 +18,6 @@ impl Slos {
             key: e.path().to_string(),
             message: e.into_inner().message().to_owned(),
         })
-    }
-
-    /// (name, kind, threshold): kind "ttft" = p95 TTFT ≤ ms; "tok_s" = p95-slowest tok/s ≥.
-    pub fn list(&self) -> Vec<(&'static str, &'static str, f64)> {
-        vec![
-            ("interactive", "ttft", self.ttft_interactive_ms),
-            ("strict", "ttft", self.ttft_strict_ms),
-            ("code_completion", "ttft", self.ttft_code_completion_ms),
-            ("agents", "ttft", self.ttft_agents_ms),
-            ("reading_speed", "tok_s", self.reading_tok_s),
-            ("interactive_coding", "tok_s", self.coding_tok_s),
-        ]
     }
 }
 

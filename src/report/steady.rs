@@ -6,13 +6,8 @@
 //! not counted as steady. When the plateau holds at least [`STEADY_MIN_REQUESTS`], the cell's
 //! latency figures are the plateau's (`cells[].figures`); the whole cell's stay beside them.
 
-use serde::Serialize;
-
 use super::model::{dist, Dist};
-
-/// The fewest requests a plateau must hold for the cell's figures to be its own: below this a
-/// p95 is one or two requests, and the whole cell is the better estimate.
-pub const STEADY_MIN_REQUESTS: usize = 20;
+pub use super::model::{Figures, WholeCell, STEADY_MIN_REQUESTS};
 
 /// One request of a closed-loop cell, as the plateau needs it (ms on the wall clock).
 #[derive(Debug, Clone, Copy)]
@@ -26,27 +21,6 @@ pub(super) struct Span {
     pub tpot: Option<f64>,
     pub tps: Option<f64>,
     pub e2e: f64,
-}
-
-/// Where a cell's latency figures come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Figures {
-    /// The plateau's requests (ramp-up and drain left out).
-    SteadyState,
-    /// Every request of the cell.
-    WholeCell,
-}
-
-/// The whole cell's latency figures, kept beside a cell whose figures are its plateau's.
-#[derive(Debug, Clone, Serialize)]
-pub struct WholeCell {
-    pub requests: usize,
-    pub ttft_ms: Dist,
-    pub tpot_ms: Dist,
-    pub e2e_ms: Dist,
-    pub tok_s_per_stream: Dist,
-    pub goodput: f64,
 }
 
 /// A plateau found in a cell's spans, with the figures of the requests wholly inside it.
@@ -109,23 +83,6 @@ pub(super) fn plateau(spans: &[Span], target: usize) -> Option<Plateau> {
         e2e: dist(inside.iter().map(|s| s.e2e)),
         tps: dist(inside.iter().filter_map(|s| s.tps)),
         good: inside.iter().filter(|s| s.good).count(),
-    })
-}
-
-/// The line every format prints when some cell's figures are its plateau's.
-pub fn note(cells: &[super::Cell]) -> Option<String> {
-    let n = cells
-        .iter()
-        .filter(|c| c.figures == Figures::SteadyState)
-        .count();
-    (n > 0).then(|| {
-        format!(
-            "Steady state: {n} of {} cells take their latency figures, SLO verdicts and goodput \
-             from their plateau (C in flight; ramp-up and drain left out), marked \"plateau\" \
-             in n; their requests, errors, tokens and aggregate tok/s stay whole cells'. \
-             `--whole-cell` gives whole cells throughout.",
-            cells.len()
-        )
     })
 }
 

@@ -6,9 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
-use super::hop::{diff_stats, DiffStats};
+use super::hop::diff_stats;
+pub use super::model::{ConcurrencyFrom, GatewayTap, SelfReported, TapSet, UnjoinedBy};
 use super::row::{level_of, Row, TapRow};
 use crate::meter::TapSide;
 
@@ -41,61 +40,6 @@ impl TapRec {
     }
 }
 
-/// The hop's parts over a set of joined requests.
-#[derive(Debug, Clone, Serialize)]
-pub struct TapSet {
-    pub joined: usize,
-    /// Outer TTFT − inner TTFT: the gateway's whole share of TTFT.
-    pub ttft_ms: DiffStats,
-    /// Inner t0 − outer t0: from the request reaching the gateway to the gateway's request
-    /// reaching the engine's route.
-    pub admission_ms: DiffStats,
-    /// Outer first token − inner first token: the first token's way back through the gateway.
-    pub relay_ms: DiffStats,
-}
-
-/// The gateway's own claim beside the measured hop, on the joined requests that carry one.
-#[derive(Debug, Clone, Serialize)]
-pub struct SelfReported {
-    pub n: usize,
-    /// What the gateway says its overhead was (LiteLLM: `x-litellm-overhead-duration-ms`).
-    pub claimed_ms: DiffStats,
-    /// Per request: the measured TTFT hop − the claim.
-    pub measured_minus_claimed_ms: DiffStats,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct UnjoinedBy {
-    /// Gateway-side requests no inner request was joined to, by reason.
-    pub outer: BTreeMap<String, usize>,
-    /// Engine-side requests joined to no gateway-side one, by reason.
-    pub inner: BTreeMap<String, usize>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct GatewayTap {
-    /// The gateway's route(s) in tokentap (the outer side).
-    pub routes: Vec<String>,
-    pub joined: usize,
-    /// Requests on either side left unjoined (never guessed).
-    pub unjoined: usize,
-    pub unjoined_by_reason: UnjoinedBy,
-    /// Joined ÷ gateway-side requests.
-    pub join_rate: f64,
-    /// Joins by how they were made: `header`, `fingerprint`.
-    pub join_by: BTreeMap<String, usize>,
-    #[serde(flatten)]
-    pub overall: TapSet,
-    pub self_reported_ms: Option<SelfReported>,
-    pub by_bucket: BTreeMap<String, TapSet>,
-    /// By the load generator's level when records carry it, else by the gateway route's
-    /// in-flight count at admission (bins 1, 2, 3-4, 5-8, …).
-    pub by_concurrency: BTreeMap<String, TapSet>,
-    /// `load_generator` or `in_flight`.
-    pub concurrency_from: &'static str,
-    pub summary: String,
-}
-
 fn tap_set(rs: &[&TapRec]) -> TapSet {
     let part = |f: &dyn Fn(&TapRow) -> Option<f64>| {
         diff_stats(rs.iter().filter_map(|r| f(&r.tap)).collect())
@@ -106,12 +50,6 @@ fn tap_set(rs: &[&TapRec]) -> TapSet {
         admission_ms: part(&|g| g.admission_ms),
         relay_ms: part(&|g| g.relay_ms),
     }
-}
-
-fn med(d: &DiffStats) -> String {
-    d.median
-        .map(|m| format!("{m:+.1} ms"))
-        .unwrap_or_else(|| "-".into())
 }
 
 /// The section, when records come from a gateway tap.
@@ -178,9 +116,9 @@ pub fn compute<'a>(records: impl Iterator<Item = &'a TapRec>) -> Option<GatewayT
             .push(r);
     }
     let concurrency_from = if joined.iter().all(|r| r.concurrency.is_some()) {
-        "load_generator"
+        ConcurrencyFrom::LoadGenerator
     } else {
-        "in_flight"
+        ConcurrencyFrom::InFlight
     };
     let per_level: Vec<(String, TapSet)> = levels
         .into_iter()
@@ -188,55 +126,6 @@ pub fn compute<'a>(records: impl Iterator<Item = &'a TapRec>) -> Option<GatewayT
         .collect();
     let gateway_requests = outer.len();
     let join_rate = joined.len() as f64 / gateway_requests.max(1) as f64;
-    let mut summary = format!(
-        "The gateway tap joined {} of {} gateway requests ({:.0} %); the gateway's share of TTFT is {} median (p95 {}), admission {}, relay {}.",
-        joined.len(),
-        gateway_requests,
-        100.0 * join_rate,
-        med(&overall.ttft_ms),
-        overall
-            .ttft_ms
-            .p95
-            .map(|v| format!("{v:+.1} ms"))
-            .unwrap_or_else(|| "-".into()),
-        med(&overall.admission_ms),
-        med(&overall.relay_ms),
-    );
-    if per_level.len() > 1 {
-        let parts: Vec<String> = per_level
-            .iter()
-            .map(|(l, s)| format!("C={l} {}", med(&s.ttft_ms)))
-            .collect();
-        summary.push_str(&format!(
-            " By concurrency ({}): {}.",
-            concurrency_from.replace('_', " "),
-            parts.join(", ")
-        ));
-    }
-    if let Some(s) = &self_reported_ms {
-        summary.push_str(&format!(
-            " The gateway claims {} median; measured − claimed {} median.",
-            s.claimed_ms
-                .median
-                .map(|v| format!("{v:.1} ms"))
-                .unwrap_or_else(|| "-".into()),
-            med(&s.measured_minus_claimed_ms)
-        ));
-    }
-    if unjoined > 0 {
-        let all: Vec<String> = unjoined_by_reason
-            .outer
-            .iter()
-            .map(|(k, v)| format!("{v} gateway-side {k}"))
-            .chain(
-                unjoined_by_reason
-                    .inner
-                    .iter()
-                    .map(|(k, v)| format!("{v} engine-side {k}")),
-            )
-            .collect();
-        summary.push_str(&format!(" Unjoined (never guessed): {}.", all.join(", ")));
-    }
     Some(GatewayTap {
         routes,
         joined: joined.len(),
@@ -250,8 +139,11 @@ pub fn compute<'a>(records: impl Iterator<Item = &'a TapRec>) -> Option<GatewayT
             .into_iter()
             .map(|(b, rs)| (b, tap_set(&rs)))
             .collect(),
+        levels: per_level.iter().map(|(l, _)| l.clone()).collect(),
         by_concurrency: per_level.into_iter().collect(),
         concurrency_from,
-        summary,
+        gateway_requests,
+        // The sentence is the answers' (`answers::tap_summary`).
+        summary: String::new(),
     })
 }

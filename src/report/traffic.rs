@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::acc::CellIn;
+use super::cellacc::CellIn;
 use super::row::Class;
 use super::OtherRow;
 

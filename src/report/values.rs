@@ -14,8 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
+pub use super::model::{Method, PercentileMethod};
 use super::Dist;
 use crate::stats::{pct, rank};
 
@@ -28,29 +27,17 @@ const SHIFT: u32 = 52 - SUB_BITS;
 /// The bound on a histogram percentile's relative error: half a sub-bucket, 2^-(bits+1).
 pub const SKETCH_RELATIVE_ERROR: f64 = 1.0 / (1u64 << (SUB_BITS + 1)) as f64;
 
-/// Which percentiles a report holds: said in its output (`percentiles`).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Method {
-    /// `exact` (nearest rank over every value) or `hdr` (log-linear histogram).
-    pub method: &'static str,
-    /// With `hdr`: the bound on a percentile's relative error.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub relative_error: Option<f64>,
-    /// Values held before the report switched (its budget, `report --exact-values`).
-    pub exact_values_budget: usize,
-}
-
 impl Method {
     pub fn exact(budget: usize) -> Method {
         Method {
-            method: "exact",
+            method: PercentileMethod::Exact,
             relative_error: None,
             exact_values_budget: budget,
         }
     }
     pub fn sketch(budget: usize) -> Method {
         Method {
-            method: "hdr",
+            method: PercentileMethod::Hdr,
             relative_error: Some(SKETCH_RELATIVE_ERROR),
             exact_values_budget: budget,
         }

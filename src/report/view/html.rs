@@ -7,33 +7,19 @@ use std::fmt::Write;
 mod charts;
 mod time;
 
-use super::render::{
-    api_rows, bucket_rows, cache_rows, cell_rows, hop_rows, hop_title, key_rows, open_loop_rows,
-    other_rows, prov_rows, readings, slo_rows, split_rows, tap_rows, turn_rows,
+use super::grid::html_table;
+use super::sections::{
+    api_rows, binding_rows, bucket_rows, cache_rows, engine_rows, note, open_loop_rows, split_rows,
+    steady_rows, turn_rows,
 };
-use super::sections::{binding_rows, engine_rows, steady_rows};
-use super::svg;
-use super::Report;
+use super::tables::{
+    cell_rows, hop_rows, hop_title, key_rows, other_rows, prov_rows, readings, slo_rows, tap_rows,
+};
+use super::{runs, streaming, svg};
+use crate::report::model::Report;
 
-pub(crate) fn html_table<S: AsRef<str>>(head: &[S], rows: &[Vec<String>]) -> String {
-    let mut s = String::from("<table><thead><tr>");
-    for h in head {
-        let _ = write!(s, "<th>{}</th>", svg::escape(h.as_ref()));
-    }
-    s.push_str("</tr></thead><tbody>");
-    for r in rows {
-        s.push_str("<tr>");
-        for c in r {
-            let class = if c == "MISS" { " class=\"miss\"" } else { "" };
-            let _ = write!(s, "<td{class}>{}</td>", svg::escape(c));
-        }
-        s.push_str("</tr>");
-    }
-    s.push_str("</tbody></table>");
-    s
-}
-
-pub fn html(r: &Report) -> String {
+/// The page's head, the answers and the charts.
+fn opening(r: &Report) -> String {
     let charts = charts::charts(r);
     let mut s = String::from(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>tokentap report</title><style>\
@@ -46,7 +32,7 @@ pub fn html(r: &Report) -> String {
         s,
         "<h1>tokentap report</h1><p>{} records ({}). {}</p><dl class=\"answers\">",
         r.records,
-        r.sources,
+        r.sources.as_str(),
         svg::escape(r.judged)
     );
     for a in &r.answers {
@@ -58,14 +44,20 @@ pub fn html(r: &Report) -> String {
         );
     }
     s.push_str("</dl>");
-    if let Some(note) = super::steady::note(&r.cells) {
+    if let Some(note) = note(&r.cells) {
         let _ = write!(s, "<p>{}</p>", svg::escape(&note));
     }
     s.push_str("<div class=\"charts\">");
     for c in &charts {
         s.push_str(c);
     }
-    s.push_str("</div><h2>Per prompt shape (all concurrency levels)</h2>");
+    s.push_str("</div>");
+    s
+}
+
+pub fn html(r: &Report) -> String {
+    let mut s = opening(r);
+    s.push_str("<h2>Per prompt shape (all concurrency levels)</h2>");
     let (h, rows) = bucket_rows(r);
     s += &html_table(&h, &rows);
     s.push_str("<h2>Per bucket × concurrency</h2>");
@@ -123,12 +115,12 @@ pub fn html(r: &Report) -> String {
     s.push_str("<h2>Per API shape</h2>");
     let (h, rows) = api_rows(r);
     s += &html_table(&h, &rows);
-    if let Some((h, rows)) = super::streaming::table(&r.streaming) {
-        let _ = write!(s, "<h2>{}</h2>", super::streaming::TITLE);
+    if let Some((h, rows)) = streaming::table(&r.streaming) {
+        let _ = write!(s, "<h2>{}</h2>", streaming::TITLE);
         s += &html_table(&h, &rows);
     }
-    if let Some((h, rows)) = super::runs::table(&r.spread) {
-        let _ = write!(s, "<h2>{}</h2>", svg::escape(super::runs::TITLE));
+    if let Some((h, rows)) = runs::table(&r.spread) {
+        let _ = write!(s, "<h2>{}</h2>", svg::escape(runs::TITLE));
         s += &html_table(&h, &rows);
     }
     if let Some((h, rows)) = other_rows(r) {

@@ -297,7 +297,7 @@ impl Frame {
                     x + 26.0,
                     y + 6.0
                 );
-                super::marks::marker(out, k.style, x + 13.0, y + 6.0, "", "");
+                super::marker::marker(out, k.style, x + 13.0, y + 6.0, "", "");
                 x + 32.0
             } else {
                 let _ = write!(

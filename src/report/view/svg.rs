@@ -7,6 +7,7 @@
 
 mod axis;
 mod frame;
+mod marker;
 mod marks;
 mod place;
 

@@ -2,8 +2,8 @@
 //! beside the engine's KV-cache usage and its waiting requests — a queue or a full cache shows
 //! in the same windows as the latency it causes. One line per cell in each chart.
 
-use crate::report::svg::{self, Chart, Key, Series, Style, COLORS};
-use crate::report::{engine::Slice, Report};
+use crate::report::model::{Report, Slice};
+use crate::report::view::svg::{self, Chart, Key, Series, Style, COLORS};
 
 /// The three charts, or none when no cell has windows.
 pub fn charts(r: &Report) -> Vec<String> {
@@ -32,7 +32,7 @@ pub fn charts(r: &Report) -> Vec<String> {
             Some(a) => format!("{} [{a}]", c.bucket),
             None => c.bucket.clone(),
         };
-        format!("{who} {}", crate::report::answers::at(c))
+        format!("{who} {}", crate::report::words::at(c))
     };
     let chart = |title: &str, y: &str, f: &dyn Fn(&Slice) -> Option<f64>| {
         let series: Vec<Series> = cells

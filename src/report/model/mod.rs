@@ -1,33 +1,31 @@
 //! The report as computed: its figures and verdicts as typed values. The renderers (text,
-//! Markdown, JSON, HTML) only format them.
+//! Markdown, JSON, HTML) only format them. NB: imports nothing else of the report; everything
+//! the report computes or renders depends on it, never the other way round.
+
+mod binding;
+mod class;
+mod dist;
+mod engine;
+mod gateway;
+mod shapes;
+mod slo;
+mod steady;
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::row::Class;
-use super::{answers, hop, shapes, tap, values, Slos};
-use crate::stats::pct;
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Dist {
-    pub n: usize,
-    pub p50: Option<f64>,
-    pub p95: Option<f64>,
-    pub p99: Option<f64>,
-    pub max: Option<f64>,
-}
-
-pub fn dist(values: impl Iterator<Item = f64>) -> Dist {
-    let v = crate::stats::sorted(values);
-    Dist {
-        n: v.len(),
-        p50: pct(&v, 0.5),
-        p95: pct(&v, 0.95),
-        p99: pct(&v, 0.99),
-        max: v.last().copied(),
-    }
-}
+pub use binding::{BindPoint, Binding, Constraint, Figures as BindingFigures};
+pub use class::Class;
+pub use dist::{dist, Dist};
+pub use engine::{Gauge, Hardware, Slice, Steady, SteadyClock, SteadyDist, Telemetry};
+pub use gateway::{
+    ConcurrencyFrom, DiffStats, GatewayHop, GatewayTap, HopSet, OrderEffect, SelfReported,
+    SplitStats, TapSet, UnjoinedBy,
+};
+pub use shapes::{CacheBucket, CacheSplit, Method, PercentileMethod, ShapeRow, StreamRow, TurnRow};
+pub use slo::{SloKind, Slos};
+pub use steady::{Figures, WholeCell, STEADY_MIN_REQUESTS};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
@@ -68,12 +66,12 @@ pub struct Cell {
     pub goodput: f64,
     /// Where `ttft_ms`, `tpot_ms`, `e2e_ms`, `tok_s_per_stream`, `slo`, `goodput` and `tail`
     /// come from: the cell's plateau (`steady_state`, when it holds at least
-    /// [`super::steady::STEADY_MIN_REQUESTS`] requests and `--whole-cell` is not given) or the
+    /// [`STEADY_MIN_REQUESTS`] requests and `--whole-cell` is not given) or the
     /// whole cell. `requests`, errors, tokens and `aggregate_tok_s` are always the whole cell's.
-    pub figures: super::steady::Figures,
+    pub figures: Figures,
     /// The whole cell's latency figures, when `figures` is the plateau's.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub whole_cell: Option<super::steady::WholeCell>,
+    pub whole_cell: Option<WholeCell>,
     /// Where TTFT went, as medians over the cell's served requests; null when no record says.
     pub ttft_split: Option<SplitCell>,
     /// An open-loop cell (`bench --request-rate`): the offered arrival rate, requests a second.
@@ -94,14 +92,14 @@ pub struct Cell {
     pub client_lag_ms: Option<Dist>,
     /// The engine's and GPUs' figures over the cell, from bench's scrapes (`run.json`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub engine: Option<super::engine::Telemetry>,
+    pub engine: Option<Telemetry>,
     /// `bench --timeslice`: the cell's windows, from `run.json`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub timeslices: Vec<super::engine::Slice>,
+    pub timeslices: Vec<Slice>,
     /// The cell's plateau: found from its records (`clock: "cell"`, ms since its first
     /// request), or bench's from `run.json` (`clock: "run"`, with the engine's figures over it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub steady_state: Option<super::engine::Steady>,
+    pub steady_state: Option<Steady>,
 }
 
 /// Medians of the records' `ttft_split` (each over the records that have that part).
@@ -180,17 +178,69 @@ pub struct Provision {
     pub knee: Option<String>,
     /// What happens at the highest level measured: `slower` (latency grows, no errors),
     /// `errors` (error rate ≥ 1 %), or `none`.
-    pub failure_mode: &'static str,
+    pub failure_mode: FailureMode,
     /// Aggregate output tokens per day at the interactive ceiling: only from a load
     /// generator's cell with at least [`TOKENS_PER_DAY_MIN_REQUESTS`] served requests.
     pub tokens_per_day_at_interactive_ceiling: Option<f64>,
     /// Why there is no tokens-per-day figure, when there is a ceiling but no figure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens_per_day_note: Option<String>,
+    /// Why there is no tokens-per-day figure, as a value (`tokens_per_day_note` says it).
+    #[serde(skip)]
+    pub tokens_per_day_missing: Option<NoTokensPerDay>,
     /// `request_rate` when the levels are open-loop arrival rates (the ceilings and knee are
     /// then rates, `4/s`); absent for concurrency levels.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub axis: Option<&'static str>,
+    pub axis: Option<Axis>,
+}
+
+/// Why a ceiling has no tokens-per-day figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoTokensPerDay {
+    /// Live traffic: an in-flight level is not a sustained load.
+    Live,
+    /// Fewer than [`TOKENS_PER_DAY_MIN_REQUESTS`] served requests at the ceiling (so many).
+    TooFew(usize),
+}
+
+/// What happens at a group's highest level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    /// Latency grows, no errors.
+    Slower,
+    /// Error rate ≥ 1 %.
+    Errors,
+    None,
+}
+
+impl FailureMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureMode::Slower => "slower",
+            FailureMode::Errors => "errors",
+            FailureMode::None => "none",
+        }
+    }
+}
+
+/// Where the records came from: a load generator's, live traffic's, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sources {
+    Bench,
+    Live,
+    Mixed,
+}
+
+impl Sources {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sources::Bench => "bench",
+            Sources::Live => "live",
+            Sources::Mixed => "mixed",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -266,48 +316,77 @@ pub struct OtherRow {
     pub requests: usize,
 }
 
+/// A verdict equals its name in the JSON (`failure_mode == "errors"`).
+macro_rules! named {
+    ($($t:ty),*) => {$(
+        impl PartialEq<&str> for $t {
+            fn eq(&self, name: &&str) -> bool {
+                self.as_str() == *name
+            }
+        }
+    )*};
+}
+
+named!(
+    Tail,
+    FailureMode,
+    Sources,
+    SloKind,
+    ConcurrencyFrom,
+    BindPoint,
+    PercentileMethod
+);
+
+/// One of the write-up's questions and its answer, in a sentence with its figure.
+#[derive(Debug, Clone, Serialize)]
+pub struct Answer {
+    pub question: &'static str,
+    pub answer: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// The write-up's questions answered in sentences, each with its figure.
-    pub answers: Vec<answers::Answer>,
+    pub answers: Vec<Answer>,
     pub records: usize,
-    pub sources: &'static str,
+    /// `bench`, `live` or `mixed`.
+    pub sources: Sources,
     /// What the records were: generations (judged), client errors, other traffic.
     pub traffic: Traffic,
     /// The rule for what is judged, in one line.
     pub judged: &'static str,
     /// How the percentiles were computed: `exact` nearest rank, or `hdr` sketches with their
     /// stated error bound (when the values outgrew `report --exact-values`).
-    pub percentiles: values::Method,
+    pub percentiles: Method,
     pub slos: Slos,
     pub cells: Vec<Cell>,
     pub in_flight: Dist,
     pub provisioning: Vec<Provision>,
     pub keys: Vec<KeyRow>,
     /// Present when records carry the two experiment arms.
-    pub gateway_hop: Option<hop::GatewayHop>,
+    pub gateway_hop: Option<GatewayHop>,
     /// Present when records come from a gateway tap (routes `behind` a gateway).
-    pub gateway_tap: Option<tap::GatewayTap>,
+    pub gateway_tap: Option<GatewayTap>,
     /// Per API shape (`chat`, `completions`, `responses`, `messages`, `embeddings`, `other`).
-    pub by_api: BTreeMap<String, shapes::ShapeRow>,
+    pub by_api: BTreeMap<String, ShapeRow>,
     /// Per prompt-shape bucket, pooled over concurrency levels and arms.
-    pub by_bucket: BTreeMap<String, shapes::ShapeRow>,
+    pub by_bucket: BTreeMap<String, ShapeRow>,
     /// TTFT by prefix-cache hit vs miss, when usage carries `cached_tokens`.
-    pub prefix_cache: Option<shapes::CacheSplit>,
+    pub prefix_cache: Option<CacheSplit>,
     /// Per conversation turn (`bench --multi-turn`): where prefix caching pays.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub by_turn: BTreeMap<String, shapes::TurnRow>,
+    pub by_turn: BTreeMap<String, TurnRow>,
     /// Requests not judged (client errors and other traffic), by endpoint, method and status.
     pub other_traffic: Vec<OtherRow>,
     /// Is it really streaming? How each route's (and arm's) streams arrived.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub streaming: Vec<super::streaming::StreamRow>,
+    pub streaming: Vec<StreamRow>,
     /// One GPU's peaks, from `run.json` (`bench --gpu`, `--peak-bandwidth`, `--peak-flops`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hardware: Option<super::engine::Hardware>,
+    pub hardware: Option<Hardware>,
     /// Per bucket, what binds at its knee or ceiling (when bench scraped the engine).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub binding: Vec<super::binding::Binding>,
+    pub binding: Vec<Binding>,
     /// A repeated sweep (`bench --runs N`): per cell, each run's figures and their spread
     /// across runs (mean, sd, CV, 95 % t-interval).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -316,4 +395,54 @@ pub struct Report {
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each verdict's `as_str()` (what the renderers print) is its name in the JSON, so a
+    /// rename on one side cannot drift from the other.
+    #[test]
+    fn verdicts_are_named_as_in_the_json() {
+        fn check<T: Serialize + Copy + PartialEq<&'static str>>(
+            all: &[T],
+            str: fn(T) -> &'static str,
+        ) {
+            for v in all {
+                let json = serde_json::to_string(v).unwrap_or_default();
+                assert_eq!(json, format!("\"{}\"", str(*v)));
+                assert!(*v == str(*v));
+            }
+        }
+        use Tail::*;
+        check(
+            &[Tight, Widening, Shifted, ConvergedHigh, Unknown],
+            Tail::as_str,
+        );
+        check(
+            &[FailureMode::Slower, FailureMode::Errors, FailureMode::None],
+            FailureMode::as_str,
+        );
+        check(
+            &[Sources::Bench, Sources::Live, Sources::Mixed],
+            Sources::as_str,
+        );
+        check(&[SloKind::Ttft, SloKind::TokS], SloKind::as_str);
+        check(
+            &[ConcurrencyFrom::LoadGenerator, ConcurrencyFrom::InFlight],
+            ConcurrencyFrom::as_str,
+        );
+        check(
+            &[BindPoint::Knee, BindPoint::Slo, BindPoint::Top],
+            BindPoint::as_str,
+        );
+        check(
+            &[PercentileMethod::Exact, PercentileMethod::Hdr],
+            PercentileMethod::as_str,
+        );
+        // Provisioning's axis is the cells' axis, by the same names.
+        let axis = serde_json::to_string(&Some(Axis::RequestRate)).unwrap_or_default();
+        assert_eq!(axis, "\"request_rate\"");
+    }
 }

@@ -3,9 +3,11 @@
 //! experiment arm one dash (and marker); differences carry their 95 % intervals. Reads the
 //! model's public fields; computes no figure, draws nothing (`svg` does).
 
-use crate::report::render::level_key;
-use crate::report::svg::{self, Chart, Key, Series, Style, Threshold, COLORS, GREY, PCT_COLORS};
-use crate::report::{Cell, Dist, Report};
+use crate::report::model::{Cell, Dist, Report};
+use crate::report::view::svg::{
+    self, Chart, Key, Series, Style, Threshold, COLORS, GREY, PCT_COLORS,
+};
+use crate::report::words::level_key;
 
 /// The series of a (bucket, arm) in every chart: bucket → colour, arm → dash.
 struct Palette {
@@ -89,31 +91,6 @@ pub fn charts(r: &Report) -> Vec<String> {
         .collect();
     groups.sort();
     groups.dedup();
-    let series_on =
-        |levels: &[(u64, String)], open_loop: bool, f: &dyn Fn(&Cell) -> Option<f64>| {
-            groups
-                .iter()
-                .map(|(b, a)| Series {
-                    name: name(b, a.as_deref()),
-                    style: p.style(b, a.as_deref()),
-                    ys: levels
-                        .iter()
-                        .map(|(_, l)| {
-                            r.cells
-                                .iter()
-                                .find(|c| {
-                                    &c.bucket == b
-                                        && &c.arm == a
-                                        && &c.concurrency == l
-                                        && c.request_rate.is_some() == open_loop
-                                })
-                                .and_then(f)
-                        })
-                        .collect(),
-                    ci: Vec::new(),
-                })
-                .collect::<Vec<_>>()
-        };
     let line_chart = |title: &str,
                       y: &str,
                       x: &str,
@@ -126,29 +103,13 @@ pub fn charts(r: &Report) -> Vec<String> {
             y_label: y.into(),
             x_label: x.into(),
             xs: on.iter().map(|l| l.1.clone()).collect(),
-            series: series_on(on, open, f),
+            series: series_on(r, &p, &groups, on, open, f),
             thresholds: thr.to_vec(),
             legend: p.legend(),
             ..Chart::default()
         })
     };
-    let ms = |name: &str, v: f64| (format!("{name} {v:.0} ms"), v);
-    let ttft_slos = vec![
-        ms("interactive", r.slos.ttft_interactive_ms),
-        ms("strict", r.slos.ttft_strict_ms),
-        ms("code completion", r.slos.ttft_code_completion_ms),
-        ms("agents", r.slos.ttft_agents_ms),
-    ];
-    let tok_slos = vec![
-        (
-            format!("reading {:.0} tok/s", r.slos.reading_tok_s),
-            r.slos.reading_tok_s,
-        ),
-        (
-            format!("coding {:.0} tok/s", r.slos.coding_tok_s),
-            r.slos.coding_tok_s,
-        ),
-    ];
+    let (ttft_slos, tok_slos) = slo_lines(r);
     let mut charts: Vec<String> = hop_chart(r).into_iter().collect();
     let by_level = !levels.is_empty();
     if by_level {
@@ -195,6 +156,61 @@ pub fn charts(r: &Report) -> Vec<String> {
         ));
     }
     charts
+}
+
+/// One series per (bucket, arm) over `levels`: `f` of the cell at each level.
+fn series_on(
+    r: &Report,
+    p: &Palette,
+    groups: &[(String, Option<String>)],
+    levels: &[(u64, String)],
+    open_loop: bool,
+    f: &dyn Fn(&Cell) -> Option<f64>,
+) -> Vec<Series> {
+    groups
+        .iter()
+        .map(|(b, a)| Series {
+            name: name(b, a.as_deref()),
+            style: p.style(b, a.as_deref()),
+            ys: levels
+                .iter()
+                .map(|(_, l)| {
+                    r.cells
+                        .iter()
+                        .find(|c| {
+                            &c.bucket == b
+                                && &c.arm == a
+                                && &c.concurrency == l
+                                && c.request_rate.is_some() == open_loop
+                        })
+                        .and_then(f)
+                })
+                .collect(),
+            ci: Vec::new(),
+        })
+        .collect()
+}
+
+/// The SLO thresholds drawn on the TTFT charts and on the tok/s chart.
+fn slo_lines(r: &Report) -> (Vec<Threshold>, Vec<Threshold>) {
+    let ms = |name: &str, v: f64| (format!("{name} {v:.0} ms"), v);
+    let ttft_slos = vec![
+        ms("interactive", r.slos.ttft_interactive_ms),
+        ms("strict", r.slos.ttft_strict_ms),
+        ms("code completion", r.slos.ttft_code_completion_ms),
+        ms("agents", r.slos.ttft_agents_ms),
+    ];
+    let tok_slos = vec![
+        (
+            format!("reading {:.0} tok/s", r.slos.reading_tok_s),
+            r.slos.reading_tok_s,
+        ),
+        (
+            format!("coding {:.0} tok/s", r.slos.coding_tok_s),
+            r.slos.coding_tok_s,
+        ),
+    ];
+    (ttft_slos, tok_slos)
 }
 
 /// TTFT p50/p95/p99 of every cell, grouped under its bucket and arm (cells without a TTFT are

@@ -2,8 +2,12 @@
 //! open-loop cells, conversation turns, and where TTFT went. Each returns a header and rows,
 //! rendered as text, Markdown or HTML by the caller.
 
-use super::render::{cell_name, dist3, n};
-use super::{Cell, Dist, Report};
+use super::grid::{dist3, n};
+use crate::report::model::{
+    Cell, Dist, Figures, Gauge, Report, ShapeRow, SplitCell, SteadyClock, Telemetry, TurnRow,
+    STEADY_MIN_REQUESTS,
+};
+use crate::report::words::cell_name;
 
 /// Per API shape.
 pub(super) fn api_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
@@ -17,7 +21,7 @@ pub(super) fn bucket_rows(r: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
 
 fn shape_rows(
     name: &'static str,
-    rows: &std::collections::BTreeMap<String, super::shapes::ShapeRow>,
+    rows: &std::collections::BTreeMap<String, ShapeRow>,
 ) -> (Vec<&'static str>, Vec<Vec<String>>) {
     let head = vec![
         name,
@@ -137,7 +141,7 @@ pub(super) fn turn_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String
         "cache hits",
         "cached tokens",
     ];
-    let mut turns: Vec<(&String, &super::shapes::TurnRow)> = r.by_turn.iter().collect();
+    let mut turns: Vec<(&String, &TurnRow)> = r.by_turn.iter().collect();
     turns.sort_by_key(|(t, _)| t.parse::<u64>().unwrap_or(u64::MAX));
     let pc = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{:.0}%", 100.0 * v));
     let rows = turns
@@ -178,7 +182,7 @@ pub(super) fn split_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Strin
         .iter()
         .map(|c| {
             let sp = c.ttft_split.as_ref();
-            let f = |g: &dyn Fn(&super::SplitCell) -> Option<f64>| n(sp.and_then(g), 2);
+            let f = |g: &dyn Fn(&SplitCell) -> Option<f64>| n(sp.and_then(g), 2);
             vec![
                 cell_name(c),
                 c.concurrency.clone(),
@@ -201,7 +205,7 @@ pub(super) fn split_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Strin
 /// The engine's and GPUs' figures per cell (bench's scrapes); GPU columns only when DCGM was
 /// scraped, MBU and MFU only when the card's peaks were given.
 pub(super) fn engine_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
-    let cells: Vec<(&Cell, &super::engine::Telemetry)> = r
+    let cells: Vec<(&Cell, &Telemetry)> = r
         .cells
         .iter()
         .filter_map(|c| Some((c, c.engine.as_ref()?)))
@@ -232,7 +236,7 @@ pub(super) fn engine_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Stri
     if dcgm {
         head.extend(["GPU util %", "DRAM active %", "power W", "J/token"]);
     }
-    let g = |v: Option<super::engine::Gauge>, scale: f64, d: usize| match v {
+    let g = |v: Option<Gauge>, scale: f64, d: usize| match v {
         Some(g) => format!(
             "{}/{}",
             n(Some(g.mean * scale), d),
@@ -293,7 +297,7 @@ pub(super) fn binding_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Str
             vec![
                 b.bucket.clone(),
                 b.at.clone().unwrap_or_else(|| "-".into()),
-                b.point.to_owned(),
+                b.point.as_str().to_owned(),
                 b.constraint.as_str().to_owned(),
                 n(f.kv_cache_usage_peak.map(|k| k * 100.0), 0),
                 n(f.preemptions_per_request, 2),
@@ -308,7 +312,6 @@ pub(super) fn binding_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Str
 /// Each closed-loop cell's plateau beside the whole cell, and which of the two the other
 /// tables give.
 pub(super) fn steady_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)> {
-    use super::steady::Figures;
     let rows: Vec<Vec<String>> = r
         .cells
         .iter()
@@ -320,15 +323,14 @@ pub(super) fn steady_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Stri
             };
             let used = match c.figures {
                 Figures::SteadyState => "plateau".to_owned(),
-                Figures::WholeCell if s.requests < super::steady::STEADY_MIN_REQUESTS => format!(
-                    "whole cell (plateau < {})",
-                    super::steady::STEADY_MIN_REQUESTS
-                ),
+                Figures::WholeCell if s.requests < STEADY_MIN_REQUESTS => {
+                    format!("whole cell (plateau < {})", STEADY_MIN_REQUESTS)
+                }
                 Figures::WholeCell => "whole cell".to_owned(),
             };
             let clock = match s.clock {
-                super::engine::SteadyClock::Run => "run",
-                super::engine::SteadyClock::Cell => "cell",
+                SteadyClock::Run => "run",
+                SteadyClock::Cell => "cell",
             };
             Some(vec![
                 cell_name(c),
@@ -358,4 +360,21 @@ pub(super) fn steady_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Stri
         "TPOT p50/95 whole cell",
     ];
     Some((head, rows))
+}
+
+/// The line every format prints when some cell's figures are its plateau's.
+pub(super) fn note(cells: &[Cell]) -> Option<String> {
+    let n = cells
+        .iter()
+        .filter(|c| c.figures == Figures::SteadyState)
+        .count();
+    (n > 0).then(|| {
+        format!(
+            "Steady state: {n} of {} cells take their latency figures, SLO verdicts and goodput \
+             from their plateau (C in flight; ramp-up and drain left out), marked \"plateau\" \
+             in n; their requests, errors, tokens and aggregate tok/s stay whole cells'. \
+             `--whole-cell` gives whole cells throughout.",
+            cells.len()
+        )
+    })
 }

@@ -2,15 +2,18 @@
 //! Every figure comes from the report's own sections; a question the records cannot answer
 //! says so and says what would answer it.
 
-use serde::Serialize;
+mod binding;
+mod gateway;
+mod streaming;
 
-use super::{Axis, Cell, Provision, Report};
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Answer {
-    pub question: &'static str,
-    pub answer: String,
-}
+pub use super::model::Answer;
+use super::model::{
+    Axis, Cell, FailureMode, NoTokensPerDay, Provision, Report, SplitCell,
+    TOKENS_PER_DAY_MIN_REQUESTS,
+};
+use super::words::{at, ceiling_words, cell_name as name, level_key};
+pub use binding::{binding_answers, binding_text};
+pub use gateway::{hop_summary, tap_summary};
 
 fn range(v: &[f64], unit: &str, digits: usize) -> String {
     let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
@@ -22,22 +25,6 @@ fn range(v: &[f64], unit: &str, digits: usize) -> String {
         format!("{lo:.digits$} {unit}")
     } else {
         format!("{lo:.digits$}–{hi:.digits$} {unit}")
-    }
-}
-
-pub(super) fn name(c: &Cell) -> String {
-    match &c.arm {
-        Some(a) => format!("{} [{a}]", c.bucket),
-        None => c.bucket.clone(),
-    }
-}
-
-/// Where a cell sits: `C=4`, an open-loop cell's rate `4/s`, or a live level `3-4 in flight`.
-pub(super) fn at(c: &Cell) -> String {
-    match c.axis {
-        Axis::Concurrency => format!("C={}", c.concurrency),
-        Axis::RequestRate => c.concurrency.clone(),
-        Axis::InFlight => format!("{} in flight", c.concurrency),
     }
 }
 
@@ -98,21 +85,6 @@ fn one_user(r: &Report) -> String {
     })
 }
 
-/// A provisioning row's ceiling for `slo`, in words: `C=4`, `≥ C=8 (not reached)`, `none
-/// (not even C=1)`; on the rate axis `4/s`, live `3-4 in flight`.
-pub(super) fn ceiling_words(p: &Provision, slo: &str) -> String {
-    let show = |l: &str| match p.axis {
-        Some("request_rate") => l.to_owned(),
-        Some("in_flight") => format!("{l} in flight"),
-        _ => format!("C={l}"),
-    };
-    match p.ceiling.get(slo).cloned().flatten() {
-        Some(c) if c == p.top => format!("≥ {} (not reached)", show(&c)),
-        Some(c) => show(&c),
-        None => "none (not even the lowest level)".into(),
-    }
-}
-
 /// Provisioning rows split into (bucket, arm) the way cells name them.
 fn split_name(p: &Provision) -> (&str, Option<&str>) {
     match p.bucket.rsplit_once(" [") {
@@ -122,10 +94,10 @@ fn split_name(p: &Provision) -> (&str, Option<&str>) {
 }
 
 fn ceiling(r: &Report) -> String {
-    let axes: [(Option<&str>, &str); 3] = [
+    let axes: [(Option<Axis>, &str); 3] = [
         (None, "Highest concurrency whose TTFT p95 stays ≤ {slo} ms at it and every level below"),
-        (Some("in_flight"), "Live traffic, highest in-flight level whose TTFT p95 stays ≤ {slo} ms at it and every level below"),
-        (Some("request_rate"), "Highest arrival rate (open loop) whose TTFT p95 stays ≤ {slo} ms at it and every rate below"),
+        (Some(Axis::InFlight), "Live traffic, highest in-flight level whose TTFT p95 stays ≤ {slo} ms at it and every level below"),
+        (Some(Axis::RequestRate), "Highest arrival rate (open loop) whose TTFT p95 stays ≤ {slo} ms at it and every rate below"),
     ];
     let mut out = Vec::new();
     for (axis, lead) in axes {
@@ -222,7 +194,7 @@ fn failure_mode(r: &Report) -> String {
         let slower = cs.iter().any(|c| {
             r.provisioning
                 .iter()
-                .any(|p| p.bucket == name(c) && p.failure_mode == "slower")
+                .any(|p| p.bucket == name(c) && p.failure_mode == FailureMode::Slower)
         });
         match worst {
             Some(w) if w.errors > 0 => {
@@ -253,7 +225,7 @@ fn failure_mode(r: &Report) -> String {
 fn gateway(r: &Report) -> String {
     let levels = |m: &std::collections::BTreeMap<String, f64>| {
         let mut v: Vec<(&String, &f64)> = m.iter().collect();
-        v.sort_by_key(|(l, _)| super::render::level_key(l));
+        v.sort_by_key(|(l, _)| level_key(l));
         v.iter()
             .map(|(l, m)| format!("C={l} {m:+.1} ms"))
             .collect::<Vec<_>>()
@@ -374,11 +346,35 @@ pub fn answers(r: &Report) -> Vec<Answer> {
         },
         Answer {
             question: "Is it really streaming?",
-            answer: super::streaming::answer(&r.streaming, &r.cells),
+            answer: streaming::answer(&r.streaming, &r.cells),
         },
         Answer {
             question: "What was judged?",
             answer: judged(r),
         },
     ]
+}
+
+/// Why a ceiling has no tokens-per-day figure, in words (`tokens_per_day_note`).
+pub fn tokens_per_day_note(why: NoTokensPerDay) -> String {
+    match why {
+        NoTokensPerDay::Live => {
+            "live traffic: an in-flight level is not a sustained load".to_owned()
+        }
+        NoTokensPerDay::TooFew(served) => format!(
+            "{served} served requests at the ceiling: fewer than {TOKENS_PER_DAY_MIN_REQUESTS}"
+        ),
+    }
+}
+
+/// What a cell's TTFT split lacks and why (`ttft_split.missing`), when it lacks a part.
+pub fn split_missing(s: &SplitCell) -> Option<String> {
+    let mut missing = Vec::new();
+    if s.proxy_ms.is_none() {
+        missing.push("proxy_ms: client-side records (tokentap's own share is in its records)");
+    }
+    if s.engine_queue_ms.is_none() || s.engine_prefill_ms.is_none() {
+        missing.push("engine parts: no per-request timings (vLLM --enable-per-request-metrics, with usage in the stream)");
+    }
+    (!missing.is_empty()).then(|| missing.join("; "))
 }

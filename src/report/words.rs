@@ -1,0 +1,45 @@
+//! How a cell, a level and a ceiling are named, in the answers' sentences and the views'
+//! tables alike.
+
+use super::model::{Axis, Cell, Provision};
+
+/// A cell's bucket, with its arm when it has one: `balanced [gateway]`.
+pub fn cell_name(c: &Cell) -> String {
+    match &c.arm {
+        Some(a) => format!("{} [{a}]", c.bucket),
+        None => c.bucket.clone(),
+    }
+}
+
+/// Where a cell sits: `C=4`, an open-loop cell's rate `4/s`, or a live level `3-4 in flight`.
+pub fn at(c: &Cell) -> String {
+    match c.axis {
+        Axis::Concurrency => format!("C={}", c.concurrency),
+        Axis::RequestRate => c.concurrency.clone(),
+        Axis::InFlight => format!("{} in flight", c.concurrency),
+    }
+}
+
+/// The sort key of a concurrency label: `8` → 8, `5-8` → 8.
+pub fn level_key(label: &str) -> u64 {
+    label
+        .rsplit('-')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// A provisioning row's ceiling for `slo`, in words: `C=4`, `≥ C=8 (not reached)`, `none
+/// (not even C=1)`; on the rate axis `4/s`, live `3-4 in flight`.
+pub fn ceiling_words(p: &Provision, slo: &str) -> String {
+    let show = |l: &str| match p.axis {
+        Some(Axis::RequestRate) => l.to_owned(),
+        Some(Axis::InFlight) => format!("{l} in flight"),
+        _ => format!("C={l}"),
+    };
+    match p.ceiling.get(slo).cloned().flatten() {
+        Some(c) if c == p.top => format!("≥ {} (not reached)", show(&c)),
+        Some(c) => show(&c),
+        None => "none (not even the lowest level)".into(),
+    }
+}
