@@ -15,8 +15,10 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use super::cell::Out;
 use super::open::Planned;
 use super::request::{overhead, text_of_tokens, Message, Req};
+use super::session::Session;
 use super::{BenchConfig, BenchError, OpenInfo};
 use crate::meter::Buckets;
 use crate::openai::Api;
@@ -378,6 +380,23 @@ fn blocks(ids: &[u64], tokens: u64, seed: u64, own: u64) -> String {
     }
     s.truncate(want);
     s
+}
+
+/// Send the replay's requests on their schedule, as one cell kept in `out`; what `run.json` says
+/// of the replay, with what was sent.
+pub(crate) async fn send(
+    s: &Session<'_>,
+    requests: Vec<Planned>,
+    mut info: ReplayInfo,
+    out: &mut Out,
+) -> ReplayInfo {
+    let begun = s.load.mark().await;
+    let r = super::open::run(s, "replay", requests).await;
+    let sent = r.info(info.offered_rate);
+    info.sent = Some(sent.clone());
+    out.push("replay", None, r.records, r.wall_s, Some(sent));
+    out.window(begun, s.load.mark().await);
+    info
 }
 
 /// Fill in the model of requests that named none (no `--model`, none recorded).
