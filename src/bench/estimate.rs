@@ -127,7 +127,9 @@ pub(crate) async fn of(s: &Session<'_>, plan: &Plan) -> Estimate {
                 .collect();
             p.cells(cells)
         }
-        Plan::Search { prompts, ladder, .. } => {
+        Plan::Search {
+            prompts, ladder, ..
+        } => {
             let p = Probed::of(bucket_probes(s, &prompts.chosen).await, s.cfg.estimate);
             search(s, &p.per_bucket(&prompts.chosen), *ladder, p)
         }
@@ -194,7 +196,16 @@ impl Probed {
         let buckets = chosen.iter().filter(|c| !c.prompts.is_empty());
         buckets
             .enumerate()
-            .map(|(i, c)| (c, self.probes.get(i).copied().flatten().unwrap_or(self.fallback)))
+            .map(|(i, c)| {
+                (
+                    c,
+                    self.probes
+                        .get(i)
+                        .copied()
+                        .flatten()
+                        .unwrap_or(self.fallback),
+                )
+            })
             .collect()
     }
 

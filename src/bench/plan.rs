@@ -97,7 +97,11 @@ impl Plan {
             }),
             None => Plan::Closed(Sweep {
                 prompts,
-                levels: cfg.concurrency.iter().map(|&c| Level::Concurrency(c)).collect(),
+                levels: cfg
+                    .concurrency
+                    .iter()
+                    .map(|&c| Level::Concurrency(c))
+                    .collect(),
                 runs: cfg.runs,
             }),
         })
@@ -337,7 +341,9 @@ mod tests {
         })
         .unwrap();
         assert_eq!(open.mode(), "open");
-        assert!(matches!(&open, Plan::Open(w) if matches!(w.levels[1], Level::Rate(r) if r == 2.0)));
+        assert!(
+            matches!(&open, Plan::Open(w) if matches!(w.levels[1], Level::Rate(r) if r == 2.0))
+        );
         let search = Plan::of(&BenchConfig {
             until: Some(Until::Errors),
             request_rates: vec![4.0, 2.0],
