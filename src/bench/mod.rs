@@ -18,6 +18,7 @@ pub mod cli;
 mod closed;
 pub mod dataset;
 mod estimate;
+mod forecast;
 pub mod gpu;
 mod info;
 mod live;
@@ -26,6 +27,7 @@ mod plan;
 mod progress;
 pub mod replay;
 pub mod request;
+mod run_json;
 mod runner;
 pub mod scrape;
 mod search;
@@ -45,16 +47,16 @@ use std::time::Duration;
 pub use arrival::{Arrivals, Process};
 pub use cli::{cli, Args};
 pub use info::{
-    BucketInfo, CellInfo, LagStats, LoadInfo, OpenInfo, Overhead, RunInfo, ScrapeInfo, TokenStats,
+    BucketInfo, CellInfo, LagStats, LoadInfo, OpenInfo, RunInfo, ScrapeInfo, TokenStats,
 };
-pub use runner::Target;
+pub use runner::{Overhead, Target};
 pub use search::{SaturationInfo, Until};
 
 use crate::meter::RequestRecord;
 use cell::Out;
-use info::Findings;
 use plan::Plan;
-use session::Session;
+use run_json::Findings;
+use session::{Client, Session};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -219,7 +221,9 @@ impl Default for BenchConfig {
 /// Run the whole load; `stop` ends it early (Ctrl-C), keeping what was measured.
 pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, BenchError> {
     let mut plan = Plan::of(cfg)?;
-    let mut s = Session::open(cfg, &mut plan, stop).await?;
+    let client = Client::connect(cfg).await?;
+    let model = plan.model(cfg, &client.target).await?;
+    let mut s = Session::open(cfg, client, model, &plan.prefixed(), stop).await?;
     plan.announce(cfg, &s.load.model);
     let _beat = s.progress.heartbeat();
     if !cfg.quiet {
@@ -228,7 +232,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     let mut out = Out::default();
     let found = drive(&s, &mut plan, &mut out).await;
     write_records(cfg, &out.records)?;
-    let scrape = s.close(&mut out).await;
+    let scrape = run_json::scraped(&mut s, &mut out).await;
     let info = RunInfo::of(&s, &plan, found, scrape, &mut out);
     let run_path = cfg.out.join("run.json");
     let json = serde_json::to_string_pretty(&info).unwrap_or_default();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::estimate::{Cell, Estimate};
+use super::forecast::{Cell, Estimate};
 use crate::meter::{Outcome, RequestRecord};
 
 /// Progress on stderr: a live line on a terminal, lines otherwise.

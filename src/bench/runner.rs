@@ -14,7 +14,6 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
 use super::request::{Message, Req, Sent};
-use super::Overhead;
 use crate::meter::{
     BodyEnd, Buckets, Experiment, Facts, Meter, MeteredBody, Observer, Outcome, RequestRecord,
     Stamp, Verdict,
@@ -390,6 +389,15 @@ async fn canned_sse_server() -> std::io::Result<std::net::SocketAddr> {
         }
     });
     Ok(addr)
+}
+
+/// What this client adds to TTFT (`client_overhead_ttft_ms` in `run.json`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Overhead {
+    pub n: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub how: &'static str,
 }
 
 /// What this client adds to TTFT: 50 requests (after 10 warm-up) to a server that answers at

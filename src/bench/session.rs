@@ -1,6 +1,6 @@
 //! A bench run's session: what every stage of a run carries — the config, the client, how a
 //! request is made, the progress lines, the stop flag, the scraper and the run's clock — opened
-//! once the plan is made, closed after the load into the figures the scraper adds.
+//! once, after the plan and the model are known.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -8,14 +8,12 @@ use std::time::SystemTime;
 
 use tokio::time::Instant;
 
-use super::cell::{shared_prefixes, Load, Out};
-use super::info::{Overhead, ScrapeInfo};
-use super::live::{self, AbortOnDrop};
-use super::plan::Plan;
+use super::cell::{shared_prefixes, Load};
+use super::live::{self, AbortOnDrop, Live};
 use super::progress::Progress;
-use super::runner::{self, Target};
+use super::runner::{self, Overhead, Target};
 use super::scrape::{self, Scraper};
-use super::{slices, steady, BenchConfig, BenchError};
+use super::{BenchConfig, BenchError};
 
 /// What a run carries from its plan to its `run.json`.
 pub(crate) struct Session<'a> {
@@ -33,29 +31,47 @@ pub(crate) struct Session<'a> {
     pub started_at: String,
     /// What this client adds to TTFT (none with `--no-calibrate`).
     pub overhead: Option<Overhead>,
-    /// `--scrape`: finished when the session closes.
-    scraper: Option<Scraper>,
+    /// `--scrape`: finished after the load.
+    pub scraper: Option<Scraper>,
     /// `--metrics-listen`: its server stops with the session.
     _live: Option<AbortOnDrop>,
 }
 
-impl<'a> Session<'a> {
-    /// The client, the model (the plan's replay gets it where it named none), the output
-    /// folder, this client's overhead, the scraper.
-    pub async fn open(
-        cfg: &'a BenchConfig,
-        plan: &mut Plan,
-        stop: Arc<AtomicBool>,
-    ) -> Result<Session<'a>, BenchError> {
-        let (counters, live) = live::start(cfg).await?.unzip();
+/// The endpoint under test, its requests counted by `--metrics-listen`'s counters.
+pub(crate) struct Client {
+    pub target: Arc<Target>,
+    counters: Option<Arc<Live>>,
+    server: Option<AbortOnDrop>,
+}
+
+impl Client {
+    /// `--metrics-listen`'s server started, the target's client made.
+    pub async fn connect(cfg: &BenchConfig) -> Result<Client, BenchError> {
+        let (counters, server) = live::start(cfg).await?.unzip();
         let target = Target::new(
             &cfg.target,
             cfg.api_key.as_ref().map(|k| k.expose().clone()),
             cfg.headers.clone(),
         )
         .map_err(|e| BenchError::Target(cfg.target.clone(), e))?;
-        let target = Arc::new(target.with_live(counters.clone()));
-        let model = plan.model(cfg, &target).await?;
+        Ok(Client {
+            target: Arc::new(target.with_live(counters.clone())),
+            counters,
+            server,
+        })
+    }
+}
+
+impl<'a> Session<'a> {
+    /// The output folder, this client's overhead, the progress lines, the run's clock, the
+    /// scraper; requests name `model`, and the `prefixed` buckets' carry shared prefixes.
+    pub async fn open(
+        cfg: &'a BenchConfig,
+        client: Client,
+        model: Arc<str>,
+        prefixed: &[&'static str],
+        stop: Arc<AtomicBool>,
+    ) -> Result<Session<'a>, BenchError> {
         std::fs::create_dir_all(&cfg.out).map_err(|source| BenchError::Io {
             path: cfg.out.display().to_string(),
             source,
@@ -65,19 +81,21 @@ impl<'a> Session<'a> {
             true => Some(runner::client_overhead().await),
             false => None,
         };
-        let progress = Progress::new(cfg.quiet, cfg.progress_every).with_live(counters);
+        let progress = Progress::new(cfg.quiet, cfg.progress_every).with_live(client.counters);
         let origin = (Instant::now(), SystemTime::now());
         let scraper = scrape::start_for(cfg, origin.0).await?;
-        let prefixes = plan.prefixed().into_iter();
         let load = Load {
             cfg,
             model,
-            prefixes: prefixes.map(|b| (b, shared_prefixes(cfg, b))).collect(),
+            prefixes: prefixed
+                .iter()
+                .map(|&b| (b, shared_prefixes(cfg, b)))
+                .collect(),
             scrape: scraper.as_ref().map(|s| s.handle.clone()),
         };
         Ok(Session {
             cfg,
-            target,
+            target: client.target,
             load,
             progress,
             stop,
@@ -85,20 +103,8 @@ impl<'a> Session<'a> {
             started_at,
             overhead,
             scraper,
-            _live: live,
+            _live: client.server,
         })
-    }
-
-    /// After the load: the scraper finished, each cell's plateau and time slices found, the
-    /// engine's figures summarised per cell; what `run.json` says of the scraping.
-    pub async fn close(&mut self, out: &mut Out) -> Option<ScrapeInfo> {
-        let scraped = match self.scraper.take() {
-            Some(s) => Some(s.finish().await),
-            None => None,
-        };
-        steady::attach(self.cfg, out, self.origin.1, scraped.as_ref());
-        slices::attach(self.cfg, out, self.origin.1, scraped.as_ref());
-        scraped.map(|c| scrape::summarise(self.cfg, &c, &mut out.cells))
     }
 }
 
