@@ -1,14 +1,13 @@
 //! A cell of a run: how request `i` of a bucket is made (its prompt, its shared prefix, its
-//! experiment arm), and one cell measured at a level — a closed loop of C in flight or an open
-//! loop at a rate — with what `run.json` says of it.
+//! experiment arm), a cell's level, the sweep's cells and their order over runs, and what
+//! `run.json` says of each cell measured (`Out`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use super::dataset::Chosen;
 use super::request::{self, Message, Req};
-use super::{open, runner, BenchConfig, CellInfo, LagStats, OpenInfo, Target};
+use super::{BenchConfig, CellInfo, OpenInfo};
 use crate::meter::{Outcome, RequestRecord};
 
 /// What every request of a run shares, and how request `i` of a cell is made.
@@ -152,22 +151,9 @@ impl Out {
     }
 }
 
-/// The sweep's levels: the closed loop's concurrencies, or the open loop's rates.
-pub(crate) fn levels(cfg: &BenchConfig) -> Vec<Level> {
-    if cfg.request_rates.is_empty() {
-        cfg.concurrency
-            .iter()
-            .map(|&c| Level::Concurrency(c))
-            .collect()
-    } else {
-        cfg.request_rates.iter().map(|&r| Level::Rate(r)).collect()
-    }
-}
-
 /// The sweep's cells in their first run's order: each bucket (by its index among the buckets
 /// with prompts) at every level, the closed loop's concurrencies or the open loop's rates.
-pub(crate) fn grid(cfg: &BenchConfig, buckets: usize) -> Vec<(usize, Level)> {
-    let levels = levels(cfg);
+pub(crate) fn grid(levels: &[Level], buckets: usize) -> Vec<(usize, Level)> {
     (0..buckets)
         .flat_map(|b| levels.iter().map(move |l| (b, *l)))
         .collect()
@@ -183,96 +169,6 @@ pub(crate) fn run_order<T: Copy>(grid: &[T], run: u32, runs: u32) -> Vec<T> {
         _ => (run.saturating_sub(1) as usize * k / runs as usize) % k,
     };
     grid.iter().cycle().skip(shift).take(k).copied().collect()
-}
-
-/// What an open loop's result says of its schedule.
-pub(crate) fn open_info(offered: f64, r: &open::OpenResult) -> OpenInfo {
-    let lag = LagStats::of(r.records.iter().filter_map(|x| x.client_lag_ms));
-    let queue = LagStats::of(r.records.iter().filter_map(|x| x.client_queue_ms));
-    let scheduled = open::OpenResult::rate(&r.due_s);
-    let achieved = open::OpenResult::rate(&r.sent_s);
-    let behind = lag.p99.is_some_and(|l| l > 10.0)
-        || matches!((scheduled, achieved), (Some(s), Some(a)) if a < 0.95 * s);
-    OpenInfo {
-        offered_rate: offered,
-        scheduled_rate: scheduled,
-        achieved_rate: achieved,
-        lag_ms: lag,
-        queue_ms: queue,
-        behind,
-    }
-}
-
-/// One cell of a bucket at a level, closed or open loop; its records kept in `out`. Returns
-/// where they are.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn measure(
-    target: &Arc<Target>,
-    load: &Load<'_>,
-    c: &Chosen,
-    level: Level,
-    (requests, warmup): (usize, usize),
-    stop: &Arc<AtomicBool>,
-    progress: &super::progress::Progress,
-    out: &mut Out,
-) -> std::ops::Range<usize> {
-    let cfg = load.cfg;
-    let label = format!("{} {}", c.spec.name, level.label());
-    let from = out.records.len();
-    let begun = load.mark().await;
-    match level {
-        Level::Concurrency(conc) => {
-            if requests < conc {
-                progress.line(&format!(
-                    "{label}: {requests} measured requests cannot keep {conc} in flight; --requests {} or more would",
-                    2 * conc
-                ));
-            }
-            let make = |i: usize| load.request(c, i, level);
-            let cell = runner::run_cell(
-                target, &label, &make, conc, requests, warmup, stop, progress,
-            )
-            .await;
-            out.push(c.spec.name, Some(conc), cell.records, cell.wall_s, None);
-        }
-        Level::Rate(rate) => {
-            let n = warmup + requests;
-            let plan = cfg
-                .arrivals
-                .offsets(rate, n)
-                .into_iter()
-                .enumerate()
-                .map(|(i, at)| open::Planned {
-                    at,
-                    req: load.request(c, i, level),
-                    measured: i >= warmup,
-                })
-                .collect();
-            let r = open::run_open(
-                target.clone(),
-                &label,
-                plan,
-                cfg.max_concurrency,
-                stop,
-                progress,
-            )
-            .await;
-            let oi = open_info(rate, &r);
-            if oi.behind {
-                progress.line(&format!(
-                    "{label}: the client fell behind its schedule: {} of {:.2} req/s sent, lag p99 {} ms",
-                    oi.achieved_rate
-                        .map_or_else(|| "-".into(), |a| format!("{a:.2}")),
-                    oi.scheduled_rate.unwrap_or(rate),
-                    oi.lag_ms.p99.map_or_else(|| "-".into(), |l| format!("{l:.1}"))
-                ));
-            }
-            out.push(c.spec.name, None, r.records, r.wall_s, Some(oi));
-        }
-    }
-    let ended = load.mark().await;
-    out.window(begun, ended);
-    from..out.records.len()
 }
 
 /// The shared system prompts of a bucket: `prefix_groups` distinct texts of `shared_prefix`

@@ -175,61 +175,103 @@ pub struct Args {
 
 /// Run the sweep the arguments describe.
 pub fn cli(a: Args) -> Exit {
-    let [o0, o1, o2] = match a.outputs.as_slice() {
-        [x, y, z] => [*x, *y, *z],
-        _ => {
-            return Exit::Usage(
-                "--outputs takes three numbers: long-short,balanced,short-long".into(),
-            )
-        }
-    };
-    let slos = match &a.slo {
-        Some(p) => match crate::report::Slos::load(p) {
-            Ok(s) => s,
-            Err(e) => return Exit::Usage(e.to_string()),
-        },
-        None => crate::report::Slos::default(),
-    };
-    let until = match a.until.as_deref().map(|u| super::Until::parse(u, &slos)) {
-        Some(Err(e)) => return Exit::Usage(e),
-        Some(Ok(u)) => Some(u),
-        None => None,
-    };
-    let window = match a.window.as_deref().map(super::replay::Window::parse) {
-        Some(Err(e)) => return Exit::Usage(e),
-        Some(Ok(w)) => Some(w),
-        None => None,
-    };
-    let burstiness = match (a.arrival, a.burstiness) {
-        (super::Process::Gamma, b) => b.unwrap_or(1.0),
-        (_, None) => 1.0,
-        (p, Some(_)) => {
-            return Exit::Usage(format!(
-                "--burstiness is the gamma shape: it goes with --arrival gamma, not {}",
-                match p {
-                    super::Process::Constant => "constant",
-                    _ => "poisson (which is gamma with K = 1)",
-                }
-            ))
-        }
-    };
-    let scrape = match super::scrape::ScrapePlan::from_args(&a.scrape) {
-        Ok(s) => s,
+    let cfg = match config(a) {
+        Ok(cfg) => cfg,
         Err(e) => return Exit::Usage(e),
     };
-    let gpu = match a.gpu.as_deref().map(super::gpu::lookup) {
-        Some(Err(e)) => return Exit::Usage(e),
-        Some(Ok(g)) => Some(g),
-        None => None,
+    let rt = match crate::cli::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return e,
     };
-    for (flag, v) in [
-        ("--peak-bandwidth", a.peak_bandwidth),
-        ("--peak-flops", a.peak_flops),
-    ] {
-        if v.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
-            return Exit::Usage(format!("{flag} must be positive"));
+    rt.block_on(async move {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        tokio::spawn(async move {
+            crate::cli::shutdown_signal().await;
+            eprintln!("\ntokentap bench: stopping; keeping what was measured");
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        match super::run(&cfg, stop).await {
+            Ok(_) => Exit::Ok,
+            Err(super::BenchError::Usage(e)) => Exit::Usage(format!("bench: {e}")),
+            Err(e) => Exit::Failed(format!("bench: {e}")),
         }
+    })
+}
+
+/// What the arguments say that needs reading: each parsed and checked, a usage error naming its
+/// flag.
+struct Parsed {
+    outputs: [u64; 3],
+    slos: crate::report::Slos,
+    until: Option<super::Until>,
+    window: Option<super::replay::Window>,
+    burstiness: f64,
+    scrape: super::scrape::ScrapePlan,
+    gpu: Option<super::gpu::Gpu>,
+}
+
+impl Parsed {
+    fn of(a: &Args) -> Result<Parsed, String> {
+        let outputs = match a.outputs.as_slice() {
+            [x, y, z] => [*x, *y, *z],
+            _ => {
+                return Err("--outputs takes three numbers: long-short,balanced,short-long".into())
+            }
+        };
+        let slos = match &a.slo {
+            Some(p) => crate::report::Slos::load(p).map_err(|e| e.to_string())?,
+            None => crate::report::Slos::default(),
+        };
+        let until = a.until.as_deref().map(|u| super::Until::parse(u, &slos));
+        let window = a.window.as_deref().map(super::replay::Window::parse);
+        let (until, window) = (until.transpose()?, window.transpose()?);
+        let burstiness = match (a.arrival, a.burstiness) {
+            (super::Process::Gamma, b) => b.unwrap_or(1.0),
+            (_, None) => 1.0,
+            (p, Some(_)) => {
+                return Err(format!(
+                    "--burstiness is the gamma shape: it goes with --arrival gamma, not {}",
+                    match p {
+                        super::Process::Constant => "constant",
+                        _ => "poisson (which is gamma with K = 1)",
+                    }
+                ))
+            }
+        };
+        let scrape = super::scrape::ScrapePlan::from_args(&a.scrape)?;
+        let gpu = a.gpu.as_deref().map(super::gpu::lookup).transpose()?;
+        for (flag, v) in [
+            ("--peak-bandwidth", a.peak_bandwidth),
+            ("--peak-flops", a.peak_flops),
+        ] {
+            if v.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+                return Err(format!("{flag} must be positive"));
+            }
+        }
+        Ok(Parsed {
+            outputs,
+            slos,
+            until,
+            window,
+            burstiness,
+            scrape,
+            gpu,
+        })
     }
+}
+
+/// The arguments as the run's config.
+fn config(a: Args) -> Result<BenchConfig, String> {
+    let Parsed {
+        outputs,
+        slos,
+        until,
+        window,
+        burstiness,
+        scrape,
+        gpu,
+    } = Parsed::of(&a)?;
     let cfg = BenchConfig {
         scrape,
         metrics_listen: a.metrics_listen,
@@ -258,7 +300,7 @@ pub fn cli(a: Args) -> Exit {
         fixed_output: a.fixed_output,
         short_max: a.short_max,
         long_min: a.long_min,
-        outputs: [o0, o1, o2],
+        outputs,
         prompts_per_bucket: a.prompts_per_bucket,
         calibrate: !a.no_calibrate,
         arms: if a.route_header.is_some() {
@@ -294,26 +336,9 @@ pub fn cli(a: Args) -> Exit {
         ..Default::default()
     };
     if cfg.route_header.is_some() && cfg.arms.len() != 2 {
-        return Exit::Usage("--arms takes exactly two route names".into());
+        return Err("--arms takes exactly two route names".into());
     }
-    let rt = match crate::cli::runtime() {
-        Ok(rt) => rt,
-        Err(e) => return e,
-    };
-    rt.block_on(async move {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        tokio::spawn(async move {
-            crate::cli::shutdown_signal().await;
-            eprintln!("\ntokentap bench: stopping; keeping what was measured");
-            flag.store(true, std::sync::atomic::Ordering::Relaxed);
-        });
-        match super::run(&cfg, stop).await {
-            Ok(_) => Exit::Ok,
-            Err(super::BenchError::Usage(e)) => Exit::Usage(format!("bench: {e}")),
-            Err(e) => Exit::Failed(format!("bench: {e}")),
-        }
-    })
+    Ok(cfg)
 }
 
 /// `--api`: the shapes bench can send.

@@ -4,14 +4,17 @@
 //! the cells still to run by what the finished ones took (`progress.rs`). Never sends a measured
 //! request; a probe that fails leaves the estimate unknown, never the run.
 
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use super::cell::{Level, Load};
+use super::cell::Level;
 use super::dataset::{Chosen, Conversation};
+use super::forecast::{about, Cell, Estimate};
 use super::open::Planned;
+use super::plan::{Plan, Sweep};
 use super::request::{text_of_tokens, Message, Req, Sent};
-use super::runner::Target;
+use super::search::{Axis, Ladder};
+use super::session::Session;
+use super::BenchConfig;
 use crate::meter::Outcome;
 use crate::tokens::estimate_tokens;
 
@@ -38,178 +41,178 @@ impl Probe {
     }
 }
 
-/// A cell the run will measure and how long it should take (warm-up included).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Cell {
-    /// As the cell's progress lines name it (`long-short C=4`).
-    pub label: String,
-    /// Its concurrency or rate: cells at one level are corrected together.
-    pub level: f64,
-    /// Warm-up and measured requests.
-    pub requests: usize,
-    pub est_s: f64,
-}
-
-/// The run's estimate, decided once before the load.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Plan {
-    /// The cells are known in advance (a sweep, rates, conversations, a replay).
-    Cells {
-        cells: Vec<Cell>,
-        /// Whether the figures rest on a measurement (else they only weigh cells).
-        calibrated: bool,
-        basis: String,
-    },
-    /// A search: its levels depend on what they measure; it takes at most this long, and
-    /// about `pace_s` if its levels keep the probes' pace.
-    AtMost {
-        bound_s: f64,
-        pace_s: Option<f64>,
-        basis: String,
-    },
-}
-
-impl Plan {
-    /// The line printed before the load.
-    pub fn line(&self) -> String {
-        match self {
-            Plan::Cells {
-                calibrated: false,
-                basis,
-                ..
-            } => format!("estimate: none yet ({basis}); an ETA follows the first cell"),
-            Plan::Cells { cells, basis, .. } => format!(
-                "estimate: about {} ({} cell{}, {} requests with warm-up; {basis})",
-                about(cells.iter().map(|c| c.est_s).sum()),
-                cells.len(),
-                if cells.len() == 1 { "" } else { "s" },
-                cells.iter().map(|c| c.requests).sum::<usize>(),
-            ),
-            Plan::AtMost { bound_s, basis, .. } => {
-                format!("estimate: at most {} ({basis})", about(*bound_s))
-            }
+/// Probe the target and estimate the plan's cells.
+pub(crate) async fn of(s: &Session<'_>, plan: &Plan) -> Estimate {
+    match plan {
+        Plan::Replay { requests, .. } => replayed(s.cfg, requests),
+        Plan::Conversations { convs, levels, .. } => {
+            let probes = match s.cfg.estimate {
+                true => vec![first_turns(s, convs).await],
+                false => Vec::new(),
+            };
+            let p = Probed::of(probes, s.cfg.estimate);
+            let probe = p.probes.first().copied().flatten().unwrap_or(p.fallback);
+            let n = s.cfg.warmup + s.cfg.requests;
+            let cells = levels
+                .iter()
+                .map(|&conc| Cell {
+                    label: format!("conversations C={conc}"),
+                    level: conc as f64,
+                    requests: n,
+                    est_s: rounds(n, conc) * turn_s(s.cfg, convs, probe),
+                })
+                .collect();
+            p.cells(cells)
+        }
+        Plan::Search {
+            prompts, ladder, ..
+        } => {
+            let p = Probed::of(bucket_probes(s, &prompts.chosen).await, s.cfg.estimate);
+            search(s, &p.per_bucket(&prompts.chosen), *ladder, p)
+        }
+        Plan::Closed(w) | Plan::Open(w) => {
+            let p = Probed::of(bucket_probes(s, &w.prompts.chosen).await, s.cfg.estimate);
+            sweep(s, &p.per_bucket(&w.prompts.chosen), w, p)
         }
     }
 }
 
-/// A duration as the estimate line says it: `45 s`, `12 min`, `2 h 05 min`.
-pub(crate) fn about(s: f64) -> String {
-    let s = s.max(0.0).round() as u64;
-    match s {
-        0..=89 => format!("{s} s"),
-        90..=5399 => format!("{} min", (s + 30) / 60),
-        _ => format!("{} h {:02} min", s / 3600, (s % 3600 + 30) / 60),
-    }
-}
-
-/// Probe the target and plan the run's cells (`replay`: the replay's requests, if it is one).
-pub(crate) async fn plan(
-    target: &Target,
-    load: &Load<'_>,
-    chosen: &[Chosen],
-    convs: &[Conversation],
-    replay: Option<&[Planned]>,
-    send_probes: bool,
-    stop: &AtomicBool,
-) -> Plan {
-    let cfg = load.cfg;
-    if let Some(r) = replay {
-        let span = r.iter().map(|p| p.at).max().unwrap_or_default();
-        let cell = Cell {
-            label: "replay".into(),
-            level: 0.0,
-            requests: r.len(),
-            est_s: span.as_secs_f64(),
-        };
-        let basis = format!(
-            "the replay's span at --speed {}; the last requests' own time comes on top",
-            cfg.speed
-        );
-        return Plan::Cells {
-            cells: vec![cell],
-            calibrated: true,
-            basis,
-        };
-    }
-    // One probe per bucket (the conversations' first turns are one bucket).
-    let mut probes = Vec::new();
-    if send_probes && cfg.multi_turn {
-        let firsts = convs.iter().filter_map(|c| c.turns.first());
-        let mut t: Vec<u64> = firsts.map(|(h, _)| estimate_tokens(h)).collect();
-        t.sort_unstable();
-        let tokens = t.get(t.len() / 2).copied().unwrap_or(100);
-        probes.push(probe(target, load, tokens, stop).await);
-    } else if send_probes {
-        for c in chosen.iter().filter(|c| !c.prompts.is_empty()) {
-            let mut t: Vec<u64> = c.prompts.iter().map(|p| p.est_tokens).collect();
-            t.sort_unstable();
-            let tokens = t[t.len() / 2] + cfg.shared_prefix;
-            probes.push(probe(target, load, tokens, stop).await);
-        }
-    }
-    let got: Vec<Probe> = probes.iter().flatten().copied().collect();
-    let calibrated = !got.is_empty();
-    let fallback = got.first().copied().unwrap_or(Probe::NOMINAL);
-    let basis = if calibrated {
-        probe_basis(&got, probes.len())
-    } else if !send_probes {
-        "no probe sent".into()
-    } else if probes.is_empty() {
-        "no bucket to probe".into()
-    } else {
-        "the probe requests failed".into()
+/// A replay: its one cell lasts the span of its schedule.
+fn replayed(cfg: &BenchConfig, requests: &[Planned]) -> Estimate {
+    let span = requests.iter().map(|p| p.at).max().unwrap_or_default();
+    let cell = Cell {
+        label: "replay".into(),
+        level: 0.0,
+        requests: requests.len(),
+        est_s: span.as_secs_f64(),
     };
-    let n = cfg.warmup + cfg.requests;
-    let buckets = chosen.iter().filter(|c| !c.prompts.is_empty());
-    let per_bucket: Vec<(&Chosen, Probe)> = buckets
-        .enumerate()
-        .map(|(i, c)| (c, probes.get(i).copied().flatten().unwrap_or(fallback)))
-        .collect();
-    if cfg.multi_turn {
-        let p = probes.first().copied().flatten().unwrap_or(fallback);
-        let cells = cfg
-            .concurrency
-            .iter()
-            .map(|&conc| Cell {
-                label: format!("conversations C={conc}"),
-                level: conc as f64,
-                requests: n,
-                est_s: rounds(n, conc) * turn_s(cfg, convs, p),
-            })
-            .collect();
-        return Plan::Cells {
-            cells,
+    let basis = format!(
+        "the replay's span at --speed {}; the last requests' own time comes on top",
+        cfg.speed
+    );
+    Estimate::Cells {
+        cells: vec![cell],
+        calibrated: true,
+        basis,
+    }
+}
+
+/// What the probes found: one per bucket (the conversations' first turns are one bucket).
+struct Probed {
+    probes: Vec<Option<Probe>>,
+    calibrated: bool,
+    /// For a bucket whose probe failed: the first that answered (or a nominal one).
+    fallback: Probe,
+    basis: String,
+}
+
+impl Probed {
+    fn of(probes: Vec<Option<Probe>>, sent: bool) -> Probed {
+        let got: Vec<Probe> = probes.iter().flatten().copied().collect();
+        let calibrated = !got.is_empty();
+        let fallback = got.first().copied().unwrap_or(Probe::NOMINAL);
+        let basis = if calibrated {
+            probe_basis(&got, probes.len())
+        } else if !sent {
+            "no probe sent".into()
+        } else if probes.is_empty() {
+            "no bucket to probe".into()
+        } else {
+            "the probe requests failed".into()
+        };
+        Probed {
+            probes,
             calibrated,
+            fallback,
             basis,
-        };
+        }
     }
-    if cfg.until.is_some() {
-        let bound_s = cfg.max_time.as_secs_f64();
-        let top = match (cfg.request_rates.is_empty(), cfg.max_level) {
-            (true, m) => format!("C={}", m.unwrap_or(256.0)),
-            (false, m) => format!("{}/s", m.unwrap_or(1000.0)),
-        };
-        let pace_s = calibrated.then(|| search_pace(load, &per_bucket));
-        let basis = match pace_s {
-            Some(p) => format!(
-                "--max-time, the level under way then finishing; at the probe's pace, every level up to {top} and a refinement below it would take {}; {basis}",
-                about(p)
-            ),
-            None => format!("--max-time, the level under way then finishing; {basis}"),
-        };
-        return Plan::AtMost {
-            bound_s,
-            pace_s: pace_s.filter(|p| *p < bound_s),
-            basis,
-        };
+
+    /// Each bucket with prompts, with its probe (or the fallback).
+    fn per_bucket<'c>(&self, chosen: &'c [Chosen]) -> Vec<(&'c Chosen, Probe)> {
+        let buckets = chosen.iter().filter(|c| !c.prompts.is_empty());
+        buckets
+            .enumerate()
+            .map(|(i, c)| {
+                (
+                    c,
+                    self.probes
+                        .get(i)
+                        .copied()
+                        .flatten()
+                        .unwrap_or(self.fallback),
+                )
+            })
+            .collect()
     }
+
+    fn cells(self, cells: Vec<Cell>) -> Estimate {
+        Estimate::Cells {
+            cells,
+            calibrated: self.calibrated,
+            basis: self.basis,
+        }
+    }
+}
+
+/// One probe per bucket with prompts, of its median prompt length (none without `--estimate`).
+async fn bucket_probes(s: &Session<'_>, chosen: &[Chosen]) -> Vec<Option<Probe>> {
+    let mut probes = Vec::new();
+    if !s.cfg.estimate {
+        return probes;
+    }
+    for c in chosen.iter().filter(|c| !c.prompts.is_empty()) {
+        let mut t: Vec<u64> = c.prompts.iter().map(|p| p.est_tokens).collect();
+        t.sort_unstable();
+        let tokens = t[t.len() / 2] + s.cfg.shared_prefix;
+        probes.push(probe(s, tokens).await);
+    }
+    probes
+}
+
+/// One probe of the conversations' median first turn.
+async fn first_turns(s: &Session<'_>, convs: &[Conversation]) -> Option<Probe> {
+    let firsts = convs.iter().filter_map(|c| c.turns.first());
+    let mut t: Vec<u64> = firsts.map(|(h, _)| estimate_tokens(h)).collect();
+    t.sort_unstable();
+    let tokens = t.get(t.len() / 2).copied().unwrap_or(100);
+    probe(s, tokens).await
+}
+
+/// A search: at most `--max-time`, and its pace if no level breaks.
+fn search(s: &Session<'_>, buckets: &[(&Chosen, Probe)], ladder: Ladder, p: Probed) -> Estimate {
+    let bound_s = s.cfg.max_time.as_secs_f64();
+    let top = match ladder.axis {
+        Axis::Concurrency => format!("C={}", ladder.max),
+        Axis::Rate => format!("{}/s", ladder.max),
+    };
+    let pace_s = p.calibrated.then(|| search_pace(s.cfg, buckets, ladder));
+    let basis = match pace_s {
+        Some(pace) => format!(
+            "--max-time, the level under way then finishing; at the probe's pace, every level up to {top} and a refinement below it would take {}; {}",
+            about(pace),
+            p.basis
+        ),
+        None => format!("--max-time, the level under way then finishing; {}", p.basis),
+    };
+    Estimate::AtMost {
+        bound_s,
+        pace_s: pace_s.filter(|pace| *pace < bound_s),
+        basis,
+    }
+}
+
+/// A sweep: every bucket at every level, every run's cells in its order (the ETA matches a cell
+/// by its label).
+fn sweep(s: &Session<'_>, buckets: &[(&Chosen, Probe)], w: &Sweep, p: Probed) -> Estimate {
+    let n = s.cfg.warmup + s.cfg.requests;
     let mut cells = Vec::new();
-    for (c, p) in per_bucket {
-        let e2e = p.e2e_s(c.spec.output_tokens);
-        for level in super::cell::levels(cfg) {
-            let (value, est_s) = match level {
+    for (c, probe) in buckets {
+        let e2e = probe.e2e_s(c.spec.output_tokens);
+        for level in &w.levels {
+            let (value, est_s) = match *level {
                 Level::Concurrency(conc) => (conc as f64, rounds(n, conc) * e2e),
-                Level::Rate(rate) => (rate, open_s(load, rate, n, e2e)),
+                Level::Rate(rate) => (rate, open_s(s.cfg, rate, n, e2e)),
             };
             cells.push(Cell {
                 label: format!("{} {}", c.spec.name, level.label()),
@@ -219,19 +222,18 @@ pub(crate) async fn plan(
             });
         }
     }
-    // `--runs N`: every run's cells, in its order (the ETA matches a cell by its label).
     let grid: Vec<usize> = (0..cells.len()).collect();
-    let basis = match cfg.runs {
-        0 | 1 => basis,
-        r => format!("{r} runs of {} cells; {basis}", grid.len()),
+    let basis = match w.runs {
+        0 | 1 => p.basis,
+        r => format!("{r} runs of {} cells; {}", grid.len(), p.basis),
     };
-    let cells = (1..=cfg.runs)
-        .flat_map(|r| super::cell::run_order(&grid, r, cfg.runs))
+    let cells = (1..=w.runs)
+        .flat_map(|r| super::cell::run_order(&grid, r, w.runs))
         .filter_map(|i| cells.get(i).cloned())
         .collect();
-    Plan::Cells {
+    Estimate::Cells {
         cells,
-        calibrated,
+        calibrated: p.calibrated,
         basis,
     }
 }
@@ -242,8 +244,7 @@ fn rounds(n: usize, conc: usize) -> f64 {
 }
 
 /// An open-loop cell: its schedule's span (or the cap's pace, if slower) and the last request.
-fn open_s(load: &Load<'_>, rate: f64, n: usize, e2e: f64) -> f64 {
-    let cfg = load.cfg;
+fn open_s(cfg: &BenchConfig, rate: f64, n: usize, e2e: f64) -> f64 {
     let span = cfg
         .arrivals
         .offsets(rate, n)
@@ -254,7 +255,7 @@ fn open_s(load: &Load<'_>, rate: f64, n: usize, e2e: f64) -> f64 {
 }
 
 /// A turn of a conversation: its request and, but for the first turns, the think before it.
-fn turn_s(cfg: &super::BenchConfig, convs: &[Conversation], p: Probe) -> f64 {
+fn turn_s(cfg: &BenchConfig, convs: &[Conversation], p: Probe) -> f64 {
     let turns: Vec<&(String, Option<String>)> = convs
         .iter()
         .flat_map(|c| c.turns.iter().take(cfg.max_turns))
@@ -271,42 +272,30 @@ fn turn_s(cfg: &super::BenchConfig, convs: &[Conversation], p: Probe) -> f64 {
 
 /// A search at the probes' pace if no level breaks: every bucket's levels doubling to the top,
 /// then the refinement a break at the top would bring (each of its levels costing the top's).
-fn search_pace(load: &Load<'_>, buckets: &[(&Chosen, Probe)]) -> f64 {
-    let cfg = load.cfg;
-    let rate = cfg.request_rates.iter().copied().reduce(f64::min);
-    let (start, max) = match rate {
-        Some(r) => (r, cfg.max_level.unwrap_or(1000.0)),
-        None => (
-            cfg.concurrency.iter().copied().min().unwrap_or(1) as f64,
-            cfg.max_level.unwrap_or(256.0),
-        ),
-    };
+fn search_pace(cfg: &BenchConfig, buckets: &[(&Chosen, Probe)], ladder: Ladder) -> f64 {
     // As the search sizes a level (`search.rs`).
-    let level_s = |v: f64, e2e: f64| match rate {
-        Some(_) => {
-            let n = cfg.requests.max((2.0 * v).ceil() as usize) + cfg.warmup;
-            open_s(load, v, n, e2e)
-        }
-        None => {
-            let n = cfg.requests.max(2 * v as usize) + cfg.warmup.max(v as usize);
-            rounds(n, v as usize) * e2e
+    let level_s = |v: f64, e2e: f64| {
+        let (requests, warmup) = ladder.requests(cfg, v);
+        match ladder.axis {
+            Axis::Rate => open_s(cfg, v, requests + warmup, e2e),
+            Axis::Concurrency => rounds(requests + warmup, v as usize) * e2e,
         }
     };
     let mut total = 0.0;
     for (c, p) in buckets {
         let e2e = p.e2e_s(c.spec.output_tokens);
-        let mut v = start.min(max);
+        let mut v = ladder.start.min(ladder.max);
         loop {
             total += level_s(v, e2e);
-            if v >= max {
+            if v >= ladder.max {
                 break;
             }
-            v = (v * 2.0).min(max);
+            v = (v * 2.0).min(ladder.max);
         }
         // Halving the gap from half the top: to one in flight, or to 10 % of the rate.
-        let refine = match rate {
-            Some(_) => 3.0,
-            None => (v / 2.0).log2().ceil().max(0.0),
+        let refine = match ladder.axis {
+            Axis::Rate => 3.0,
+            Axis::Concurrency => (v / 2.0).log2().ceil().max(0.0),
         };
         total += refine * level_s(v, e2e);
     }
@@ -337,8 +326,8 @@ fn probe_basis(got: &[Probe], sent: usize) -> String {
 }
 
 /// One request of `tokens` prompt tokens, not recorded; its TTFT and TPOT if it succeeded.
-async fn probe(target: &Target, load: &Load<'_>, tokens: u64, stop: &AtomicBool) -> Option<Probe> {
-    let cfg = load.cfg;
+async fn probe(s: &Session<'_>, tokens: u64) -> Option<Probe> {
+    let (cfg, load) = (s.cfg, &s.load);
     let req = Req {
         model: load.model.clone(),
         api: cfg.api,
@@ -357,7 +346,7 @@ async fn probe(target: &Target, load: &Load<'_>, tokens: u64, stop: &AtomicBool)
         route_header: None,
         prompt: None,
     };
-    let r = target.one(&req, Sent::default(), stop).await;
+    let r = s.target.one(&req, Sent::default(), &s.stop).await;
     let ttft = r.ttft_ms.filter(|_| r.outcome == Outcome::Ok)?;
     Some(Probe {
         ttft_s: ttft / 1000.0,
@@ -424,7 +413,7 @@ mod tests {
             basis,
             "from a probe request per bucket: TTFT 75–120 ms, TPOT 29.0 ms"
         );
-        let plan = Plan::Cells {
+        let plan = Estimate::Cells {
             cells: cells.clone(),
             calibrated: true,
             basis,
@@ -433,7 +422,7 @@ mod tests {
             plan.line(),
             "estimate: about 31 min (2 cells, 70 requests with warm-up; from a probe request per bucket: TTFT 75–120 ms, TPOT 29.0 ms)"
         );
-        let none = Plan::Cells {
+        let none = Estimate::Cells {
             cells,
             calibrated: false,
             basis: "the probe requests failed".into(),

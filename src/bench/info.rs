@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+pub use super::scrape::ScrapeInfo;
+
 use super::search::SaturationInfo;
 
 #[derive(Debug, Serialize)]
@@ -98,14 +100,6 @@ impl LagStats {
     }
 }
 
-#[derive(Debug, Serialize)]
-pub struct Overhead {
-    pub n: usize,
-    pub p50: f64,
-    pub p99: f64,
-    pub how: &'static str,
-}
-
 /// The load's knobs, as given (`run.json`).
 #[derive(Debug, Serialize)]
 pub struct LoadInfo {
@@ -152,7 +146,7 @@ pub struct RunInfo {
     pub started_at: String,
     pub ended_at: String,
     pub interrupted: bool,
-    pub client_overhead_ttft_ms: Option<Overhead>,
+    pub client_overhead_ttft_ms: Option<super::runner::Overhead>,
     pub cells: Vec<CellInfo>,
     pub load: LoadInfo,
     /// `--until`: per bucket, the ceiling, the knee and the levels measured.
@@ -173,21 +167,4 @@ pub struct RunInfo {
     /// `--runs N` (N > 1): per cell, each run's figures and their spread across runs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub spread: Vec<crate::spread::CellSpread>,
-}
-
-/// `scrape` in `run.json`.
-#[derive(Debug, Serialize)]
-pub struct ScrapeInfo {
-    /// The endpoints, credentials replaced by `REDACTED`.
-    pub endpoints: Vec<String>,
-    pub interval_ms: f64,
-    /// Rounds over every endpoint (each cell's start and end add one).
-    pub rounds: usize,
-    /// Scrapes that failed (an endpoint in a round); they never stop the run.
-    pub failures: usize,
-    /// Raw samples written to `scrape.jsonl`.
-    pub samples: u64,
-    pub file: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub write_error: Option<String>,
 }

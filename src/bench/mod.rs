@@ -15,39 +15,48 @@
 pub mod arrival;
 mod cell;
 pub mod cli;
+mod closed;
 pub mod dataset;
 mod estimate;
+mod forecast;
 pub mod gpu;
 mod info;
 mod live;
 mod open;
+mod plan;
 mod progress;
 pub mod replay;
 pub mod request;
+mod run_json;
 mod runner;
 pub mod scrape;
 mod search;
+mod session;
 mod slices;
 mod steady;
 pub mod summary;
+mod sweep;
 mod turns;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 pub use arrival::{Arrivals, Process};
 pub use cli::{cli, Args};
 pub use info::{
-    BucketInfo, CellInfo, LagStats, LoadInfo, OpenInfo, Overhead, RunInfo, ScrapeInfo, TokenStats,
+    BucketInfo, CellInfo, LagStats, LoadInfo, OpenInfo, RunInfo, ScrapeInfo, TokenStats,
 };
-pub use runner::Target;
+pub use runner::{Overhead, Target};
 pub use search::{SaturationInfo, Until};
 
 use crate::meter::RequestRecord;
-use cell::{measure, open_info, shared_prefixes, Load, Out};
+use cell::Out;
+use plan::Plan;
+use run_json::Findings;
+use session::{Client, Session};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -209,285 +218,22 @@ impl Default for BenchConfig {
     }
 }
 
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
-}
-
 /// Run the whole load; `stop` ends it early (Ctrl-C), keeping what was measured.
 pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, BenchError> {
-    validate(cfg)?;
-    let replaying = !cfg.replay.is_empty();
-    let live = live::start(cfg).await?;
-    let target = Arc::new(
-        Target::new(
-            &cfg.target,
-            cfg.api_key.as_ref().map(|k| k.expose().clone()),
-            cfg.headers.clone(),
-        )
-        .map_err(|e| BenchError::Target(cfg.target.clone(), e))?
-        .with_live(live.as_ref().map(|l| l.0.clone())),
-    );
-    // Prompts: buckets of a dataset (or synthetic lengths), or a dataset's conversations.
-    let specs: Vec<_> = dataset::buckets(cfg.short_max, cfg.long_min, cfg.outputs)
-        .into_iter()
-        .filter(|s| cfg.buckets.is_empty() || cfg.buckets.iter().any(|b| b == s.name))
-        .collect();
-    let (chosen, convs, dataset_name, hash) = if replaying {
-        (Vec::new(), Vec::new(), String::new(), String::new())
-    } else if cfg.multi_turn {
-        let (convs, name) = dataset::load_conversations(cfg.dataset.as_deref())?;
-        let convs = dataset::choose_conversations(convs, cfg.seed, cfg.prompts_per_bucket);
-        let hash = dataset::conversations_sha256(&convs);
-        (Vec::new(), convs, name, hash)
-    } else {
-        let (prompts, name) = match &cfg.synthetic {
-            Some(lengths) => (
-                dataset::synthetic(lengths, 8),
-                format!("synthetic {lengths:?} tokens"),
-            ),
-            None => dataset::load(cfg.dataset.as_deref())?,
-        };
-        let chosen = dataset::choose(&prompts, &specs, cfg.seed, cfg.prompts_per_bucket);
-        let hash = dataset::prompt_set_sha256(&chosen);
-        (chosen, Vec::new(), name, hash)
-    };
-    let mut plan = if replaying {
-        Some(replay::plan(cfg)?)
-    } else {
-        None
-    };
-    // A replay sends each request's recorded model; the target's first is asked for only when
-    // some request names none.
-    let ask = plan
-        .as_ref()
-        .is_none_or(|p| p.0.iter().any(|x| x.req.model.is_empty()));
-    let model: Arc<str> = match &cfg.model {
-        Some(m) => m.as_str().into(),
-        None if ask => target
-            .first_model()
-            .await
-            .map_err(|e| BenchError::Target(cfg.target.clone(), e))?
-            .into(),
-        None => plan
-            .as_ref()
-            .and_then(|p| p.1.model.clone())
-            .unwrap_or_else(|| "recorded models".into())
-            .into(),
-    };
-    if let Some(p) = &mut plan {
-        replay::default_model(&mut p.0, &model);
-    }
-    std::fs::create_dir_all(&cfg.out).map_err(|source| BenchError::Io {
-        path: cfg.out.display().to_string(),
-        source,
-    })?;
-    let started_at = now_rfc3339();
-    let overhead = if cfg.calibrate {
-        Some(runner::client_overhead().await)
-    } else {
-        None
-    };
-    let progress = progress::Progress::new(cfg.quiet, cfg.progress_every)
-        .with_live(live.as_ref().map(|l| l.0.clone()));
-    // The run's clock: scrapes and plateaus are in ms since here.
-    let origin = (tokio::time::Instant::now(), SystemTime::now());
-    let scraper = scrape::start_for(cfg, origin.0).await?;
-    let prefixes = chosen
-        .iter()
-        .map(|c| c.spec.name)
-        .chain(["conversations"].into_iter().filter(|_| cfg.multi_turn))
-        .map(|b| (b, shared_prefixes(cfg, b)))
-        .collect();
-    let load = Load {
-        cfg,
-        model: model.clone(),
-        prefixes,
-        scrape: scraper.as_ref().map(|s| s.handle.clone()),
-    };
-    if !cfg.quiet && !replaying {
-        eprintln!(
-            "tokentap bench → {} model {model}; {} {}, seed {}, prompt set sha256 {hash}",
-            cfg.target,
-            if cfg.multi_turn {
-                convs.len()
-            } else {
-                chosen.iter().map(|c| c.prompts.len()).sum::<usize>()
-            },
-            if cfg.multi_turn {
-                "conversations"
-            } else {
-                "prompts"
-            },
-            cfg.seed
-        );
-    }
-
-    let _beat = progress.heartbeat();
+    let mut plan = Plan::of(cfg)?;
+    let client = Client::connect(cfg).await?;
+    let model = plan.model(cfg, &client.target).await?;
+    let mut s = Session::open(cfg, client, model, &plan.prefixed(), stop).await?;
+    plan.announce(cfg, &s.load.model);
+    let _beat = s.progress.heartbeat();
     if !cfg.quiet {
-        let replayed = plan.as_ref().map(|p| p.0.as_slice());
-        let (c, t) = (&chosen, &target);
-        let e = estimate::plan(t, &load, c, &convs, replayed, cfg.estimate, &stop).await;
-        progress.plan(e);
+        s.progress.plan(estimate::of(&s, &plan).await);
     }
-
     let mut out = Out::default();
-    let mut saturation = BTreeMap::new();
-    let mut replay_info = None;
-    let deadline = tokio::time::Instant::now() + cfg.max_time;
-    if let Some((planned, mut info)) = plan {
-        let offered = info.offered_rate;
-        let begun = load.mark().await;
-        let r = open::run_open(
-            target.clone(),
-            "replay",
-            planned,
-            cfg.max_concurrency,
-            &stop,
-            &progress,
-        )
-        .await;
-        let oi = open_info(offered, &r);
-        info.sent = Some(oi.clone());
-        replay_info = Some(info);
-        out.push("replay", None, r.records, r.wall_s, Some(oi));
-        out.window(begun, load.mark().await);
-    } else if cfg.multi_turn {
-        for &conc in &cfg.concurrency {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let begun = load.mark().await;
-            let cell =
-                turns::run_cell(&target, &load, &convs, &specs, conc, &stop, &progress).await;
-            out.push("conversations", Some(conc), cell.records, cell.wall_s, None);
-            out.window(begun, load.mark().await);
-        }
-    } else {
-        for c in chosen.iter().filter(|c| c.prompts.is_empty()) {
-            progress.line(&format!(
-                "bucket {}: no prompts in this dataset — skipped",
-                c.spec.name
-            ));
-        }
-        let chosen: Vec<_> = chosen.iter().filter(|c| !c.prompts.is_empty()).collect();
-        if let Some(until) = &cfg.until {
-            for c in chosen {
-                let s = search::run(
-                    &target, &load, c, until, deadline, &stop, &progress, &mut out,
-                )
-                .await;
-                progress.line(&s.line(c.spec.name));
-                saturation.insert(c.spec.name.to_owned(), s);
-            }
-        } else {
-            let grid = cell::grid(cfg, chosen.len());
-            'sweep: for run in 1..=cfg.runs {
-                let many = cfg.runs > 1;
-                if many {
-                    progress.line(&format!("run {run} of {}", cfg.runs));
-                }
-                for (b, level) in cell::run_order(&grid, run, cfg.runs) {
-                    if stop.load(Ordering::Relaxed) {
-                        break 'sweep;
-                    }
-                    let n = (cfg.requests, cfg.warmup);
-                    let at = measure(
-                        &target, &load, chosen[b], level, n, &stop, &progress, &mut out,
-                    )
-                    .await;
-                    if many {
-                        out.mark_run(at, run);
-                    }
-                }
-            }
-        }
-    }
+    let found = drive(&s, &mut plan, &mut out).await;
     write_records(cfg, &out.records)?;
-    let scraped = match scraper {
-        Some(s) => Some(s.finish().await),
-        None => None,
-    };
-    steady::attach(cfg, &mut out, origin.1, scraped.as_ref());
-    slices::attach(cfg, &mut out, origin.1, scraped.as_ref());
-    let scrape_info = scraped.map(|c| scrape::summarise(cfg, &c, &mut out.cells));
-    let buckets = chosen
-        .iter()
-        .map(|c| {
-            let mut t: Vec<u64> = c.prompts.iter().map(|p| p.est_tokens).collect();
-            t.sort_unstable();
-            BucketInfo {
-                name: c.spec.name,
-                output_tokens: c.spec.output_tokens,
-                prompts: c.prompts.len(),
-                input_tokens_est: (!t.is_empty()).then(|| TokenStats {
-                    min: t[0],
-                    median: t[t.len() / 2],
-                    max: t[t.len() - 1],
-                }),
-            }
-        })
-        .collect();
-    let mode = match (replaying, &cfg.until, cfg.request_rates.is_empty()) {
-        (true, ..) => "replay",
-        (_, Some(_), _) => "search",
-        (_, None, false) => "open",
-        _ => "closed",
-    };
-    let info = RunInfo {
-        tool: "tokentap bench",
-        tool_version: env!("CARGO_PKG_VERSION"),
-        target: cfg.target.clone(),
-        model: model.to_string(),
-        dataset: match &replay_info {
-            Some(r) => r.files.join(", "),
-            None => dataset_name,
-        },
-        seed: cfg.seed,
-        prompt_set_sha256: hash,
-        fixed_output: cfg.fixed_output,
-        concurrency: cfg.concurrency.clone(),
-        requests_per_cell: cfg.requests,
-        warmup_per_cell: cfg.warmup,
-        buckets,
-        started_at,
-        ended_at: now_rfc3339(),
-        interrupted: stop.load(Ordering::Relaxed),
-        client_overhead_ttft_ms: overhead,
-        load: LoadInfo {
-            mode,
-            request_rates: cfg.request_rates.clone(),
-            arrivals: (!cfg.request_rates.is_empty()).then_some(cfg.arrivals),
-            max_concurrency: cfg.max_concurrency,
-            until: cfg.until.as_ref().map(Until::to_string),
-            max_level: cfg.max_level,
-            max_time_s: cfg.max_time.as_secs_f64(),
-            buckets: cfg.buckets.clone(),
-            shared_prefix_tokens: cfg.shared_prefix,
-            prefix_groups: cfg.prefix_groups,
-            multi_turn: cfg.multi_turn,
-            think_time_ms: cfg
-                .multi_turn
-                .then_some(cfg.think_time.as_secs_f64() * 1000.0),
-            max_turns: cfg.multi_turn.then_some(cfg.max_turns),
-            api: cfg.api.as_str(),
-        },
-        cells: out.cells,
-        saturation,
-        replay: replay_info,
-        scrape: scrape_info,
-        hardware: (cfg.peak_bandwidth.is_some() || cfg.peak_flops.is_some()).then(|| {
-            crate::report::engine::Hardware {
-                gpu: cfg.gpu.clone(),
-                peak_bandwidth_bytes_s: cfg.peak_bandwidth,
-                peak_flops: cfg.peak_flops,
-            }
-        }),
-        runs: (cfg.runs > 1).then_some(cfg.runs),
-        spread: match cfg.runs {
-            0 | 1 => Vec::new(),
-            _ => crate::spread::as_written(&out.records),
-        },
-    };
+    let scrape = run_json::scraped(&mut s, &mut out).await;
+    let info = RunInfo::of(&s, &plan, found, scrape, &mut out);
     let run_path = cfg.out.join("run.json");
     let json = serde_json::to_string_pretty(&info).unwrap_or_default();
     std::fs::write(&run_path, json + "\n").map_err(|source| BenchError::Io {
@@ -500,80 +246,44 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     Ok(info)
 }
 
-fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
-    let usage = |m: &str| Err(BenchError::Usage(m.into()));
-    if cfg.concurrency.is_empty() || cfg.concurrency.contains(&0) {
-        return usage("--concurrency needs positive levels, e.g. 1,2,4,8");
-    }
-    if cfg.requests == 0 {
-        return usage("--requests must be at least 1");
-    }
-    if cfg
-        .request_rates
-        .iter()
-        .any(|r| !r.is_finite() || *r <= 0.0)
-    {
-        return usage("--request-rate needs positive rates (requests a second), e.g. 1,2,4");
-    }
-    if !(cfg.arrivals.burstiness.is_finite() && cfg.arrivals.burstiness > 0.0) {
-        return usage("--burstiness must be a positive number (the gamma shape; 1 is Poisson)");
-    }
-    if cfg.max_concurrency == Some(0) {
-        return usage("--max-concurrency must be at least 1");
-    }
-    if !(cfg.speed.is_finite() && cfg.speed > 0.0) {
-        return usage("--speed must be a positive number (2 replays twice as fast)");
-    }
-    if cfg.max_level.is_some_and(|m| !(m.is_finite() && m > 0.0)) {
-        return usage("--max-level must be positive");
-    }
-    if cfg.prefix_groups == 0 {
-        return usage("--prefix-groups must be at least 1");
-    }
-    if cfg.timeslice.is_some_and(|t| t.is_zero()) {
-        return usage("--timeslice must be positive");
-    }
-    if cfg.scrape_interval.is_zero() {
-        return usage("--scrape-interval must be positive");
-    }
-    if cfg.progress_every.is_zero() {
-        return usage("--progress-every must be positive");
-    }
-    if cfg.runs == 0 {
-        return usage("--runs must be at least 1");
-    }
-    if cfg.runs > 1 && (!cfg.replay.is_empty() || cfg.multi_turn || cfg.until.is_some()) {
-        return usage(
-            "--runs repeats a sweep of cells (buckets × --concurrency or --request-rate); not --replay, --multi-turn or --until",
-        );
-    }
-    if cfg.max_turns == 0 {
-        return usage("--max-turns must be at least 1");
-    }
-    let modes = [
-        !cfg.replay.is_empty(),
-        cfg.multi_turn,
-        cfg.until.is_some() || !cfg.request_rates.is_empty(),
-    ];
-    if modes.iter().filter(|m| **m).count() > 1 {
-        return usage(
-            "--replay, --multi-turn and an open-loop or searched load are separate runs: choose one",
-        );
-    }
-    if cfg.multi_turn && !cfg.arms.is_empty() {
-        return usage("--multi-turn does not alternate experiment arms (--route-header)");
-    }
-    if !cfg.replay.is_empty() && !cfg.arms.is_empty() {
-        return usage("--replay does not alternate experiment arms (--route-header)");
-    }
-    for b in &cfg.buckets {
-        if !["long-short", "balanced", "short-long"].contains(&b.as_str()) {
-            return Err(BenchError::Usage(format!(
-                "--buckets: unknown bucket {b:?} (long-short, balanced, short-long)"
-            )));
+/// Send the plan's load, its cells kept in `out`.
+async fn drive(s: &Session<'_>, plan: &mut Plan, out: &mut Out) -> Findings {
+    match plan {
+        Plan::Closed(w) | Plan::Open(w) => {
+            let chosen = sweep::with_prompts(s, &w.prompts.chosen);
+            sweep::run(s, &chosen, &w.levels, w.runs, out).await;
+            Findings::default()
+        }
+        Plan::Search {
+            prompts,
+            until,
+            ladder,
+        } => {
+            let chosen = sweep::with_prompts(s, &prompts.chosen);
+            let saturation = search::buckets(s, &chosen, until, *ladder, out).await;
+            Findings {
+                saturation,
+                replay: None,
+            }
+        }
+        Plan::Replay { requests, info } => {
+            let requests = std::mem::take(requests);
+            let info = replay::send(s, requests, (**info).clone(), out).await;
+            Findings {
+                saturation: BTreeMap::new(),
+                replay: Some(info),
+            }
+        }
+        Plan::Conversations {
+            convs,
+            specs,
+            levels,
+            ..
+        } => {
+            turns::run(s, convs, specs, levels, out).await;
+            Findings::default()
         }
     }
-    Ok(())
 }
 
 fn write_records(cfg: &BenchConfig, records: &[RequestRecord]) -> Result<(), BenchError> {

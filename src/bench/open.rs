@@ -5,7 +5,7 @@
 //! when it is sent. How late the client itself was (`client_lag_ms`: a busy machine, a rate it
 //! cannot generate) is recorded too, so a schedule the client did not keep is never silent.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,9 +13,10 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::progress::{ttft_p95, Progress};
+use super::progress::ttft_p95;
 use super::request::{Req, Sent};
-use super::runner::Target;
+use super::session::Session;
+use super::{LagStats, OpenInfo};
 use crate::meter::{duration_ms, Outcome, RequestRecord, Schedule};
 
 /// A request of the plan: when it is due (from the start of the cell) and whether it is
@@ -44,17 +45,29 @@ impl OpenResult {
         let span = t.last()? - t.first()?;
         (t.len() > 1 && span > 0.0).then(|| (t.len() - 1) as f64 / span)
     }
+
+    /// What the result says of its schedule, offered at `offered` requests a second.
+    pub fn info(&self, offered: f64) -> OpenInfo {
+        let lag = LagStats::of(self.records.iter().filter_map(|x| x.client_lag_ms));
+        let queue = LagStats::of(self.records.iter().filter_map(|x| x.client_queue_ms));
+        let scheduled = OpenResult::rate(&self.due_s);
+        let achieved = OpenResult::rate(&self.sent_s);
+        let behind = lag.p99.is_some_and(|l| l > 10.0)
+            || matches!((scheduled, achieved), (Some(s), Some(a)) if a < 0.95 * s);
+        OpenInfo {
+            offered_rate: offered,
+            scheduled_rate: scheduled,
+            achieved_rate: achieved,
+            lag_ms: lag,
+            queue_ms: queue,
+            behind,
+        }
+    }
 }
 
-/// Send the plan on its schedule; `cap` bounds the requests in flight.
-pub async fn run_open(
-    target: Arc<Target>,
-    label: &str,
-    plan: Vec<Planned>,
-    cap: Option<usize>,
-    stop: &Arc<AtomicBool>,
-    progress: &Progress,
-) -> OpenResult {
+/// Send the plan on its schedule; `--max-concurrency` bounds the requests in flight.
+pub(crate) async fn run(s: &Session<'_>, label: &str, plan: Vec<Planned>) -> OpenResult {
+    let (target, cap, stop, progress) = (&s.target, s.cfg.max_concurrency, &s.stop, &s.progress);
     let measured = plan.iter().filter(|p| p.measured).count();
     progress.begin(label, measured, plan.len() - measured);
     let sem = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));

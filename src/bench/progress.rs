@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::estimate::{Cell, Plan};
+use super::forecast::{Cell, Estimate};
 use crate::meter::{Outcome, RequestRecord};
 
 /// Progress on stderr: a live line on a terminal, lines otherwise.
@@ -29,7 +29,7 @@ struct State {
     start: Instant,
     /// When a line was last printed (the heartbeat waits for `every` of silence).
     last_line: Instant,
-    plan: Option<(Plan, Instant)>,
+    plan: Option<(Estimate, Instant)>,
     /// Seconds each planned cell took, once finished.
     took: Vec<Option<f64>>,
     cell: Option<Current>,
@@ -147,7 +147,7 @@ impl State {
         match &self.plan {
             None => Eta::Unknown,
             Some((
-                Plan::AtMost {
+                Estimate::AtMost {
                     bound_s, pace_s, ..
                 },
                 at,
@@ -156,7 +156,7 @@ impl State {
                 Eta::AtMost(bound_s - since, pace_s.map(|p| p - since))
             }
             Some((
-                Plan::Cells {
+                Estimate::Cells {
                     cells, calibrated, ..
                 },
                 _,
@@ -178,7 +178,7 @@ impl State {
     /// `cell 3/12`, or `cell 3` when the cells are not known in advance.
     fn count(&self) -> String {
         match &self.plan {
-            Some((Plan::Cells { cells, .. }, _)) => {
+            Some((Estimate::Cells { cells, .. }, _)) => {
                 format!("cell {}/{}", self.cells_done, cells.len())
             }
             _ => format!("cell {}", self.cells_done),
@@ -262,10 +262,10 @@ impl Progress {
     }
 
     /// Print the estimate and take the plan the ETA corrects.
-    pub(crate) fn plan(&self, plan: Plan) {
+    pub(crate) fn plan(&self, plan: Estimate) {
         self.line(&plan.line());
         self.with(|s| {
-            if let Plan::Cells { cells, .. } = &plan {
+            if let Estimate::Cells { cells, .. } = &plan {
                 s.took = vec![None; cells.len()];
             }
             s.plan = Some((plan, Instant::now()));
@@ -279,7 +279,7 @@ impl Progress {
         }
         self.with(|s| {
             let index = match &s.plan {
-                Some((Plan::Cells { cells, .. }, _)) => cells
+                Some((Estimate::Cells { cells, .. }, _)) => cells
                     .iter()
                     .zip(&s.took)
                     .position(|(c, t)| t.is_none() && c.label == label),

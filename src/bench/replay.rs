@@ -15,8 +15,10 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use super::cell::Out;
 use super::open::Planned;
 use super::request::{overhead, text_of_tokens, Message, Req};
+use super::session::Session;
 use super::{BenchConfig, BenchError, OpenInfo};
 use crate::meter::Buckets;
 use crate::openai::Api;
@@ -149,88 +151,7 @@ struct Item {
 
 /// Read the files into the replay's plan; every request measured, none warm-up.
 pub fn plan(cfg: &BenchConfig) -> Result<(Vec<Planned>, ReplayInfo), BenchError> {
-    let mut items: Vec<Item> = Vec::new();
-    let mut left_out: BTreeMap<String, usize> = BTreeMap::new();
-    let mut format: Option<&'static str> = None;
-    let mut warnings = Vec::new();
-    fn bad(m: String) -> serde_json::Error {
-        serde::de::Error::custom(m)
-    }
-    crate::report::read::scan(&cfg.replay, &mut |w| warnings.push(w), &mut |line| {
-        let l: Line = serde_json::from_slice(line)?;
-        let this = match (&l.ts, &l.outcome, l.timestamp, l.input_length) {
-            (Some(_), Some(_), ..) => "tokentap",
-            (_, _, Some(_), Some(_)) => "mooncake",
-            _ => return Err(bad("neither a tokentap record (ts, outcome) nor a Mooncake trace line (timestamp, input_length)".into())),
-        };
-        if *format.get_or_insert(this) != this {
-            return Err(bad(format!("a {this} line among {} lines", format.unwrap_or(this))));
-        }
-        let item = if this == "mooncake" {
-            Item {
-                at: None,
-                offset_ms: l.timestamp.unwrap_or(0.0),
-                input: l.input_length,
-                input_estimated: false,
-                output: l.output_length.unwrap_or(64).max(1),
-                output_estimated: l.output_length.is_none(),
-                api: cfg.api,
-                model: None,
-                bucket: None,
-                hash_ids: l.hash_ids.unwrap_or_default(),
-            }
-        } else {
-            let at = l
-                .ts
-                .as_deref()
-                .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
-                .ok_or_else(|| bad("ts is not an RFC 3339 time".into()))?;
-            if l.gateway_tap.as_ref().and_then(|g| g.side.as_deref()) == Some("inner") {
-                *left_out.entry("the inner side of a gateway tap (the gateway's own request)".into()).or_default() += 1;
-                return Ok(());
-            }
-            let api = l.api.unwrap_or(Api::Other);
-            if !matches!(api, Api::Chat | Api::Completions | Api::Responses | Api::Messages) {
-                *left_out.entry(format!("API shape {} (bench sends chat, completions, responses, messages)", api.as_str())).or_default() += 1;
-                return Ok(());
-            }
-            let input_est = l.request_bytes.filter(|b| *b > 0).map(|b| b.div_ceil(4));
-            let output = l.output_tokens.filter(|o| *o > 0);
-            Item {
-                at: Some(at),
-                offset_ms: 0.0,
-                input: l.input_tokens.or(input_est),
-                input_estimated: l.input_tokens.is_none() && input_est.is_some(),
-                output: output.or(l.max_tokens).unwrap_or(64).max(1),
-                output_estimated: output.is_none(),
-                api,
-                model: l.model,
-                bucket: l.bucket,
-                hash_ids: Vec::new(),
-            }
-        };
-        if item.input.is_none() {
-            *left_out.entry("no input size (no usage, no body size)".into()).or_default() += 1;
-            return Ok(());
-        }
-        items.push(item);
-        Ok(())
-    })
-    .map_err(|e| BenchError::Replay(format!("--replay {e}")))?;
-    for w in warnings {
-        eprintln!("tokentap bench: --replay: {w}");
-    }
-    let format = format.unwrap_or("tokentap");
-    // Arrival offsets from the first request.
-    if format == "tokentap" {
-        let first = items.iter().filter_map(|i| i.at).min();
-        for i in &mut items {
-            if let (Some(a), Some(f)) = (i.at, first) {
-                i.offset_ms = a.duration_since(f).unwrap_or_default().as_secs_f64() * 1000.0;
-            }
-        }
-    }
-    items.sort_by(|a, b| a.offset_ms.total_cmp(&b.offset_ms));
+    let (mut items, mut left_out, format) = read(cfg)?;
     let read = items.len() + left_out.values().sum::<usize>();
     if let Some(w) = &cfg.window {
         if format == "mooncake"
@@ -278,49 +199,10 @@ pub fn plan(cfg: &BenchConfig) -> Result<(Vec<Planned>, ReplayInfo), BenchError>
     let model = (models.len() == 1 && items.iter().all(|i| i.model.is_some()))
         .then(|| models[0].to_owned());
     let span_s = items.last().map_or(0.0, |i| due(i).as_secs_f64());
-    let buckets = Buckets::default();
     let planned: Vec<Planned> = items
         .iter()
         .enumerate()
-        .map(|(n, i)| {
-            let input = i.input.unwrap_or(1);
-            let text_tokens = input.saturating_sub(overhead(i.api)).max(1);
-            let seed = cfg.seed ^ (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            let text = if i.hash_ids.is_empty() {
-                text_of_tokens(text_tokens, seed)
-            } else {
-                blocks(&i.hash_ids, text_tokens, cfg.seed, seed)
-            };
-            let bucket = i
-                .bucket
-                .clone()
-                .or_else(|| buckets.of(Some(input), Some(i.output)).map(str::to_owned))
-                .unwrap_or_else(|| "other".into());
-            Planned {
-                at: due(i),
-                req: Req {
-                    model: cfg
-                        .model
-                        .as_deref()
-                        .or(i.model.as_deref())
-                        .unwrap_or("")
-                        .into(),
-                    api: i.api,
-                    system: None,
-                    messages: vec![Message::user(text)],
-                    out: i.output,
-                    fixed: cfg.fixed_output,
-                    bucket: bucket.into(),
-                    concurrency: None,
-                    request_rate: None,
-                    turn: None,
-                    arm: None,
-                    route_header: None,
-                    prompt: None,
-                },
-                measured: true,
-            }
-        })
+        .map(|(n, i)| planned(cfg, n, i, due(i)))
         .collect();
     let info = ReplayInfo {
         files: cfg
@@ -346,6 +228,166 @@ pub fn plan(cfg: &BenchConfig) -> Result<(Vec<Planned>, ReplayInfo), BenchError>
         sent: None,
     };
     Ok((planned, info))
+}
+
+/// The files' requests in arrival order (offsets from the first), what was left out and why, and
+/// the files' format.
+fn read(cfg: &BenchConfig) -> Result<Read, BenchError> {
+    let mut items: Vec<Item> = Vec::new();
+    let mut left_out: BTreeMap<String, usize> = BTreeMap::new();
+    let mut format: Option<&'static str> = None;
+    let mut warnings = Vec::new();
+    crate::report::read::scan(&cfg.replay, &mut |w| warnings.push(w), &mut |line| {
+        let l: Line = serde_json::from_slice(line)?;
+        items.extend(item(l, cfg.api, &mut format, &mut left_out)?);
+        Ok(())
+    })
+    .map_err(|e| BenchError::Replay(format!("--replay {e}")))?;
+    for w in warnings {
+        eprintln!("tokentap bench: --replay: {w}");
+    }
+    let format = format.unwrap_or("tokentap");
+    // Arrival offsets from the first request.
+    if format == "tokentap" {
+        let first = items.iter().filter_map(|i| i.at).min();
+        for i in &mut items {
+            if let (Some(a), Some(f)) = (i.at, first) {
+                i.offset_ms = a.duration_since(f).unwrap_or_default().as_secs_f64() * 1000.0;
+            }
+        }
+    }
+    items.sort_by(|a, b| a.offset_ms.total_cmp(&b.offset_ms));
+    Ok((items, left_out, format))
+}
+
+/// What `read` returns.
+type Read = (Vec<Item>, BTreeMap<String, usize>, &'static str);
+
+/// A line as a request to replay, or `None` when it is left out (counted in `left_out`); every
+/// line of the files is of one format (`format`, set by the first).
+fn item(
+    l: Line,
+    api: Api,
+    format: &mut Option<&'static str>,
+    left_out: &mut BTreeMap<String, usize>,
+) -> Result<Option<Item>, serde_json::Error> {
+    let this = match (&l.ts, &l.outcome, l.timestamp, l.input_length) {
+        (Some(_), Some(_), ..) => "tokentap",
+        (_, _, Some(_), Some(_)) => "mooncake",
+        _ => return Err(bad("neither a tokentap record (ts, outcome) nor a Mooncake trace line (timestamp, input_length)".into())),
+    };
+    if *format.get_or_insert(this) != this {
+        return Err(bad(format!(
+            "a {this} line among {} lines",
+            format.unwrap_or(this)
+        )));
+    }
+    let item = if this == "mooncake" {
+        Item {
+            at: None,
+            offset_ms: l.timestamp.unwrap_or(0.0),
+            input: l.input_length,
+            input_estimated: false,
+            output: l.output_length.unwrap_or(64).max(1),
+            output_estimated: l.output_length.is_none(),
+            api,
+            model: None,
+            bucket: None,
+            hash_ids: l.hash_ids.unwrap_or_default(),
+        }
+    } else {
+        let at =
+            l.ts.as_deref()
+                .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+                .ok_or_else(|| bad("ts is not an RFC 3339 time".into()))?;
+        if l.gateway_tap.as_ref().and_then(|g| g.side.as_deref()) == Some("inner") {
+            *left_out
+                .entry("the inner side of a gateway tap (the gateway's own request)".into())
+                .or_default() += 1;
+            return Ok(None);
+        }
+        let api = l.api.unwrap_or(Api::Other);
+        if !matches!(
+            api,
+            Api::Chat | Api::Completions | Api::Responses | Api::Messages
+        ) {
+            *left_out
+                .entry(format!(
+                    "API shape {} (bench sends chat, completions, responses, messages)",
+                    api.as_str()
+                ))
+                .or_default() += 1;
+            return Ok(None);
+        }
+        let input_est = l.request_bytes.filter(|b| *b > 0).map(|b| b.div_ceil(4));
+        let output = l.output_tokens.filter(|o| *o > 0);
+        Item {
+            at: Some(at),
+            offset_ms: 0.0,
+            input: l.input_tokens.or(input_est),
+            input_estimated: l.input_tokens.is_none() && input_est.is_some(),
+            output: output.or(l.max_tokens).unwrap_or(64).max(1),
+            output_estimated: output.is_none(),
+            api,
+            model: l.model,
+            bucket: l.bucket,
+            hash_ids: Vec::new(),
+        }
+    };
+    if item.input.is_none() {
+        *left_out
+            .entry("no input size (no usage, no body size)".into())
+            .or_default() += 1;
+        return Ok(None);
+    }
+    Ok(Some(item))
+}
+
+fn bad(m: String) -> serde_json::Error {
+    serde::de::Error::custom(m)
+}
+
+/// Request `n` of the replay, due at `at`: synthetic text of its recorded input length (a
+/// Mooncake request's shared blocks shared), its recorded output length, shape and model.
+fn planned(cfg: &BenchConfig, n: usize, i: &Item, at: Duration) -> Planned {
+    let buckets = Buckets::default();
+    let input = i.input.unwrap_or(1);
+    let text_tokens = input.saturating_sub(overhead(i.api)).max(1);
+    let seed = cfg.seed ^ (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let text = if i.hash_ids.is_empty() {
+        text_of_tokens(text_tokens, seed)
+    } else {
+        blocks(&i.hash_ids, text_tokens, cfg.seed, seed)
+    };
+    let bucket = i
+        .bucket
+        .clone()
+        .or_else(|| buckets.of(Some(input), Some(i.output)).map(str::to_owned))
+        .unwrap_or_else(|| "other".into());
+    Planned {
+        at,
+        req: Req {
+            model: cfg
+                .model
+                .as_deref()
+                .or(i.model.as_deref())
+                .unwrap_or("")
+                .into(),
+            api: i.api,
+            system: None,
+            messages: vec![Message::user(text)],
+            out: i.output,
+            fixed: cfg.fixed_output,
+            bucket: bucket.into(),
+            concurrency: None,
+            request_rate: None,
+            turn: None,
+            arm: None,
+            route_header: None,
+            prompt: None,
+        },
+        measured: true,
+    }
 }
 
 impl Item {
@@ -378,6 +420,23 @@ fn blocks(ids: &[u64], tokens: u64, seed: u64, own: u64) -> String {
     }
     s.truncate(want);
     s
+}
+
+/// Send the replay's requests on their schedule, as one cell kept in `out`; what `run.json` says
+/// of the replay, with what was sent.
+pub(crate) async fn send(
+    s: &Session<'_>,
+    requests: Vec<Planned>,
+    mut info: ReplayInfo,
+    out: &mut Out,
+) -> ReplayInfo {
+    let begun = s.load.mark().await;
+    let r = super::open::run(s, "replay", requests).await;
+    let sent = r.info(info.offered_rate);
+    info.sent = Some(sent.clone());
+    out.push("replay", None, r.records, r.wall_s, Some(sent));
+    out.window(begun, s.load.mark().await);
+    info
 }
 
 /// Fill in the model of requests that named none (no `--model`, none recorded).

@@ -1,8 +1,8 @@
-//! The load itself: an HTTP client that measures each streamed request with the proxy's own
-//! `Meter`, and the closed loop that keeps exactly C requests in flight.
+//! The load's client: an HTTP client that measures each streamed request with the proxy's own
+//! `Meter`, and what this client itself adds to TTFT (`client_overhead`).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,9 +13,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
-use super::progress::{ttft_p95, Progress};
 use super::request::{Message, Req, Sent};
-use super::Overhead;
 use crate::meter::{
     BodyEnd, Buckets, Experiment, Facts, Meter, MeteredBody, Observer, Outcome, RequestRecord,
     Stamp, Verdict,
@@ -317,135 +315,6 @@ impl Observer for Ended {
     }
 }
 
-pub struct CellResult {
-    pub records: Vec<RequestRecord>,
-    pub wall_s: f64,
-}
-
-/// A closed loop's requests as they finish: the measured ones (index `warmup` on) counted,
-/// kept in order and shown; the first one's start begins the cell's wall time.
-pub(crate) struct Tally<'a> {
-    label: &'a str,
-    requests: usize,
-    warmup: usize,
-    progress: &'a Progress,
-    done: AtomicUsize,
-    errors: AtomicUsize,
-    results: Mutex<Vec<(usize, RequestRecord)>>,
-    first: Mutex<Option<Instant>>,
-}
-
-impl<'a> Tally<'a> {
-    pub fn new(label: &'a str, requests: usize, warmup: usize, progress: &'a Progress) -> Self {
-        progress.begin(label, requests, warmup);
-        Tally {
-            label,
-            requests,
-            warmup,
-            progress,
-            done: AtomicUsize::new(0),
-            errors: AtomicUsize::new(0),
-            results: Mutex::new(Vec::with_capacity(requests)),
-            first: Mutex::new(None),
-        }
-    }
-
-    /// Request `i` is about to be sent.
-    pub fn starting(&self, i: usize) {
-        if i >= self.warmup {
-            if let Ok(mut f) = self.first.lock() {
-                f.get_or_insert_with(Instant::now);
-            }
-        }
-    }
-
-    /// Request `i` ended with this record.
-    pub fn finished(&self, i: usize, rec: RequestRecord) {
-        self.progress.request_done();
-        if i < self.warmup {
-            return;
-        }
-        if rec.outcome != Outcome::Ok {
-            self.errors.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Ok(mut r) = self.results.lock() {
-            r.push((i, rec));
-        }
-        let d = self.done.fetch_add(1, Ordering::Relaxed) + 1;
-        let errors = self.errors.load(Ordering::Relaxed);
-        self.progress.update(self.label, d, self.requests, errors);
-    }
-
-    /// The cell: its records in order and its wall time (first measured start to now).
-    pub fn finish(self) -> CellResult {
-        let wall_s = self
-            .first
-            .lock()
-            .ok()
-            .and_then(|f| *f)
-            .map_or(0.0, |s| s.elapsed().as_secs_f64());
-        let mut records = self.results.into_inner().unwrap_or_default();
-        records.sort_by_key(|(i, _)| *i);
-        let errors = self.errors.load(Ordering::Relaxed);
-        let p95 = ttft_p95(records.iter().map(|(_, r)| r));
-        self.progress
-            .cell_done(self.label, records.len(), errors, wall_s, p95);
-        CellResult {
-            records: records.into_iter().map(|(_, r)| r).collect(),
-            wall_s,
-        }
-    }
-}
-
-/// One closed-loop cell: W warm-up then N measured requests, C always in flight; request `i`
-/// is `make(i)`.
-#[allow(clippy::too_many_arguments)]
-pub async fn run_cell(
-    target: &Target,
-    label: &str,
-    make: &(dyn Fn(usize) -> Req + Sync),
-    conc: usize,
-    requests: usize,
-    warmup: usize,
-    stop: &Arc<AtomicBool>,
-    progress: &Progress,
-) -> CellResult {
-    let total = warmup + requests;
-    let next = AtomicUsize::new(0);
-    let tally = Tally::new(label, requests, warmup, progress);
-    let sent = Sent {
-        in_flight: conc as u64,
-        schedule: None,
-    };
-    let worker = || async {
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= total || stop.load(Ordering::Relaxed) {
-                return;
-            }
-            tally.starting(i);
-            tally.finished(i, target.one(&make(i), sent, stop).await);
-        }
-    };
-    let workers: Vec<_> = (0..conc).map(|_| worker()).collect();
-    join_all(workers).await;
-    tally.finish()
-}
-
-/// Poll futures concurrently on this task (no spawn: they borrow the cell's state).
-pub(crate) async fn join_all<F: std::future::Future<Output = ()>>(futs: Vec<F>) {
-    let mut futs: Vec<std::pin::Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
-    std::future::poll_fn(move |cx| {
-        futs.retain_mut(|f| f.as_mut().poll(cx).is_pending());
-        if futs.is_empty() {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await
-}
-
 /// A loopback server that answers every request at once with a canned one-token SSE stream
 /// (headers, role chunk, content chunk, usage, `[DONE]` in one write): whatever TTFT a client
 /// measures against it is that client's own overhead plus the loopback round trip.
@@ -504,6 +373,15 @@ async fn canned_sse_server() -> std::io::Result<std::net::SocketAddr> {
         }
     });
     Ok(addr)
+}
+
+/// What this client adds to TTFT (`client_overhead_ttft_ms` in `run.json`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Overhead {
+    pub n: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub how: &'static str,
 }
 
 /// What this client adds to TTFT: 50 requests (after 10 warm-up) to a server that answers at

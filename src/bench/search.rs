@@ -7,16 +7,16 @@
 //! reads the same cells; the ceiling is the report's: the highest level meeting the criterion
 //! with every lower level measured meeting it too.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::cell::{measure, Level, Load, Out};
+use super::cell::{Level, Out};
 use super::dataset::Chosen;
-use super::progress::Progress;
-use super::runner::Target;
+use super::session::Session;
+use super::sweep::measure;
 use crate::meter::RequestRecord;
 use crate::report::Slos;
 use crate::stats::{pct, sorted};
@@ -196,43 +196,110 @@ impl SaturationInfo {
     }
 }
 
-/// Search one bucket's levels; every cell measured is kept in `out`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn run(
-    target: &Arc<Target>,
-    load: &Load<'_>,
-    c: &Chosen,
+/// What a search steps along: the axis, the first level and the highest.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Ladder {
+    pub axis: Axis,
+    pub start: f64,
+    pub max: f64,
+}
+
+/// A search's levels are concurrencies, or arrival rates with `--request-rate`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Axis {
+    Concurrency,
+    Rate,
+}
+
+impl Ladder {
+    /// From the lowest `--concurrency` (or `--request-rate`) up to `--max-level` (default 256
+    /// in flight, or 1000 req/s).
+    pub fn of(cfg: &super::BenchConfig) -> Ladder {
+        match cfg.request_rates.iter().copied().reduce(f64::min) {
+            Some(start) => Ladder {
+                axis: Axis::Rate,
+                start,
+                max: cfg.max_level.unwrap_or(1000.0),
+            },
+            None => Ladder {
+                axis: Axis::Concurrency,
+                start: cfg.concurrency.iter().copied().min().unwrap_or(1) as f64,
+                max: cfg.max_level.unwrap_or(256.0),
+            },
+        }
+    }
+
+    /// The cell of level `v`.
+    pub fn level(self, v: f64) -> Level {
+        match self.axis {
+            Axis::Rate => Level::Rate(v),
+            Axis::Concurrency => Level::Concurrency(v as usize),
+        }
+    }
+
+    /// Measured and warm-up requests at level `v`: enough for the level to be reached and held
+    /// — twice the level in flight (two seconds' worth of a rate), after as many warm-up
+    /// requests as fill it.
+    pub fn requests(self, cfg: &super::BenchConfig, v: f64) -> (usize, usize) {
+        match self.axis {
+            Axis::Rate => (cfg.requests.max((2.0 * v).ceil() as usize), cfg.warmup),
+            Axis::Concurrency => (cfg.requests.max(2 * v as usize), cfg.warmup.max(v as usize)),
+        }
+    }
+
+    /// The level between the last good and the first bad one, until the gap is one request in
+    /// flight (or 10 % of the rate).
+    fn between(self, good: f64, bad: f64) -> Option<f64> {
+        let mid = match self.axis {
+            Axis::Rate if bad - good > 0.1 * good => Some(good + (bad - good) / 2.0),
+            Axis::Concurrency if bad - good > 1.0 => Some(((good + bad) / 2.0).floor()),
+            _ => None,
+        };
+        mid.filter(|m| *m > good && *m < bad)
+    }
+
+    /// `saturation.<bucket>.axis` in `run.json`.
+    fn name(self) -> &'static str {
+        match self.axis {
+            Axis::Rate => "request_rate",
+            Axis::Concurrency => "concurrency",
+        }
+    }
+}
+
+/// Search every bucket's levels, bounded by `--max-time` from now; every cell measured is kept
+/// in `out`.
+pub(crate) async fn buckets(
+    s: &Session<'_>,
+    chosen: &[&Chosen],
     until: &Until,
+    ladder: Ladder,
+    out: &mut Out,
+) -> BTreeMap<String, SaturationInfo> {
+    let deadline = Instant::now() + s.cfg.max_time;
+    let mut found = BTreeMap::new();
+    for c in chosen {
+        let info = bucket(s, c, (until, ladder), deadline, out).await;
+        s.progress.line(&info.line(c.spec.name));
+        found.insert(c.spec.name.to_owned(), info);
+    }
+    found
+}
+
+/// Search one bucket's levels: doubling until one breaks, then halving the gap.
+async fn bucket(
+    s: &Session<'_>,
+    c: &Chosen,
+    (until, ladder): (&Until, Ladder),
     deadline: Instant,
-    stop: &Arc<AtomicBool>,
-    progress: &Progress,
     out: &mut Out,
 ) -> SaturationInfo {
-    let cfg = load.cfg;
-    let rate = cfg.request_rates.first().copied();
-    let (axis, start, max) = match rate {
-        Some(r) => (
-            "request_rate",
-            cfg.request_rates.iter().copied().fold(r, f64::min),
-            cfg.max_level.unwrap_or(1000.0),
-        ),
-        None => (
-            "concurrency",
-            cfg.concurrency.iter().copied().min().unwrap_or(1) as f64,
-            cfg.max_level.unwrap_or(256.0),
-        ),
-    };
-    let level = |v: f64| match rate {
-        Some(_) => Level::Rate(v),
-        None => Level::Concurrency(v as usize),
-    };
     let mut levels: Vec<LevelResult> = Vec::new();
     let (mut good, mut bad): (Option<f64>, Option<f64>) = (None, None);
     let mut stopped = "refined";
-    let mut next = Some(start.min(max));
-    // Doubling, then halving the gap.
+    let mut next = Some(ladder.start.min(ladder.max));
     while let Some(v) = next {
-        if stop.load(Ordering::Relaxed) {
+        if s.stop.load(Ordering::Relaxed) {
             stopped = "interrupted";
             break;
         }
@@ -240,43 +307,41 @@ pub(crate) async fn run(
             stopped = "max_time";
             break;
         }
-        // Enough requests for the level to be reached and held: twice the level in flight
-        // (two seconds' worth of a rate), after as many warm-up requests as fill it.
-        let n = match rate {
-            Some(_) => (cfg.requests.max((2.0 * v).ceil() as usize), cfg.warmup),
-            None => (cfg.requests.max(2 * v as usize), cfg.warmup.max(v as usize)),
-        };
-        let range = measure(target, load, c, level(v), n, stop, progress, out).await;
+        let n = ladder.requests(s.cfg, v);
+        let range = measure(s, c, ladder.level(v), n, out).await;
         let judged = until.judge(&out.records[range]);
-        let met = judged.met;
-        levels.push(LevelResult { level: v, judged });
-        if met {
+        if judged.met {
             good = Some(v);
         } else {
             bad = Some(v);
         }
+        levels.push(LevelResult { level: v, judged });
         next = match (good, bad) {
-            (_, None) if v >= max => {
+            (_, None) if v >= ladder.max => {
                 stopped = "max_level";
                 None
             }
-            (_, None) => Some((v * 2.0).min(max)),
+            (_, None) => Some((v * 2.0).min(ladder.max)),
             (None, Some(_)) => {
                 stopped = "first_level";
                 None
             }
-            (Some(g), Some(b)) => {
-                let mid = match rate {
-                    Some(_) if b - g > 0.1 * g => Some(g + (b - g) / 2.0),
-                    None if b - g > 1.0 => Some(((g + b) / 2.0).floor()),
-                    _ => None,
-                };
-                mid.filter(|m| *m > g && *m < b)
-            }
+            (Some(g), Some(b)) => ladder.between(g, b),
         };
     }
+    found(levels, until, ladder, s.cfg.slos.knee_factor, stopped)
+}
+
+/// What the levels measured say: the ceiling (every level up to it met the criterion, as the
+/// report reads it), the knee and the first bad level.
+fn found(
+    mut levels: Vec<LevelResult>,
+    until: &Until,
+    ladder: Ladder,
+    knee_factor: f64,
+    stopped: &'static str,
+) -> SaturationInfo {
     levels.sort_by(|a, b| a.level.total_cmp(&b.level));
-    // The report's ceiling: every level up to it met the criterion.
     let mut ceiling = None;
     for l in &levels {
         if l.judged.met {
@@ -289,15 +354,11 @@ pub(crate) async fn run(
     let knee = base.and_then(|b| {
         levels
             .iter()
-            .find(|l| {
-                l.judged
-                    .ttft_p95_ms
-                    .is_some_and(|p| p > cfg.slos.knee_factor * b)
-            })
+            .find(|l| l.judged.ttft_p95_ms.is_some_and(|p| p > knee_factor * b))
             .map(|l| l.level)
     });
     SaturationInfo {
-        axis,
+        axis: ladder.name(),
         criterion: until.to_string(),
         ceiling,
         first_bad: levels.iter().find(|l| !l.judged.met).map(|l| l.level),

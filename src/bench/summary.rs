@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::RunInfo;
+use super::{CellInfo, RunInfo};
 use crate::meter::{Outcome, RequestRecord};
 use crate::stats::{pct, sorted};
 
@@ -38,35 +38,56 @@ pub fn table(records: &[RequestRecord], info: &RunInfo) -> String {
     arms.sort();
     arms.dedup();
     for cell in &info.cells {
-        let level = match (&cell.open_loop, cell.concurrency) {
-            (Some(o), _) if cell.bucket == "replay" => format!("{:.1}/s", o.offered_rate),
-            (Some(o), _) => format!("{}/s", o.offered_rate),
-            (None, Some(c)) => c.to_string(),
-            (None, None) => "-".into(),
+        rows(
+            &mut s,
+            cell,
+            records.get(cell.records.clone()).unwrap_or_default(),
+            &arms,
+        );
+    }
+    let _ = writeln!(s, "TTFT/TPOT in ms (p50/p95/p99 of the cell); tok/s/str = per stream (1000 ÷ TPOT p50); agg tok/s = all output tokens ÷ cell wall time.");
+    if let Some(n) = info.runs {
+        let _ = writeln!(s, "{n} runs (rN: run N); each cell's run-to-run spread is in run.json (spread) and in `tokentap report`.");
+    }
+    notes(&mut s, info);
+    let _ = write!(
+        s,
+        "prompt set sha256 {} (seed {})",
+        info.prompt_set_sha256, info.seed
+    );
+    s
+}
+
+/// A cell's rows: one per experiment arm (one without arms).
+fn rows(s: &mut String, cell: &CellInfo, cell_records: &[RequestRecord], arms: &[Option<String>]) {
+    let level = match (&cell.open_loop, cell.concurrency) {
+        (Some(o), _) if cell.bucket == "replay" => format!("{:.1}/s", o.offered_rate),
+        (Some(o), _) => format!("{}/s", o.offered_rate),
+        (None, Some(c)) => c.to_string(),
+        (None, None) => "-".into(),
+    };
+    for arm in arms {
+        let rs: Vec<&RequestRecord> = cell_records
+            .iter()
+            .filter(|r| r.experiment.as_ref().map(|e| &e.arm) == arm.as_ref())
+            .collect();
+        if rs.is_empty() && arm.is_some() {
+            continue;
+        }
+        let errors = rs.iter().filter(|r| r.outcome != Outcome::Ok).count();
+        let out_tokens: u64 = rs.iter().filter_map(|r| r.output_tokens).sum();
+        // With two arms interleaved in one cell, each arm's share of the cell's wall time.
+        let agg = if cell.wall_s > 0.0 {
+            out_tokens as f64 / cell.wall_s
+        } else {
+            0.0
         };
-        let cell_records = records.get(cell.records.clone()).unwrap_or_default();
-        for arm in &arms {
-            let rs: Vec<&RequestRecord> = cell_records
-                .iter()
-                .filter(|r| r.experiment.as_ref().map(|e| &e.arm) == arm.as_ref())
-                .collect();
-            if rs.is_empty() && arm.is_some() {
-                continue;
-            }
-            let errors = rs.iter().filter(|r| r.outcome != Outcome::Ok).count();
-            let out_tokens: u64 = rs.iter().filter_map(|r| r.output_tokens).sum();
-            // With two arms interleaved in one cell, each arm's share of the cell's wall time.
-            let agg = if cell.wall_s > 0.0 {
-                out_tokens as f64 / cell.wall_s
-            } else {
-                0.0
-            };
-            let ok: Vec<&&RequestRecord> = rs.iter().filter(|r| r.outcome == Outcome::Ok).collect();
-            let ttft = sorted(ok.iter().filter_map(|r| r.ttft_ms));
-            let tpot = sorted(ok.iter().filter_map(|r| r.tpot_ms));
-            let e2e = sorted(ok.iter().map(|r| r.e2e_ms / 1000.0));
-            let tpot50 = pct(&tpot, 0.5);
-            let _ = writeln!(
+        let ok: Vec<&&RequestRecord> = rs.iter().filter(|r| r.outcome == Outcome::Ok).collect();
+        let ttft = sorted(ok.iter().filter_map(|r| r.ttft_ms));
+        let tpot = sorted(ok.iter().filter_map(|r| r.tpot_ms));
+        let e2e = sorted(ok.iter().map(|r| r.e2e_ms / 1000.0));
+        let tpot50 = pct(&tpot, 0.5);
+        let _ = writeln!(
             s,
             "{:<13} {:<8} {:>6} {:>4} {:>4} | {:>7} {:>7} {:>7} | {:>6} {:>9} {:>9.0} | {:>8} {:>8}",
             // `--runs N`: the bucket with its run (`long-short r2`).
@@ -87,12 +108,11 @@ pub fn table(records: &[RequestRecord], info: &RunInfo) -> String {
             f(pct(&e2e, 0.5), 2),
             f(pct(&e2e, 0.95), 2),
         );
-        }
     }
-    let _ = writeln!(s, "TTFT/TPOT in ms (p50/p95/p99 of the cell); tok/s/str = per stream (1000 ÷ TPOT p50); agg tok/s = all output tokens ÷ cell wall time.");
-    if let Some(n) = info.runs {
-        let _ = writeln!(s, "{n} runs (rN: run N); each cell's run-to-run spread is in run.json (spread) and in `tokentap report`.");
-    }
+}
+
+/// The open loops' schedules and this client's own overhead.
+fn notes(s: &mut String, info: &RunInfo) {
     for c in &info.cells {
         if let Some(o) = &c.open_loop {
             let f1 = |v: Option<f64>| f(v, 1);
@@ -119,10 +139,4 @@ pub fn table(records: &[RequestRecord], info: &RunInfo) -> String {
             o.p50, o.p99, o.n
         );
     }
-    let _ = write!(
-        s,
-        "prompt set sha256 {} (seed {})",
-        info.prompt_set_sha256, info.seed
-    );
-    s
 }

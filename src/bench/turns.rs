@@ -6,15 +6,14 @@
 //! TTFT by turn shows. A request's bucket is its prompt's shape (by estimated prompt tokens);
 //! its output length is the dataset's reply's (16 to 1,024 tokens; 128 where there is none).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::cell::Load;
+use super::cell::{Load, Out};
+use super::closed::{join_all, CellResult, Tally};
 use super::dataset::{BucketSpec, Conversation};
-use super::progress::Progress;
 use super::request::{Message, Req, Role, Sent};
-use super::runner::{CellResult, Tally, Target};
+use super::session::Session;
 use crate::tokens::estimate_tokens;
 
 /// The bucket whose prompt range holds `tokens`.
@@ -84,23 +83,39 @@ fn think(mean: Duration, seed: u64, conv: usize, k: usize) -> Duration {
     mean.mul_f64(-(1.0 - rng.f64()).ln())
 }
 
+/// Every level, `conc` conversations in flight at each; a cell per level kept in `out`.
+pub(crate) async fn run(
+    s: &Session<'_>,
+    convs: &[Conversation],
+    specs: &[BucketSpec],
+    levels: &[usize],
+    out: &mut Out,
+) {
+    for &conc in levels {
+        if s.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let begun = s.load.mark().await;
+        let cell = run_cell(s, convs, specs, conc).await;
+        out.push("conversations", Some(conc), cell.records, cell.wall_s, None);
+        out.window(begun, s.load.mark().await);
+    }
+}
+
 /// One level: `conc` conversations in flight until W warm-up and N measured requests (turns)
 /// are sent.
-pub(crate) async fn run_cell(
-    target: &Arc<Target>,
-    load: &Load<'_>,
+async fn run_cell(
+    s: &Session<'_>,
     convs: &[Conversation],
     specs: &[BucketSpec],
     conc: usize,
-    stop: &Arc<AtomicBool>,
-    progress: &Progress,
 ) -> CellResult {
-    let cfg = load.cfg;
+    let (cfg, load, target, stop) = (s.cfg, &s.load, &s.target, &s.stop);
     let total = cfg.warmup + cfg.requests;
     let label = format!("conversations C={conc}");
     let next_conv = AtomicUsize::new(0);
     let next_req = AtomicUsize::new(0);
-    let tally = Tally::new(&label, cfg.requests, cfg.warmup, progress);
+    let tally = Tally::new(&label, cfg.requests, cfg.warmup, &s.progress);
     let sent = Sent {
         in_flight: conc as u64,
         schedule: None,
@@ -126,6 +141,6 @@ pub(crate) async fn run_cell(
         }
     };
     let workers: Vec<_> = (0..conc).map(|_| worker()).collect();
-    super::runner::join_all(workers).await;
+    join_all(workers).await;
     tally.finish()
 }

@@ -422,11 +422,7 @@ pub(super) async fn start_for(
 }
 
 /// Each cell's scrape summary, and what `run.json` says of the scraping.
-pub(super) fn summarise(
-    cfg: &BenchConfig,
-    c: &Collected,
-    cells: &mut [CellInfo],
-) -> super::info::ScrapeInfo {
+pub(super) fn summarise(cfg: &BenchConfig, c: &Collected, cells: &mut [CellInfo]) -> ScrapeInfo {
     for cell in cells.iter_mut() {
         if let Some((from, to)) = cell.window_ms {
             let facts = summary::CellFacts {
@@ -439,7 +435,7 @@ pub(super) fn summarise(
             cell.scrape = Some(summary::cell(c, from, to, &facts));
         }
     }
-    super::info::ScrapeInfo {
+    ScrapeInfo {
         endpoints: c.endpoints.clone(),
         interval_ms: c.interval_ms,
         rounds: c.rounds.len(),
@@ -476,4 +472,21 @@ mod tests {
         assert_eq!(ScrapePlan::from_args(&["off".into()]), Ok(ScrapePlan::Off));
         assert_eq!(ScrapePlan::from_args(&[]), Ok(ScrapePlan::Auto));
     }
+}
+
+/// `scrape` in `run.json`.
+#[derive(Debug, serde::Serialize)]
+pub struct ScrapeInfo {
+    /// The endpoints, credentials replaced by `REDACTED`.
+    pub endpoints: Vec<String>,
+    pub interval_ms: f64,
+    /// Rounds over every endpoint (each cell's start and end add one).
+    pub rounds: usize,
+    /// Scrapes that failed (an endpoint in a round); they never stop the run.
+    pub failures: usize,
+    /// Raw samples written to `scrape.jsonl`.
+    pub samples: u64,
+    pub file: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_error: Option<String>,
 }

@@ -1,0 +1,105 @@
+//! The sweep: every bucket with prompts at every level — the closed loop's concurrencies or the
+//! open loop's rates — `--runs` times, each run in its rotated order; and one cell measured at a
+//! level, which the sweep and the search share.
+
+use std::sync::atomic::Ordering;
+
+use super::cell::{grid, run_order, Level, Out};
+use super::dataset::Chosen;
+use super::session::Session;
+use super::{closed, open};
+
+/// Measure the sweep's cells; with several runs, each record and cell says its run.
+pub(crate) async fn run(
+    s: &Session<'_>,
+    chosen: &[&Chosen],
+    levels: &[Level],
+    runs: u32,
+    out: &mut Out,
+) {
+    let grid = grid(levels, chosen.len());
+    let many = runs > 1;
+    for run in 1..=runs {
+        if many {
+            s.progress.line(&format!("run {run} of {runs}"));
+        }
+        for (b, level) in run_order(&grid, run, runs) {
+            if s.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let n = (s.cfg.requests, s.cfg.warmup);
+            let at = measure(s, chosen[b], level, n, out).await;
+            if many {
+                out.mark_run(at, run);
+            }
+        }
+    }
+}
+
+/// The buckets with prompts; a line for each one without.
+pub(crate) fn with_prompts<'a>(s: &Session<'_>, chosen: &'a [Chosen]) -> Vec<&'a Chosen> {
+    for c in chosen.iter().filter(|c| c.prompts.is_empty()) {
+        s.progress.line(&format!(
+            "bucket {}: no prompts in this dataset — skipped",
+            c.spec.name
+        ));
+    }
+    chosen.iter().filter(|c| !c.prompts.is_empty()).collect()
+}
+
+/// One cell of a bucket at a level, closed or open loop, with `(requests, warmup)` requests;
+/// its records kept in `out`. Returns where they are.
+pub(crate) async fn measure(
+    s: &Session<'_>,
+    c: &Chosen,
+    level: Level,
+    (requests, warmup): (usize, usize),
+    out: &mut Out,
+) -> std::ops::Range<usize> {
+    let label = format!("{} {}", c.spec.name, level.label());
+    let from = out.records.len();
+    let begun = s.load.mark().await;
+    match level {
+        Level::Concurrency(conc) => {
+            if requests < conc {
+                s.progress.line(&format!(
+                    "{label}: {requests} measured requests cannot keep {conc} in flight; --requests {} or more would",
+                    2 * conc
+                ));
+            }
+            let make = |i: usize| s.load.request(c, i, level);
+            let cell = closed::run(s, &label, &make, conc, (requests, warmup)).await;
+            out.push(c.spec.name, Some(conc), cell.records, cell.wall_s, None);
+        }
+        Level::Rate(rate) => {
+            let n = warmup + requests;
+            let plan = s
+                .cfg
+                .arrivals
+                .offsets(rate, n)
+                .into_iter()
+                .enumerate()
+                .map(|(i, at)| open::Planned {
+                    at,
+                    req: s.load.request(c, i, level),
+                    measured: i >= warmup,
+                })
+                .collect();
+            let r = open::run(s, &label, plan).await;
+            let oi = r.info(rate);
+            if oi.behind {
+                s.progress.line(&format!(
+                    "{label}: the client fell behind its schedule: {} of {:.2} req/s sent, lag p99 {} ms",
+                    oi.achieved_rate
+                        .map_or_else(|| "-".into(), |a| format!("{a:.2}")),
+                    oi.scheduled_rate.unwrap_or(rate),
+                    oi.lag_ms.p99.map_or_else(|| "-".into(), |l| format!("{l:.1}"))
+                ));
+            }
+            out.push(c.spec.name, None, r.records, r.wall_s, Some(oi));
+        }
+    }
+    let ended = s.load.mark().await;
+    out.window(begun, ended);
+    from..out.records.len()
+}
