@@ -19,7 +19,8 @@
 # is one interleaved run, about a minute); OVERHEAD_GATE_PEERS (default `nginx,haproxy`, also
 # measured for reference; empty for none); OVERHEAD_GATE_FULL=1 (also the C=64 full-speed cell:
 # chunks/s and CPU per chunk of both builds); OVERHEAD_GATE_MAX_BUSY (default 90: a latency cell
-# whose load-generator core was busier than this % makes the run unjudgeable, exit 2).
+# whose load-generator core was busier than this % makes the run unjudgeable, exit 2);
+# OVERHEAD_GATE_BENCH (a benches/overhead binary already built, run instead of `cargo bench`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=${OVERHEAD_GATE_REPS:-4}
@@ -77,7 +78,12 @@ export OVERHEAD_PROXIES="tokentap${peers:+,$peers}"
 export OVERHEAD_LATENCY_C=1,8 OVERHEAD_SPREAD_C= OVERHEAD_STREAMS=0 OVERHEAD_H2_STREAMS=0
 export OVERHEAD_ROUNDS=${OVERHEAD_ROUNDS:-4}
 if [ "${OVERHEAD_GATE_FULL:-}" = 1 ]; then export OVERHEAD_FULL_C=64; else export OVERHEAD_FULL_C=; fi
-cargo bench --locked --bench overhead --no-run --quiet
+bench=(cargo bench --locked --bench overhead --quiet)
+if [ -n "${OVERHEAD_GATE_BENCH:-}" ]; then
+  bench=("$OVERHEAD_GATE_BENCH" --bench)
+else
+  cargo bench --locked --bench overhead --no-run --quiet
+fi
 pin=()
 if [ "$(nproc)" -ge 2 ]; then
   export OVERHEAD_PROXY_CPU=1
@@ -86,7 +92,7 @@ fi
 echo "new: $new; baseline: $base_name; $reps interleaved runs (C=1, C=8 in step; $OVERHEAD_PROXIES + tokentap-b)"
 for i in $(seq 1 "$reps"); do
   out="$scratch/run-$i.txt"
-  if ! "${pin[@]}" cargo bench --locked --bench overhead --quiet >"$out" 2>"$scratch/run-$i.err"; then
+  if ! "${pin[@]}" "${bench[@]}" >"$out" 2>"$scratch/run-$i.err"; then
     cat "$out" "$scratch/run-$i.err" >&2
     echo "overhead-gate: run $i failed" >&2
     exit 2
