@@ -412,8 +412,6 @@ const KNOWN_FOLDER_CYCLES: &[&str] = &[
     "src/compare: html, render",
     "src/config: admit, routes",
     "src/openai: chunk, fast",
-    "src/proxy: ending, exchange, timeout",
-    "src/proxy: forward, stack",
 ];
 
 #[test]
@@ -550,8 +548,6 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("src/config/experiment.rs: validate", 138),
     ("src/demo.rs: run", 128),
     ("src/meter/record.rs: assemble", 104),
-    ("src/proxy/forward.rs: forward", 108),
-    ("src/proxy/stack.rs: call", 117),
     ("src/serve.rs: run", 142),
     ("src/sim/cli.rs: cli", 103),
     ("src/sim/engine.rs: run", 128),

@@ -2,8 +2,7 @@
 //! status the client got, the outcome and the record's error text. Every ending of every request
 //! goes through [`verdict`]; nothing else sets an outcome.
 
-use super::timeout::BodyError;
-use super::ProxyError;
+use super::error::{BodyError, ProxyError};
 use crate::meter::{BodyEnd, Meter, Outcome, Verdict};
 
 /// Every way a request can end.
@@ -104,12 +103,18 @@ mod tests {
 
     const TOKEN: &str = r#"{"choices":[{"delta":{"content":"hi"}}]}"#;
 
+    fn v(
+        e: &Ending<'_>,
+        head: Option<u16>,
+        events: &[&str],
+        cut: bool,
+    ) -> (u16, Outcome, Option<String>) {
+        let r = verdict(e, head, &mut stream(events), cut);
+        (r.status, r.outcome, r.error)
+    }
+
     #[test]
     fn every_ending_has_one_verdict() {
-        let v = |e: &Ending<'_>, head, events: &[&str], cut| {
-            let r = verdict(e, head, &mut stream(events), cut);
-            (r.status, r.outcome, r.error)
-        };
         let done = [TOKEN, "[DONE]"];
         let ok = (200, Outcome::Ok, None);
         assert_eq!(
@@ -167,6 +172,10 @@ mod tests {
             ),
             (200, Outcome::Timeout, Some("idle timeout".into()))
         );
+    }
+
+    #[test]
+    fn every_local_answer_has_one_verdict() {
         for (e, status, outcome, text) in [
             (
                 ProxyError::BodyRead,

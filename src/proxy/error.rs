@@ -1,11 +1,26 @@
-//! Responses tokentap makes itself, in OpenAI's error shape:
-//! `{"error":{"message","type","param":null,"code"}}`. Messages are fixed texts plus error
-//! kinds — never a header value, a key or a request body. What each means for the record is
-//! decided in `ending::verdict`.
+//! The proxy's errors: [`ProxyError`], the responses tokentap makes itself, in OpenAI's error
+//! shape `{"error":{"message","type","param":null,"code"}}`; and [`BodyError`], what cuts a
+//! proxied response body. Messages are fixed texts plus error kinds — never a header value, a
+//! key or a request body. What each means for the record is decided in `ending::verdict`.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::Full;
+
+use super::client::UpstreamError;
+
+/// Errors the proxied response body yields to the client connection (which then cuts it).
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("upstream body error: {0}")]
+    Upstream(#[from] UpstreamError),
+    #[error("upstream sent nothing for {0:?}")]
+    Idle(Duration),
+    #[error("response exceeded the total time limit")]
+    Total,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {

@@ -8,17 +8,23 @@
 //! NB: there is no other way to dispose of one, so a request cannot end without its record. The
 //! key it carries is fingerprinted when the record is made, off the request's path, then dropped.
 
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use http::Response;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
 use tokio::time::Instant;
 
 use super::client::UpstreamBody;
 use super::ending::{verdict, Ending};
+use super::error::{BodyError, ProxyError};
 use super::routes::Route;
+use super::state::{Slot, State};
 use super::timeout::TimeoutBody;
-use super::{ProxyBody, ProxyError, Slot, State};
 use crate::keys::Secret;
 use crate::meter::{
     BodyEnd, Facts, GatewayTap, JoinBy, Meter, MeteredBody, Observer, RelayVerdict, RequestRecord,
@@ -35,6 +41,9 @@ enum TapPart {
     /// Either side, left unjoined.
     Unjoined(TapSide, Unjoined),
 }
+
+/// The metered upstream body, inside the deadlines.
+pub type Metered = MeteredBody<UpstreamBody, Exchange>;
 
 /// Run once the record is made, with its verdict (the paired experiment's copy).
 pub type After = Box<dyn FnOnce(&Verdict) + Send>;
@@ -367,5 +376,49 @@ impl Observer for Exchange {
 impl Drop for Exchange {
     fn drop(&mut self) {
         self.finish(Ending::Abandoned);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The body of every response the proxy returns.
+    #[project = ProxyBodyProj]
+    pub enum ProxyBody {
+        Metered { #[pin] body: TimeoutBody<Metered> },
+        Local { #[pin] body: Full<Bytes> },
+    }
+}
+
+#[warn(clippy::missing_trait_methods)]
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.project() {
+            ProxyBodyProj::Metered { body } => body.poll_frame(cx),
+            ProxyBodyProj::Local { body } => match body.poll_frame(cx) {
+                Poll::Ready(Some(Ok(f))) => Poll::Ready(Some(Ok(f))),
+                Poll::Ready(Some(Err(never))) => match never {},
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Metered { body } => body.is_end_stream(),
+            ProxyBody::Local { body } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Metered { body } => body.size_hint(),
+            ProxyBody::Local { body } => body.size_hint(),
+        }
     }
 }

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tokio_rustls::TlsAcceptor;
 
-use super::stack::{stack, Stack};
-use super::{Shared, State};
+use super::stack::{stack, Current, Stack};
+use super::state::{Shared, State};
 
 /// A generation: its number (1 at start, +1 per applied reload), its state, the stack over it,
 /// and the listener's TLS for it.
@@ -62,15 +62,6 @@ impl Live {
     /// The current generation's state.
     pub fn state(&self) -> Arc<State> {
         self.now().state.clone()
-    }
-
-    /// The stack a new request goes through.
-    pub fn stack(&self) -> Stack {
-        self.current
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .stack
-            .clone()
     }
 
     /// The listener's TLS for new connections.
@@ -146,5 +137,15 @@ impl Live {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         true
+    }
+}
+
+impl Current for Live {
+    fn stack(&self) -> Stack {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .stack
+            .clone()
     }
 }

@@ -1,48 +1,56 @@
 //! The response body's deadlines: `timeouts.idle_ms` between chunks and `timeouts.total_ms` for
 //! the whole request. Either cuts the stream with an error the client connection sees, and the
-//! meter inside records as `timeout` (`MeteredBody::cut`). It holds no data: frames pass as they
-//! come, and it reads no clock per frame (the idle deadline counts from the meter's own stamp).
+//! body inside is told (`Deadlined::cut`: the meter records `timeout`). It holds no data: frames
+//! pass as they come, and it reads no clock per frame (the idle deadline counts from the inner
+//! body's own stamp of its last frame).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use super::client::{UpstreamBody, UpstreamError};
-use super::exchange::Exchange;
-use crate::meter::MeteredBody;
+use super::error::BodyError;
+use crate::meter::{MeteredBody, Observer};
 
-/// The metered upstream body, inside the deadlines.
-pub type Metered = MeteredBody<UpstreamBody, Exchange>;
+/// A body that can be held to deadlines: it knows when its last frame came, and can be cut.
+pub trait Deadlined: Body {
+    /// When the last frame came (or the body was made).
+    fn last_frame(&self) -> Instant;
+    /// A deadline cut the body for `why`.
+    fn cut(self: Pin<&mut Self>, why: &BodyError);
+}
 
-/// Errors the proxied response body yields to the client connection (which then cuts it).
-#[derive(Debug, thiserror::Error)]
-pub enum BodyError {
-    #[error("upstream body error: {0}")]
-    Upstream(#[source] UpstreamError),
-    #[error("upstream sent nothing for {0:?}")]
-    Idle(Duration),
-    #[error("response exceeded the total time limit")]
-    Total,
+impl<B, O> Deadlined for MeteredBody<B, O>
+where
+    B: Body<Data = bytes::Bytes>,
+    B::Error: std::error::Error + 'static,
+    O: Observer + Send + 'static,
+{
+    fn last_frame(&self) -> Instant {
+        MeteredBody::last_frame(self)
+    }
+
+    fn cut(self: Pin<&mut Self>, why: &BodyError) {
+        MeteredBody::cut(self, why);
+    }
 }
 
 pin_project_lite::pin_project! {
-    pub struct TimeoutBody {
+    pub struct TimeoutBody<B> {
         #[pin]
-        inner: Metered,
+        inner: B,
         idle: Duration,
         idle_timer: Pin<Box<Sleep>>,
         deadline: Option<Pin<Box<Sleep>>>,
     }
 }
 
-impl TimeoutBody {
+impl<B: Deadlined> TimeoutBody<B> {
     /// `deadline`: the instant the whole request must be over by (total timeout), if any.
-    pub fn new(inner: Metered, idle: Duration, deadline: Option<Instant>) -> Self {
+    pub fn new(inner: B, idle: Duration, deadline: Option<Instant>) -> Self {
         let first = inner.last_frame() + idle;
         Self {
             inner,
@@ -54,23 +62,27 @@ impl TimeoutBody {
 }
 
 #[warn(clippy::missing_trait_methods)]
-impl Body for TimeoutBody {
-    type Data = Bytes;
+impl<B> Body for TimeoutBody<B>
+where
+    B: Deadlined,
+    B::Error: Into<BodyError>,
+{
+    type Data = B::Data;
     type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    ) -> Poll<Option<Result<Frame<B::Data>, BodyError>>> {
         let mut this = self.project();
         match this.inner.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Upstream(e)))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
                 if let Some(deadline) = this.deadline.as_mut() {
                     if deadline.as_mut().poll(cx).is_ready() {
-                        this.inner.cut(&BodyError::Total);
+                        this.inner.as_mut().cut(&BodyError::Total);
                         return Poll::Ready(Some(Err(BodyError::Total)));
                     }
                 }
@@ -80,7 +92,7 @@ impl Body for TimeoutBody {
                     let due = this.inner.last_frame() + *this.idle;
                     if Instant::now() >= due {
                         let err = BodyError::Idle(*this.idle);
-                        this.inner.cut(&err);
+                        this.inner.as_mut().cut(&err);
                         return Poll::Ready(Some(Err(err)));
                     }
                     this.idle_timer.as_mut().reset(due);

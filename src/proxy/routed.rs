@@ -1,0 +1,230 @@
+//! The routed stage: path → route, key → experiment arm (`route::arm`), and whom the route
+//! serves; the request's [`Exchange`] begins here ([`Opening::begin`], also how the experiment's
+//! copy begins). Then the layers a routed request passes: `Admission` (the concurrency limit)
+//! and `Timeouts` (its deadlines), each holding only what it reads.
+
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Method, Response};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+use tower::Service;
+
+use super::deadlines::Deadlines;
+use super::error::ProxyError;
+use super::exchange::{Exchange, ProxyBody};
+use super::ids::Made;
+use super::layer::{always_ready, now, Respond};
+use super::routes::Route;
+use super::state::{Slot, State};
+use crate::keys::{self, Secret};
+use crate::meter::{Facts, Stamp};
+use crate::route::arm::{self, Draw, Refusal};
+
+/// A routed request: its exchange, what to send upstream, and its deadlines.
+pub struct Routed {
+    pub ex: Exchange,
+    pub head: Parts,
+    pub body: Incoming,
+    /// The path to send upstream (the route's prefix stripped).
+    pub upstream_path: String,
+    /// A copy for the other experiment arm: (route index, pair id).
+    pub copy: Option<(usize, String)>,
+    pub deadlines: Deadlines,
+}
+
+/// What is known of a request before its exchange begins: when it came, its facts so far, the
+/// client's key, and the request id tokentap made for it.
+pub struct Opening {
+    pub t0: Instant,
+    pub facts: Facts,
+    pub key: Option<Secret<Vec<u8>>>,
+    pub made_id: Option<Made>,
+}
+
+impl Opening {
+    /// A request that came at `t0` (`stamp`): its method, path and key.
+    pub fn new(t0: Instant, stamp: Stamp, method: &Method, path: &str, h: &HeaderMap) -> Opening {
+        Opening {
+            t0,
+            facts: Exchange::facts_for(stamp, method, path),
+            key: keys::client_key(h),
+            made_id: None,
+        }
+    }
+
+    /// The request's exchange begins on `route` (counted in flight there).
+    pub fn begin(self, state: Arc<State>, route: Arc<Route>) -> Exchange {
+        let mut ex = Exchange::begin(state, route, self.t0, self.facts, self.key);
+        if let Some(m) = self.made_id {
+            ex.return_id(m);
+        }
+        ex
+    }
+}
+
+/// Route a request: the routed request, or its exchange and why it is refused (no route, an arm
+/// that does not exist or may not be forced, a client the route does not serve).
+pub fn route(
+    state: &Arc<State>,
+    o: Opening,
+    head: Parts,
+    body: Incoming,
+    forced: Option<&HeaderValue>,
+    peer: Option<IpAddr>,
+) -> Result<Routed, (Exchange, ProxyError)> {
+    let cfg = &state.config;
+    let Some((picked, upstream_path)) = state.routes.pick(head.uri.path()) else {
+        let route = state.routes.unrouted().clone();
+        return Err((o.begin(state.clone(), route), ProxyError::NoRoute));
+    };
+    let upstream_path = upstream_path.to_owned();
+    let key = o.key.as_ref().map(|k| k.expose().as_slice());
+    // The key's fingerprint is made now only when the arm depends on it; otherwise with the
+    // record, off the request's path.
+    let key_id = arm::needs_key(cfg, picked, forced.is_some())
+        .then(|| key.map(|k| state.keys.id_of(k)))
+        .flatten();
+    let choice = arm::choose(
+        cfg,
+        picked,
+        forced.map(HeaderValue::as_bytes),
+        key_id.as_deref(),
+        || {
+            let (unit, pair) = state
+                .rng
+                .lock()
+                .map(|mut r| (r.f64(), r.u64(..)))
+                .unwrap_or((0.5, 0));
+            Draw { unit, pair }
+        },
+    );
+    let route = match &choice {
+        Ok(c) => c.route,
+        Err(_) => picked,
+    };
+    let route = state.routes.get(route).clone();
+    let refusal = refusal(state, &route, key, peer);
+    // An experiment's copy goes to a route that injects a credential only for the clients it
+    // admits.
+    let choice = choice.map(|mut c| {
+        if c.copy
+            .as_ref()
+            .is_some_and(|(i, _)| !admitted(state, state.routes.get(*i), key, peer))
+        {
+            c.copy = None;
+        }
+        c
+    });
+    let mut ex = o.begin(state.clone(), route);
+    ex.facts().key_id = key_id;
+    if let Some(err) = refusal {
+        return Err((ex, err));
+    }
+    let choice = match choice {
+        Ok(c) => c,
+        Err(Refusal::UnknownArm) => {
+            let err = ProxyError::BadRequest("the route header names no experiment arm");
+            return Err((ex, err));
+        }
+        Err(Refusal::ForcedDirect) => return Err((ex, ProxyError::ForcedDirect)),
+    };
+    ex.facts().experiment = choice.experiment;
+    Ok(Routed {
+        ex,
+        head,
+        body,
+        upstream_path,
+        copy: choice.copy,
+        deadlines: Deadlines::UNBOUNDED,
+    })
+}
+
+/// A route that injects a credential serves only the clients it admits.
+fn admitted(state: &State, r: &Route, key: Option<&[u8]>, peer: Option<IpAddr>) -> bool {
+    r.target
+        .as_ref()
+        .and_then(|t| t.config.admit.as_ref())
+        .is_none_or(|a| {
+            let id = key.map(|k| state.keys.id_of(k));
+            a.admits(id.as_deref(), peer)
+        })
+}
+
+/// Why `route` does not serve this client, if it does not: it admits only listed clients, or it
+/// is behind a gateway and serves the gateway alone.
+fn refusal(
+    state: &State,
+    route: &Route,
+    key: Option<&[u8]>,
+    peer: Option<IpAddr>,
+) -> Option<ProxyError> {
+    if !admitted(state, route, key, peer) {
+        return Some(ProxyError::NotAdmitted(route.name.clone()));
+    }
+    let not_the_gateway = route
+        .target
+        .as_ref()
+        .and_then(|t| t.config.behind.as_ref())
+        .is_some_and(|b| {
+            let fp = key.map(keys::fingerprint);
+            !b.admits(fp.as_deref(), peer)
+        });
+    not_the_gateway.then(|| ProxyError::NotTheGateway(route.name.clone()))
+}
+
+/// The concurrency limit: a permit per request for its whole life; none left, 503 at once.
+#[derive(Clone)]
+pub struct Admission<S> {
+    /// Requests admitted, over every generation (`Shared::admitted`).
+    pub admitted: Arc<AtomicUsize>,
+    /// `limits.max_concurrent`.
+    pub max: usize,
+    pub inner: S,
+}
+
+impl<S> Service<Routed> for Admission<S>
+where
+    S: Service<Routed, Response = Response<ProxyBody>, Error = Infallible>,
+{
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = Respond<S::Future>;
+    always_ready!();
+
+    fn call(&mut self, mut r: Routed) -> Self::Future {
+        match Slot::take(&self.admitted, self.max) {
+            Some(slot) => {
+                r.ex.hold(slot);
+                Respond::Inner {
+                    future: self.inner.call(r),
+                }
+            }
+            None => now(r.ex.reject(ProxyError::Overloaded(self.max))),
+        }
+    }
+}
+
+/// Sets the request's deadlines from `[timeouts]`; the upstream call and the response body
+/// (`timeout::TimeoutBody`) keep them.
+#[derive(Clone)]
+pub struct Timeouts<S> {
+    pub timeouts: crate::config::Timeouts,
+    pub inner: S,
+}
+
+impl<S: Service<Routed>> Service<Routed> for Timeouts<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+    always_ready!();
+
+    fn call(&mut self, mut r: Routed) -> S::Future {
+        r.deadlines = Deadlines::new(r.ex.t0(), &self.timeouts);
+        self.inner.call(r)
+    }
+}
