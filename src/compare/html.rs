@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::render::{forest_point, lines, rows};
+use super::tables::{forest_point, lines, rows};
 use super::{CellDiff, Comparison};
 use crate::report::view::grid::html_table;
 use crate::report::view::svg::{self, Chart, Key, Series, Style, COLORS, GREY};

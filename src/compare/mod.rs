@@ -9,6 +9,7 @@ mod html;
 mod render;
 pub mod runs;
 pub mod side;
+mod tables;
 mod verdict;
 
 use std::collections::BTreeMap;

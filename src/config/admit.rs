@@ -10,8 +10,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::header::HeaderName;
 
+use super::cidr::Cidr;
 use super::raw::RawRoute;
-use super::routes::Cidr;
 use super::{err, ConfigError};
 
 /// Headers that carry a credential whatever the config says.

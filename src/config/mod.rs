@@ -6,6 +6,7 @@
 //! use a `Config` depend on it, never the reverse.
 
 mod admit;
+mod cidr;
 mod clickhouse;
 pub mod defaults;
 mod env;

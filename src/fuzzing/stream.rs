@@ -1,7 +1,7 @@
 //! The response stream: the SSE splitter and the per-event classifier with its fast path.
 
-use crate::openai::chunk::{inspect_chunk, inspect_chunk_full, ChunkInfo};
-use crate::openai::fast::{fast_content, inspect_chunk_in, Shape};
+use crate::openai::chunk::{inspect_chunk_full, ChunkInfo};
+use crate::openai::fast::{fast_content, inspect_chunk, inspect_chunk_in, Shape};
 use crate::sse::{SseItem, SseSplitter};
 
 /// An event as the splitter reports it, owned.

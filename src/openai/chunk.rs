@@ -13,7 +13,6 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 
 use super::api::Api;
-use super::fast::fast_content;
 use super::raw_as;
 
 /// Token usage as an engine reports it, in any shape, in OpenAI's terms.
@@ -390,16 +389,7 @@ fn lenient_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D:
     Ok(raw_as(v))
 }
 
-/// Interpret one JSON payload. `Err` means it is not a JSON object we can read (counted as a
-/// parse error by the caller; the bytes were forwarded regardless).
-pub fn inspect_chunk(payload: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
-    if let Some(info) = fast_content(payload) {
-        return Ok(info);
-    }
-    inspect_chunk_full(payload)
-}
-
-/// [`inspect_chunk`] without the fast path: the full parse every verdict must agree with.
+/// [`super::fast::inspect_chunk`] without the fast path: the full parse every verdict must agree with.
 pub(crate) fn inspect_chunk_full(payload: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
     let raw: RawChunk<'_> = serde_json::from_slice(payload)?;
     if raw.choices.is_none() {

@@ -2,7 +2,7 @@
 //! without a JSON parse, and the per-stream `Shape` cache that classifies the next events of the
 //! same shape by two compares. Same answers as [`inspect_chunk`] (tested on every fixture).
 
-use super::chunk::{inspect_chunk, ChunkInfo};
+use super::chunk::{inspect_chunk_full, ChunkInfo};
 
 /// The common event — one token of text, nothing else — recognised without a JSON parse, in
 /// one pass over the bytes.
@@ -18,6 +18,15 @@ pub(crate) fn fast_content(p: &[u8]) -> Option<ChunkInfo> {
         answer: true,
         ..ChunkInfo::default()
     })
+}
+
+/// Interpret one JSON payload. `Err` means it is not a JSON object we can read (counted as a
+/// parse error by the caller; the bytes were forwarded regardless).
+pub fn inspect_chunk(payload: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
+    if let Some(info) = fast_content(payload) {
+        return Ok(info);
+    }
+    inspect_chunk_full(payload)
 }
 
 /// `fast_content`, returning the span of the text value it found (from after its opening quote

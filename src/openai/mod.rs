@@ -24,8 +24,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 pub use api::Api;
-pub use chunk::{describe_error, inspect_chunk, served, ChunkInfo, Served, ServerTimings, Usage};
-pub use fast::{inspect_chunk_in, Shape};
+pub use chunk::{describe_error, served, ChunkInfo, Served, ServerTimings, Usage};
+pub use fast::{inspect_chunk, inspect_chunk_in, Shape};
 pub use fingerprint::fingerprint;
 pub use request::{peek_request, RequestInfo};
 pub use splice::{insert_field, rewrite_model};
