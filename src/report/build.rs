@@ -174,7 +174,9 @@ fn choose(c: &mut acc::CellAcc, kind: acc::Kind, level: u64, whole_cell: bool) -
         },
         clock: SteadyClock::Cell,
     });
-    match plateau.filter(|p| !whole_cell && p.requests >= steady::STEADY_MIN_REQUESTS) {
+    // One at a time, the plateau is the whole cell: the cell keeps its own figures.
+    let enough = |p: &steady::Plateau| level > 1 && p.requests >= steady::STEADY_MIN_REQUESTS;
+    match plateau.filter(|p| !whole_cell && enough(p)) {
         Some(p) => Chosen {
             figures: Figures::SteadyState,
             whole_cell: Some(whole),

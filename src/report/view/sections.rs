@@ -323,6 +323,11 @@ pub(super) fn steady_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Stri
             };
             let used = match c.figures {
                 Figures::SteadyState => "plateau".to_owned(),
+                Figures::WholeCell
+                    if c.level == 1 && c.axis == crate::report::Axis::Concurrency =>
+                {
+                    "whole cell (C=1: the same)".to_owned()
+                }
                 Figures::WholeCell if s.requests < STEADY_MIN_REQUESTS => {
                     format!("whole cell (plateau < {})", STEADY_MIN_REQUESTS)
                 }
