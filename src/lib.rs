@@ -44,6 +44,7 @@ pub mod keys;
 pub mod meter;
 pub mod openai;
 pub mod post;
+pub mod prom;
 pub mod proxy;
 pub mod reload;
 pub mod report;

@@ -113,16 +113,7 @@ impl Live {
         );
         let cell = self.cell.lock().map(|c| c.clone()).unwrap_or_default();
         if !cell.is_empty() {
-            let cell: String = cell
-                .chars()
-                .map(|c| {
-                    if c == '"' || c == '\\' || c == '\n' {
-                        '_'
-                    } else {
-                        c
-                    }
-                })
-                .collect();
+            let cell = crate::prom::escape_label(&cell);
             let _ = write!(s, "# HELP tokentap_bench_cell The cell under way.\n# TYPE tokentap_bench_cell gauge\ntokentap_bench_cell{{cell=\"{cell}\"}} 1\n");
         }
         s

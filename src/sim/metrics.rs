@@ -16,16 +16,7 @@ pub fn page(profile: &Profile, model: &str, s: &EngineStats) -> String {
         profile.name,
         s.finished.load(Relaxed),
     );
-    let model: String = model
-        .chars()
-        .map(|c| {
-            if c == '"' || c == '\\' || c == '\n' {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect();
+    let model = crate::prom::escape_label(model);
     let labels = format!("{{engine=\"0\",model_name=\"{model}\"}}");
     let lines: [(&str, &str, &str, f64); 9] = [
         (

@@ -132,13 +132,6 @@ impl FixedHist {
     }
 }
 
-/// Prometheus label value escaping.
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 /// The handles of one (route, model, key) label set, looked up once and kept: a request then
 /// costs one map lookup instead of one registry lookup (and label vector) per metric.
 struct Handles {
@@ -471,8 +464,8 @@ impl Metrics {
         let rmk = || vec![route.clone(), model.clone(), key.clone(), api.clone()];
         let itl_labels = format!(
             "route=\"{}\",model=\"{}\"",
-            escape_label(route.value()),
-            escape_label(model.value())
+            crate::prom::escape_label(route.value()),
+            crate::prom::escape_label(model.value())
         );
         let itl = self
             .itl
