@@ -472,8 +472,20 @@ async fn every_fixture_is_forwarded_byte_exact_and_measured() {
         }
         assert_eq!(r.request_bytes, f.req_body.len() as u64);
 
-        // Timing: chunk k leaves the upstream at FIRST + k·GAP after its headers.
-        let at = |k: usize| (FIRST + GAP * k as u32).as_secs_f64() * 1000.0;
+        // Timing: chunk k is scheduled to leave the upstream at FIRST + k·GAP after its headers;
+        // the bounds use when it actually left, so a late timer on a busy machine moves the
+        // expectation with the measurement.
+        let sent = up.sent.lock().unwrap()[i].clone();
+        assert_eq!(sent.len(), f.chunk_lens.len(), "{}: chunks written", f.name);
+        for (k, d) in sent.iter().enumerate() {
+            let scheduled = FIRST + GAP * k as u32;
+            assert!(
+                *d + Duration::from_millis(1) >= scheduled,
+                "{}: chunk {k} early",
+                f.name
+            );
+        }
+        let at = |k: usize| sent[k].as_secs_f64() * 1000.0;
         let e2e_expect = at(f.chunk_lens.len() - 1);
         assert!(
             r.e2e_ms >= e2e_expect - 1.0 && r.e2e_ms < e2e_expect + 40.0,

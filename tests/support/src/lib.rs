@@ -295,6 +295,10 @@ pub struct Upstream {
     pub received: Arc<Mutex<Vec<Received>>>,
     /// When a write to the proxy failed (the proxy closed the connection), per event.
     pub write_failures: Arc<Mutex<Vec<Instant>>>,
+    /// Per request, in arrival order: when each chunk was written, from when the request was read.
+    /// Tests bound what the proxy measured by what was actually sent, so a late timer on a busy
+    /// machine moves both sides together.
+    pub sent: Arc<Mutex<Vec<Vec<Duration>>>>,
     pub connections: Arc<AtomicUsize>,
 }
 
@@ -304,12 +308,14 @@ impl Upstream {
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
         let write_failures = Arc::new(Mutex::new(Vec::new()));
+        let sent = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
         let handler: Handler = Arc::new(handler);
-        let (r, w, c) = (
+        let (r, w, c, t) = (
             received.clone(),
             write_failures.clone(),
             connections.clone(),
+            sent.clone(),
         );
         tokio::spawn(async move {
             loop {
@@ -318,13 +324,15 @@ impl Upstream {
                 };
                 c.fetch_add(1, Ordering::Relaxed);
                 let _ = s.set_nodelay(true);
-                tokio::spawn(serve_conn(s, handler.clone(), r.clone(), w.clone()));
+                let (r, w, t) = (r.clone(), w.clone(), t.clone());
+                tokio::spawn(serve_conn(s, handler.clone(), r, w, t));
             }
         });
         Upstream {
             addr,
             received,
             write_failures,
+            sent,
             connections,
         }
     }
@@ -378,10 +386,17 @@ async fn serve_conn(
     handler: Handler,
     received: Arc<Mutex<Vec<Received>>>,
     failures: Arc<Mutex<Vec<Instant>>>,
+    sent: Arc<Mutex<Vec<Vec<Duration>>>>,
 ) {
     let mut buf = Vec::new();
     while let Some(req) = read_request(&mut s, &mut buf).await {
+        let read_at = Instant::now();
         received.lock().unwrap().push(req.clone());
+        let slot = {
+            let mut g = sent.lock().unwrap();
+            g.push(Vec::new());
+            g.len() - 1
+        };
         let script = handler(&req);
         tokio::time::sleep(script.head_delay).await;
         let mut head = format!("HTTP/1.1 {} X\r\n", script.status);
@@ -415,6 +430,7 @@ async fn serve_conn(
                 failures.lock().unwrap().push(Instant::now());
                 return;
             }
+            sent.lock().unwrap()[slot].push(read_at.elapsed());
         }
         match script.finish {
             Finish::Clean => {
