@@ -546,7 +546,6 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("src/serve.rs: run", 142),
     ("src/sim/cli.rs: cli", 103),
     ("src/sim/engine.rs: run", 128),
-    ("src/sim/http.rs: generate", 207),
     ("src/sink/metrics/mod.rs: new", 156),
     ("src/sink/otlp/span.rs: span", 101),
 ];
