@@ -544,7 +544,6 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("src/demo.rs: run", 128),
     ("src/meter/record.rs: assemble", 104),
     ("src/serve.rs: run", 142),
-    ("src/sim/cli.rs: cli", 103),
     ("src/sink/metrics/mod.rs: new", 156),
     ("src/sink/otlp/span.rs: span", 101),
 ];
