@@ -542,7 +542,6 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("src/compare/mod.rs: compare", 115),
     ("src/config/experiment.rs: validate", 138),
     ("src/demo.rs: run", 128),
-    ("src/meter/record.rs: assemble", 104),
     ("src/serve.rs: run", 142),
     ("src/sink/metrics/mod.rs: new", 156),
 ];
