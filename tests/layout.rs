@@ -543,7 +543,6 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("src/config/experiment.rs: validate", 138),
     ("src/demo.rs: run", 128),
     ("src/serve.rs: run", 142),
-    ("src/sink/metrics/mod.rs: new", 156),
 ];
 
 #[test]
