@@ -6,6 +6,7 @@
 //! A/B and tap side by side. Everything it measures is real; the engine is SIMULATED, and the
 //! output says so.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -71,59 +72,16 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     sim.start_hop(hop_l, cfg.hop, via, cfg.seed)
         .map_err(setup("hop"))?;
 
-    println!("tokentap demo — the engine is SIMULATED ({}: a continuous-batching cost model shaped on the", profile.name);
-    println!(
-        "write-up's 4× V100 / Qwen2.5-7B / TP=4 results). Proxy, client and measurements are real."
-    );
-    println!(
-        "  engine {}   gateway hop {hop_addr} (injected {}±{} ms)   tokentap {}",
-        sim.engine, cfg.hop.ms, cfg.hop.jitter_ms, proxy.addr
-    );
-    println!("  direct:  client → tokentap /v1 → engine");
-    println!(
-        "  gateway: client → tokentap /gateway/v1 → hop → tokentap /engine/v1 → engine (the tap)\n"
-    );
+    print_intro(cfg, &profile, sim.engine, hop_addr, proxy.addr);
 
-    let v100 = bench::gpu::lookup("v100").map_err(DemoError::Setup)?;
-    let bench_cfg = BenchConfig {
-        target: format!("http://{}", proxy.addr),
-        out: cfg.out.join("bench"),
-        seed: cfg.seed,
-        concurrency: vec![1, 4, 8],
-        requests: 8,
-        warmup: 0,
-        outputs: [32, 64, 128],
-        prompts_per_bucket: 20,
-        arms: vec![
-            ("direct".into(), String::new()),
-            ("gateway".into(), "/gateway".into()),
-        ],
-        // No probe requests: the proxy's log holds the pairs alone.
-        estimate: false,
-        // The engine's /metrics scraped directly (not through tokentap: its log holds the
-        // pairs alone), against a V100's published peaks for MBU and MFU.
-        scrape: bench::scrape::ScrapePlan::Urls(vec![format!("http://{}/metrics", sim.engine)]),
-        scrape_interval: std::time::Duration::from_millis(250),
-        timeslice: Some(std::time::Duration::from_millis(500)),
-        peak_bandwidth: Some(v100.bandwidth),
-        peak_flops: Some(v100.flops),
-        gpu: Some(v100.name.into()),
-        ..BenchConfig::default()
-    };
+    let bench_cfg = bench_config(cfg, proxy.addr, sim.engine)?;
     let stop = Arc::new(AtomicBool::new(false));
     let info = bench::run(&bench_cfg, stop).await?;
     let _ = proxy.shutdown().await;
     drop(sim);
 
-    let read = |p: &std::path::Path| -> Vec<RequestRecord> {
-        std::fs::read_to_string(p)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    };
-    let records = read(&bench_cfg.out.join("requests.jsonl"));
-    let proxied = read(&proxy_log);
+    let records = read_records(&bench_cfg.out.join("requests.jsonl"));
+    let proxied = read_records(&proxy_log);
     let mut rep = report::compute_all(
         &records,
         &proxied,
@@ -163,6 +121,72 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     println!("competes for compute); per-stream tok/s barely moves (decode is bandwidth-bound); E2E is set by");
     println!("how much was asked for. The gateway hop taxes the front of the request (TTFT), not the body (TPOT).");
     Ok(())
+}
+
+/// Say what runs where, and that the engine is simulated.
+fn print_intro(
+    cfg: &DemoConfig,
+    profile: &Profile,
+    engine: SocketAddr,
+    hop_addr: SocketAddr,
+    proxy: SocketAddr,
+) {
+    println!("tokentap demo — the engine is SIMULATED ({}: a continuous-batching cost model shaped on the", profile.name);
+    println!(
+        "write-up's 4× V100 / Qwen2.5-7B / TP=4 results). Proxy, client and measurements are real."
+    );
+    println!(
+        "  engine {engine}   gateway hop {hop_addr} (injected {}±{} ms)   tokentap {proxy}",
+        cfg.hop.ms, cfg.hop.jitter_ms
+    );
+    println!("  direct:  client → tokentap /v1 → engine");
+    println!(
+        "  gateway: client → tokentap /gateway/v1 → hop → tokentap /engine/v1 → engine (the tap)\n"
+    );
+}
+
+/// The bench sweep: three prompt shapes at concurrency 1, 4, 8, alternating the direct and
+/// gateway arms on identical prompts, with the engine's /metrics scraped against a V100.
+fn bench_config(
+    cfg: &DemoConfig,
+    proxy: SocketAddr,
+    engine: SocketAddr,
+) -> Result<BenchConfig, DemoError> {
+    let v100 = bench::gpu::lookup("v100").map_err(DemoError::Setup)?;
+    Ok(BenchConfig {
+        target: format!("http://{proxy}"),
+        out: cfg.out.join("bench"),
+        seed: cfg.seed,
+        concurrency: vec![1, 4, 8],
+        requests: 8,
+        warmup: 0,
+        outputs: [32, 64, 128],
+        prompts_per_bucket: 20,
+        arms: vec![
+            ("direct".into(), String::new()),
+            ("gateway".into(), "/gateway".into()),
+        ],
+        // No probe requests: the proxy's log holds the pairs alone.
+        estimate: false,
+        // The engine's /metrics scraped directly (not through tokentap: its log holds the
+        // pairs alone), against a V100's published peaks for MBU and MFU.
+        scrape: bench::scrape::ScrapePlan::Urls(vec![format!("http://{engine}/metrics")]),
+        scrape_interval: std::time::Duration::from_millis(250),
+        timeslice: Some(std::time::Duration::from_millis(500)),
+        peak_bandwidth: Some(v100.bandwidth),
+        peak_flops: Some(v100.flops),
+        gpu: Some(v100.name.into()),
+        ..BenchConfig::default()
+    })
+}
+
+/// The records of a JSONL file; unreadable lines (and a missing file) are skipped.
+fn read_records(p: &std::path::Path) -> Vec<RequestRecord> {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 /// Where TTFT went at C=1, from the simulated engine's per-request metrics (vLLM's fields).

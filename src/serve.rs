@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -46,7 +47,7 @@ pub enum ServeError {
 }
 
 /// How long the shutdown waits, after the last connection closed, for records still being made.
-const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// Bind the proxy and admin listeners named in the config.
 pub async fn bind(config: &Config) -> Result<(TcpListener, Option<TcpListener>), ServeError> {
@@ -93,35 +94,7 @@ pub async fn run(
     let tls = config.tls.as_ref().map(crate::tls::acceptor).transpose()?;
     let listen = main.local_addr().map(|a| a.to_string()).unwrap_or_default();
 
-    let counters = Arc::new(LogCounters::default());
-    let (log_tx, writer) = match &config.log.path {
-        Some(path) => {
-            let (tx, handle) =
-                log::spawn(&config.log, path, counters.clone()).map_err(|source| {
-                    ServeError::Log {
-                        path: path.display().to_string(),
-                        source,
-                    }
-                })?;
-            (Some(tx), Some(handle))
-        }
-        None => (None, None),
-    };
-    let metrics = Metrics::new(config.limits.max_key_labels, config.limits.max_model_labels)?;
-    let mut sink = Sink::new(metrics, log_tx, counters);
-    let mut exporter = None;
-    if let Some(o) = &config.otlp {
-        let (otlp, task) = crate::sink::otlp::spawn(o)?;
-        sink = sink.with_otlp(otlp);
-        exporter = Some((task, o.timeout));
-    }
-    let mut inserter = None;
-    if let Some(c) = &config.clickhouse {
-        let (ch, task) = crate::sink::clickhouse::spawn(c)?;
-        sink = sink.with_clickhouse(ch);
-        inserter = Some((task, c.timeout));
-    }
-    let sink = Arc::new(sink);
+    let (sink, drains) = open_sink(&config)?;
     let shared = Arc::new(Shared::new(sink.clone()));
     let live = Arc::new(Live::new(
         State::new(config.clone(), shared.clone(), None)?,
@@ -147,25 +120,7 @@ pub async fn run(
         }))
     });
 
-    // Histogram values wait in the recorder until an upkeep folds them in: run it whether or not
-    // anything scrapes, so memory stays flat with the admin listener off.
-    // Pooled upstream connections the upstream closed are let go on the same tick.
-    let upkeep = {
-        let live = live.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-            tick.tick().await; // the first tick is immediate: nothing to do yet
-            loop {
-                tick.tick().await;
-                live.shared.sink.metrics.run_upkeep();
-                // (A replaced generation's clients go with its last request.)
-                let state = live.state();
-                for t in state.routes.iter().filter_map(|r| r.target.as_ref()) {
-                    t.client.prune();
-                }
-            }
-        })
-    };
+    let upkeep = spawn_upkeep(live.clone());
     tracing::info!(
         listen = %listen,
         admin = %admin_addr,
@@ -194,25 +149,7 @@ pub async fn run(
     sink.close_log().await;
     drop(live);
     drop(admin);
-    if let Some(w) = writer {
-        let _ = tokio::task::spawn_blocking(move || w.join()).await;
-    }
-    if let Some((task, timeout)) = exporter {
-        // One attempt per batch left, each within `otlp.timeout_ms`; then the rest is let go.
-        if tokio::time::timeout(timeout * 4, task).await.is_err() {
-            tracing::warn!(
-                "shutdown: the OTLP exporter did not finish; spans still queued are lost"
-            );
-        }
-    }
-    if let Some((task, timeout)) = inserter {
-        // The same for rows: one attempt per batch left, then the rest is let go.
-        if tokio::time::timeout(timeout * 4, task).await.is_err() {
-            tracing::warn!(
-                "shutdown: the ClickHouse inserter did not finish; rows still queued are lost"
-            );
-        }
-    }
+    drains.wait().await;
     let _ = admin_stop_tx.send(true);
     if let Some(t) = admin_task {
         let _ = t.await;
@@ -223,6 +160,99 @@ pub async fn run(
         "tokentap stopped"
     );
     Ok(())
+}
+
+/// The sink with every output the config names: the request log's writer thread, the OTLP
+/// exporter, the ClickHouse inserter. Returns it with what shutdown waits for.
+fn open_sink(config: &Config) -> Result<(Arc<Sink>, Drains), ServeError> {
+    let counters = Arc::new(LogCounters::default());
+    let (log_tx, writer) = match &config.log.path {
+        Some(path) => {
+            let (tx, handle) =
+                log::spawn(&config.log, path, counters.clone()).map_err(|source| {
+                    ServeError::Log {
+                        path: path.display().to_string(),
+                        source,
+                    }
+                })?;
+            (Some(tx), Some(handle))
+        }
+        None => (None, None),
+    };
+    let metrics = Metrics::new(config.limits.max_key_labels, config.limits.max_model_labels)?;
+    let mut sink = Sink::new(metrics, log_tx, counters);
+    let mut exporter = None;
+    if let Some(o) = &config.otlp {
+        let (otlp, task) = crate::sink::otlp::spawn(o)?;
+        sink = sink.with_otlp(otlp);
+        exporter = Some((task, o.timeout));
+    }
+    let mut inserter = None;
+    if let Some(c) = &config.clickhouse {
+        let (ch, task) = crate::sink::clickhouse::spawn(c)?;
+        sink = sink.with_clickhouse(ch);
+        inserter = Some((task, c.timeout));
+    }
+    let drains = Drains {
+        writer,
+        exporter,
+        inserter,
+    };
+    Ok((Arc::new(sink), drains))
+}
+
+/// The sink's background work, waited for at shutdown once nothing can make a record.
+struct Drains {
+    /// The request log's writer thread.
+    writer: Option<std::thread::JoinHandle<()>>,
+    /// The OTLP exporter and its `otlp.timeout_ms`.
+    exporter: Option<(JoinHandle<()>, Duration)>,
+    /// The ClickHouse inserter and its `clickhouse.timeout_ms`.
+    inserter: Option<(JoinHandle<()>, Duration)>,
+}
+
+impl Drains {
+    /// Wait for the log writer to stop; give the exporters their last attempts.
+    async fn wait(self) {
+        if let Some(w) = self.writer {
+            let _ = tokio::task::spawn_blocking(move || w.join()).await;
+        }
+        if let Some((task, timeout)) = self.exporter {
+            // One attempt per batch left, each within `otlp.timeout_ms`; then the rest is let go.
+            if tokio::time::timeout(timeout * 4, task).await.is_err() {
+                tracing::warn!(
+                    "shutdown: the OTLP exporter did not finish; spans still queued are lost"
+                );
+            }
+        }
+        if let Some((task, timeout)) = self.inserter {
+            // The same for rows: one attempt per batch left, then the rest is let go.
+            if tokio::time::timeout(timeout * 4, task).await.is_err() {
+                tracing::warn!(
+                    "shutdown: the ClickHouse inserter did not finish; rows still queued are lost"
+                );
+            }
+        }
+    }
+}
+
+/// Histogram values wait in the recorder until an upkeep folds them in: run it whether or not
+/// anything scrapes, so memory stays flat with the admin listener off. Pooled upstream
+/// connections the upstream closed are let go on the same tick.
+fn spawn_upkeep(live: Arc<Live>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.tick().await; // the first tick is immediate: nothing to do yet
+        loop {
+            tick.tick().await;
+            live.shared.sink.metrics.run_upkeep();
+            // (A replaced generation's clients go with its last request.)
+            let state = live.state();
+            for t in state.routes.iter().filter_map(|r| r.target.as_ref()) {
+                t.client.prune();
+            }
+        }
+    })
 }
 
 /// A proxy running in the background (the demo and the tests use it).

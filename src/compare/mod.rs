@@ -125,94 +125,14 @@ pub struct Comparison {
 /// Compare BASE with NEW; `unpaired` forbids pairing.
 pub fn compare(base: &Side, new: &Side, seed: u64, unpaired: bool) -> Comparison {
     let sets = [base.prompt_set(), new.prompt_set()];
-    let carries = |s: &Side| {
-        s.cells
-            .iter()
-            .any(|c| c.reqs.iter().any(|r| r.prompt.is_some()))
-    };
-    let (pair, note) = match sets {
-        _ if unpaired => (false, "unpaired: --unpaired".to_owned()),
-        [Some(a), Some(b)] if a == b && carries(base) && carries(new) => (
-            true,
-            format!("paired by prompt: both runs used prompt set {}", short(a)),
-        ),
-        [Some(a), Some(b)] if a == b => (
-            false,
-            "unpaired: the records carry no prompt_index (a bench before it was recorded)"
-                .to_owned(),
-        ),
-        [Some(a), Some(b)] => (
-            false,
-            format!(
-                "unpaired: the prompt sets differ ({} vs {})",
-                short(a),
-                short(b)
-            ),
-        ),
-        _ => (
-            false,
-            "unpaired: not both bench runs with a prompt set (run.json)".to_owned(),
-        ),
-    };
+    let (pair, note) = pairing(base, new, unpaired);
     let new_cells: BTreeMap<&CellKey, &side::SideCell> =
         new.cells.iter().map(|c| (&c.key, c)).collect();
-    let mut cells = Vec::new();
-    for b in &base.cells {
-        let Some(n) = new_cells.get(&b.key) else {
-            continue;
-        };
-        let pairs: Vec<_> = if pair {
-            let by: BTreeMap<(u64, u64, u32), &side::Req> = n
-                .reqs
-                .iter()
-                .filter_map(|r| r.prompt.map(|p| (p, r)))
-                .collect();
-            b.reqs
-                .iter()
-                .filter_map(|r| Some((r, *by.get(&r.prompt?)?)))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let sample = if pairs.len() >= 2 {
-            Sample::Paired(pairs)
-        } else {
-            Sample::Unpaired(b.reqs.iter().collect(), n.reqs.iter().collect())
-        };
-        let agg = [
-            b.cell.as_ref().and_then(|c| c.aggregate_tok_s),
-            n.cell.as_ref().and_then(|c| c.aggregate_tok_s),
-        ];
-        let mut metrics = boot::compare(&sample, agg, seed ^ fnv(&b.key.name()));
-        let runs = match b.key.pooled() {
-            true => None,
-            false => runs::apply(&b.reqs, &n.reqs, &mut metrics),
-        };
-        let mut slo = BTreeMap::new();
-        if let (Some(cb), Some(cn)) = (&b.cell, &n.cell) {
-            for (name, met) in &cb.slo {
-                if let Some(m) = cn.slo.get(name) {
-                    slo.insert(*name, (*met, *m));
-                }
-            }
-        }
-        let paired = matches!(sample, Sample::Paired(_));
-        cells.push(CellDiff {
-            cell: b.key.name(),
-            api: b.key.api.clone(),
-            bucket: b.key.bucket.clone(),
-            arm: b.key.arm.clone(),
-            level: b.key.label.clone(),
-            pooled: b.key.pooled(),
-            paired,
-            n_base: b.reqs.len(),
-            n_new: n.reqs.len(),
-            pairs: paired.then(|| sample.sizes().0),
-            runs,
-            metrics,
-            slo,
-        });
-    }
+    let cells: Vec<CellDiff> = base
+        .cells
+        .iter()
+        .filter_map(|b| Some(cell_diff(b, new_cells.get(&b.key)?, pair, seed)))
+        .collect();
     let (intervals, intervals_note) = runs::note(&cells);
     let mut c = Comparison {
         base: base.path.clone(),
@@ -237,6 +157,95 @@ pub fn compare(base: &Side, new: &Side, seed: u64, unpaired: bool) -> Comparison
     c.verdicts = verdict::verdicts(&c.cells);
     c.slo_changes = verdict::slo_changes(&c.cells);
     c
+}
+
+/// Whether the two runs' requests pair by prompt, and the sentence that says why (or why not).
+fn pairing(base: &Side, new: &Side, unpaired: bool) -> (bool, String) {
+    let carries = |s: &Side| {
+        s.cells
+            .iter()
+            .any(|c| c.reqs.iter().any(|r| r.prompt.is_some()))
+    };
+    match [base.prompt_set(), new.prompt_set()] {
+        _ if unpaired => (false, "unpaired: --unpaired".to_owned()),
+        [Some(a), Some(b)] if a == b && carries(base) && carries(new) => (
+            true,
+            format!("paired by prompt: both runs used prompt set {}", short(a)),
+        ),
+        [Some(a), Some(b)] if a == b => (
+            false,
+            "unpaired: the records carry no prompt_index (a bench before it was recorded)"
+                .to_owned(),
+        ),
+        [Some(a), Some(b)] => (
+            false,
+            format!(
+                "unpaired: the prompt sets differ ({} vs {})",
+                short(a),
+                short(b)
+            ),
+        ),
+        _ => (
+            false,
+            "unpaired: not both bench runs with a prompt set (run.json)".to_owned(),
+        ),
+    }
+}
+
+/// One cell of both runs compared: by prompt pairs when `pair` finds at least two, else as two
+/// independent samples.
+fn cell_diff(b: &side::SideCell, n: &side::SideCell, pair: bool, seed: u64) -> CellDiff {
+    let pairs: Vec<_> = if pair {
+        let by: BTreeMap<(u64, u64, u32), &side::Req> = n
+            .reqs
+            .iter()
+            .filter_map(|r| r.prompt.map(|p| (p, r)))
+            .collect();
+        b.reqs
+            .iter()
+            .filter_map(|r| Some((r, *by.get(&r.prompt?)?)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let sample = if pairs.len() >= 2 {
+        Sample::Paired(pairs)
+    } else {
+        Sample::Unpaired(b.reqs.iter().collect(), n.reqs.iter().collect())
+    };
+    let agg = [
+        b.cell.as_ref().and_then(|c| c.aggregate_tok_s),
+        n.cell.as_ref().and_then(|c| c.aggregate_tok_s),
+    ];
+    let mut metrics = boot::compare(&sample, agg, seed ^ fnv(&b.key.name()));
+    let runs = match b.key.pooled() {
+        true => None,
+        false => runs::apply(&b.reqs, &n.reqs, &mut metrics),
+    };
+    let mut slo = BTreeMap::new();
+    if let (Some(cb), Some(cn)) = (&b.cell, &n.cell) {
+        for (name, met) in &cb.slo {
+            if let Some(m) = cn.slo.get(name) {
+                slo.insert(*name, (*met, *m));
+            }
+        }
+    }
+    let paired = matches!(sample, Sample::Paired(_));
+    CellDiff {
+        cell: b.key.name(),
+        api: b.key.api.clone(),
+        bucket: b.key.bucket.clone(),
+        arm: b.key.arm.clone(),
+        level: b.key.label.clone(),
+        pooled: b.key.pooled(),
+        paired,
+        n_base: b.reqs.len(),
+        n_new: n.reqs.len(),
+        pairs: paired.then(|| sample.sizes().0),
+        runs,
+        metrics,
+        slo,
+    }
 }
 
 /// Apply the gate: each cell (not the pooled rows) and threshold whose interval lies wholly

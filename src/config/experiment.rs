@@ -50,19 +50,7 @@ pub fn validate(
     routes: &[RouteConfig],
     file: &str,
 ) -> Result<ExperimentConfig, ConfigError> {
-    let mode = match e.mode.as_deref().unwrap_or(defaults::EXPERIMENT_MODE) {
-        "off" => Mode::Off,
-        "split" => Mode::Split,
-        "mirror" => Mode::Mirror,
-        "paired" => Mode::Paired,
-        other => {
-            return Err(err(
-                file,
-                "experiment.mode",
-                format!("{other:?} is not one of off, split, mirror, paired"),
-            ))
-        }
-    };
+    let mode = mode(e.mode.as_deref(), file)?;
     let route_header_s = e
         .route_header
         .unwrap_or_else(|| defaults::ROUTE_HEADER.into());
@@ -73,53 +61,10 @@ pub fn validate(
             format!("{route_header_s:?} is not a header name"),
         )
     })?;
-    let idx = |name: &str, key: &str| -> Result<usize, ConfigError> {
-        routes
-            .iter()
-            .position(|r| r.name == name)
-            .ok_or_else(|| err(file, key, format!("{name:?} is not a route name")))
-    };
     let needs_arms = mode != Mode::Off || e.allow_forcing.unwrap_or(false);
-    let arms = match (&e.arms, needs_arms) {
-        (Some(a), _) if a.len() == 2 => [
-            idx(&a[0], "experiment.arms[0]")?,
-            idx(&a[1], "experiment.arms[1]")?,
-        ],
-        (Some(_), _) => {
-            return Err(err(
-                file,
-                "experiment.arms",
-                "exactly two route names, e.g. [\"direct\", \"gateway\"]",
-            ))
-        }
-        (None, true) => {
-            return Err(err(
-                file,
-                "experiment.arms",
-                "required: the two routes to compare",
-            ))
-        }
-        (None, false) => [0, 0],
-    };
-    if needs_arms && arms[0] == arms[1] {
-        return Err(err(
-            file,
-            "experiment.arms",
-            "the two arms must be different routes",
-        ));
-    }
+    let arms = arms(e.arms.as_deref(), needs_arms, routes, file)?;
     let gateway = match &e.gateway {
-        Some(g) => {
-            let i = idx(g, "experiment.gateway")?;
-            if !arms.contains(&i) {
-                return Err(err(
-                    file,
-                    "experiment.gateway",
-                    format!("{g:?} is not one of the arms"),
-                ));
-            }
-            i
-        }
+        Some(g) => one_of(&arms, g, "experiment.gateway", routes, file)?,
         // By convention the arm named "gateway"; else the second arm.
         None => arms
             .iter()
@@ -128,36 +73,10 @@ pub fn validate(
             .unwrap_or(arms[1]),
     };
     let primary = match &e.primary {
-        Some(p) => {
-            let i = idx(p, "experiment.primary")?;
-            if !arms.contains(&i) {
-                return Err(err(
-                    file,
-                    "experiment.primary",
-                    format!("{p:?} is not one of the arms"),
-                ));
-            }
-            i
-        }
+        Some(p) => one_of(&arms, p, "experiment.primary", routes, file)?,
         None => gateway,
     };
-    let weights = match e.weights {
-        None => defaults::WEIGHTS,
-        Some(w)
-            if w.len() == 2
-                && w.iter().all(|x| x.is_finite() && *x >= 0.0)
-                && w[0] + w[1] > 0.0 =>
-        {
-            [w[0], w[1]]
-        }
-        Some(_) => {
-            return Err(err(
-                file,
-                "experiment.weights",
-                "two non-negative numbers, not both 0",
-            ))
-        }
-    };
+    let weights = weights(e.weights.as_deref(), file)?;
     let sample = e.sample.unwrap_or(defaults::SAMPLE);
     if !(0.0..=1.0).contains(&sample) {
         return Err(err(
@@ -182,4 +101,101 @@ pub fn validate(
         allow_forcing: e.allow_forcing.unwrap_or(false),
         direct_keys: e.direct_keys.into_iter().collect(),
     })
+}
+
+/// `experiment.mode`, `off` when absent.
+fn mode(mode: Option<&str>, file: &str) -> Result<Mode, ConfigError> {
+    match mode.unwrap_or(defaults::EXPERIMENT_MODE) {
+        "off" => Ok(Mode::Off),
+        "split" => Ok(Mode::Split),
+        "mirror" => Ok(Mode::Mirror),
+        "paired" => Ok(Mode::Paired),
+        other => Err(err(
+            file,
+            "experiment.mode",
+            format!("{other:?} is not one of off, split, mirror, paired"),
+        )),
+    }
+}
+
+/// The index of the route called `name`; an error at `key` if there is none.
+fn route_index(
+    routes: &[RouteConfig],
+    name: &str,
+    key: &str,
+    file: &str,
+) -> Result<usize, ConfigError> {
+    routes
+        .iter()
+        .position(|r| r.name == name)
+        .ok_or_else(|| err(file, key, format!("{name:?} is not a route name")))
+}
+
+/// `experiment.arms`: two different routes, required when the experiment is on or an arm may
+/// be forced; `[0, 0]` when neither and absent.
+fn arms(
+    names: Option<&[String]>,
+    needs_arms: bool,
+    routes: &[RouteConfig],
+    file: &str,
+) -> Result<[usize; 2], ConfigError> {
+    let arms = match (names, needs_arms) {
+        (Some([a, b]), _) => [
+            route_index(routes, a, "experiment.arms[0]", file)?,
+            route_index(routes, b, "experiment.arms[1]", file)?,
+        ],
+        (Some(_), _) => {
+            return Err(err(
+                file,
+                "experiment.arms",
+                "exactly two route names, e.g. [\"direct\", \"gateway\"]",
+            ))
+        }
+        (None, true) => {
+            return Err(err(
+                file,
+                "experiment.arms",
+                "required: the two routes to compare",
+            ))
+        }
+        (None, false) => [0, 0],
+    };
+    if needs_arms && arms[0] == arms[1] {
+        return Err(err(
+            file,
+            "experiment.arms",
+            "the two arms must be different routes",
+        ));
+    }
+    Ok(arms)
+}
+
+/// The index of the route `name` given at `key`, which must be one of the arms.
+fn one_of(
+    arms: &[usize; 2],
+    name: &str,
+    key: &str,
+    routes: &[RouteConfig],
+    file: &str,
+) -> Result<usize, ConfigError> {
+    let i = route_index(routes, name, key, file)?;
+    if !arms.contains(&i) {
+        return Err(err(file, key, format!("{name:?} is not one of the arms")));
+    }
+    Ok(i)
+}
+
+/// `experiment.weights`: two non-negative numbers, not both 0; the default when absent.
+fn weights(w: Option<&[f64]>, file: &str) -> Result<[f64; 2], ConfigError> {
+    match w {
+        None => Ok(defaults::WEIGHTS),
+        Some(&[a, b]) if a.is_finite() && a >= 0.0 && b.is_finite() && b >= 0.0 && a + b > 0.0 => {
+            Ok([a, b])
+        }
+        Some(_) => Err(err(
+            file,
+            "experiment.weights",
+            "two non-negative numbers, not both 0",
+        )),
+    }
 }

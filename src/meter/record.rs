@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::timeline::{ms_between, Stamp};
-use crate::openai::Api;
+use super::timeline::{ms_between, Stamp, Timeline};
+use crate::openai::{Api, ServerTimings};
 use crate::tags::LoadTags;
 
 fn other_api() -> Api {
@@ -195,6 +195,30 @@ pub struct TtftSplit {
     /// TTFT − proxy − engine queue − engine prefill: network, gateway, tokenisation,
     /// detokenisation (in a client's records, tokentap's share too).
     pub outside_engine_ms: Option<f64>,
+}
+
+impl TtftSplit {
+    /// The split of `ttft_ms`, when the write upstream or the engine's figures place part of it.
+    fn of(
+        tl: &Timeline,
+        timings: &ServerTimings,
+        ttft_ms: Option<f64>,
+        upstream_sent_ms: Option<f64>,
+    ) -> Option<TtftSplit> {
+        let engine = timings.queue_ms.zip(timings.ttft_ms).map(|(q, p)| q + p);
+        ttft_ms
+            .filter(|_| upstream_sent_ms.is_some() || engine.is_some())
+            .map(|ttft| {
+                let own = upstream_sent_ms.unwrap_or(0.0);
+                TtftSplit {
+                    proxy_ms: upstream_sent_ms,
+                    upstream_headers_ms: tl.ms(tl.headers).map(|h| (h - own).max(0.0)),
+                    engine_queue_ms: timings.queue_ms,
+                    engine_prefill_ms: timings.ttft_ms,
+                    outside_engine_ms: engine.map(|e| ttft - own - e),
+                }
+            })
+    }
 }
 
 /// One request, as measured. Durations are milliseconds from `t0` (the request head received),
@@ -499,20 +523,7 @@ impl RequestRecord {
         let usage = meter.usage.unwrap_or_default();
         let (itl_p50_ms, itl_p99_ms, itl_max_ms) = meter.itl_summary();
         let upstream_sent_ms = tl.ms(tl.sent);
-        let timings = meter.timings;
-        let engine = timings.queue_ms.zip(timings.ttft_ms).map(|(q, p)| q + p);
-        let ttft_split = ttft_ms
-            .filter(|_| upstream_sent_ms.is_some() || engine.is_some())
-            .map(|ttft| {
-                let own = upstream_sent_ms.unwrap_or(0.0);
-                TtftSplit {
-                    proxy_ms: upstream_sent_ms,
-                    upstream_headers_ms: tl.ms(tl.headers).map(|h| (h - own).max(0.0)),
-                    engine_queue_ms: timings.queue_ms,
-                    engine_prefill_ms: timings.ttft_ms,
-                    outside_engine_ms: engine.map(|e| ttft - own - e),
-                }
-            });
+        let ttft_split = TtftSplit::of(&tl, &meter.timings, ttft_ms, upstream_sent_ms);
         RequestRecord {
             ts: humantime::format_rfc3339_micros(facts.stamp.at).to_string(),
             id: format!("{:016x}", facts.stamp.id),

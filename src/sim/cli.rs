@@ -62,25 +62,10 @@ pub struct Args {
 
 /// Serve the simulated engine (and hop) until SIGTERM or Ctrl-C.
 pub fn cli(a: Args) -> Exit {
-    let mut profile = match &a.profile {
-        None => Profile::v100(),
-        Some(p) => match std::fs::read_to_string(p)
-            .map_err(|e| e.to_string())
-            .and_then(|t| toml::from_str(&t).map_err(|e| e.to_string()))
-        {
-            Ok(p) => p,
-            Err(e) => return Exit::Usage(format!("config error: {}: {e}", p.display())),
-        },
+    let profile = match chosen_profile(&a) {
+        Ok(p) => p,
+        Err(e) => return e,
     };
-    if let Some(n) = a.reasoning_tokens {
-        profile.reasoning_tokens = n;
-    }
-    profile.prefix_cache |= a.prefix_cache;
-    profile.cuda_graphs |= a.cuda_graphs;
-    profile.preemption |= a.preemption;
-    if let Some(k) = a.kv_tokens {
-        profile.kv_tokens = k;
-    }
     if a.print_profile {
         print!("{}", toml::to_string(&profile).unwrap_or_default());
         return Exit::Ok;
@@ -122,9 +107,7 @@ pub fn cli(a: Args) -> Exit {
                 match Sim::start(profile.clone(), &a.model, a.seed, engine, None).await {
                     Ok(mut sim) => {
                         let up = via.clone().unwrap_or_else(|| {
-                            format!("http://{}", sim.engine)
-                                .parse()
-                                .unwrap_or_default()
+                            format!("http://{}", sim.engine).parse().unwrap_or_default()
                         });
                         sim.start_holding_hop(l, d, hold, up, a.seed).map(|_| sim)
                     }
@@ -135,32 +118,61 @@ pub fn cli(a: Args) -> Exit {
         };
         match started {
             Ok(sim) => {
-                eprintln!(
-                    "tokentap sim: SIMULATED engine ({}) serving model {:?} on http://{}/v1",
-                    profile.name, a.model, sim.engine
-                );
-                if let (Some(h), Some(d)) = (sim.hop, delay) {
-                    let held = match (hold.bytes, hold.flush_ms) {
-                        (None, None) => String::new(),
-                        (b, ms) => format!(
-                            ", holding answers until {} bytes or {} ms",
-                            b.map_or("∞".into(), |b| b.to_string()),
-                            ms.map_or("∞".into(), |m| m.to_string())
-                        ),
-                    };
-                    eprintln!(
-                        "tokentap sim: simulated gateway hop ({}±{} ms{held}) on http://{h}/v1 → {}",
-                        d.ms,
-                        d.jitter_ms,
-                        a.hop_upstream
-                            .as_ref()
-                            .map_or_else(|| format!("http://{}", sim.engine), |u| u.to_string())
-                    );
-                }
+                announce(&sim, &profile, &a, hold, delay);
                 crate::cli::shutdown_signal().await;
                 Exit::Ok
             }
             Err(e) => Exit::Failed(format!("sim: {e}")),
         }
     })
+}
+
+/// The profile: built-in or from `--profile`, with the command line's overrides.
+fn chosen_profile(a: &Args) -> Result<Profile, Exit> {
+    let mut profile = match &a.profile {
+        None => Profile::v100(),
+        Some(p) => match std::fs::read_to_string(p)
+            .map_err(|e| e.to_string())
+            .and_then(|t| toml::from_str(&t).map_err(|e| e.to_string()))
+        {
+            Ok(p) => p,
+            Err(e) => return Err(Exit::Usage(format!("config error: {}: {e}", p.display()))),
+        },
+    };
+    if let Some(n) = a.reasoning_tokens {
+        profile.reasoning_tokens = n;
+    }
+    profile.prefix_cache |= a.prefix_cache;
+    profile.cuda_graphs |= a.cuda_graphs;
+    profile.preemption |= a.preemption;
+    if let Some(k) = a.kv_tokens {
+        profile.kv_tokens = k;
+    }
+    Ok(profile)
+}
+
+/// Say on stderr what is listening where: the engine, and the hop if there is one.
+fn announce(sim: &Sim, profile: &Profile, a: &Args, hold: Hold, delay: Option<HopDelay>) {
+    eprintln!(
+        "tokentap sim: SIMULATED engine ({}) serving model {:?} on http://{}/v1",
+        profile.name, a.model, sim.engine
+    );
+    if let (Some(h), Some(d)) = (sim.hop, delay) {
+        let held = match (hold.bytes, hold.flush_ms) {
+            (None, None) => String::new(),
+            (b, ms) => format!(
+                ", holding answers until {} bytes or {} ms",
+                b.map_or("∞".into(), |b| b.to_string()),
+                ms.map_or("∞".into(), |m| m.to_string())
+            ),
+        };
+        eprintln!(
+            "tokentap sim: simulated gateway hop ({}±{} ms{held}) on http://{h}/v1 → {}",
+            d.ms,
+            d.jitter_ms,
+            a.hop_upstream
+                .as_ref()
+                .map_or_else(|| format!("http://{}", sim.engine), |u| u.to_string())
+        );
+    }
 }

@@ -8,6 +8,7 @@
 //! write-up's measurements, not any particular GPU.
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -192,6 +193,19 @@ impl Seq {
     fn prefill_work(&self) -> u64 {
         self.job.uncached() + u64::from(self.produced)
     }
+
+    /// Send the next token (with `scheduled` if it is the first); true when it was the last.
+    fn emit(&mut self, scheduled: Option<Instant>) -> bool {
+        let index = self.produced;
+        self.produced += 1;
+        let last = self.produced >= self.job.output_tokens;
+        let _ = self.job.tx.try_send(Out::Token {
+            index,
+            last,
+            scheduled: scheduled.filter(|_| index == 0),
+        });
+        last
+    }
 }
 
 /// Live counters for the sim's `/metrics`.
@@ -214,7 +228,6 @@ pub struct EngineStats {
 impl EngineStats {
     /// Add one step's estimated per-GPU work.
     fn work(&self, p: &Profile, tokens: u64, kv_read_tokens: u64) {
-        use std::sync::atomic::Ordering::Relaxed;
         let gpus = f64::from(p.gpus.max(1));
         let flops = 2.0 * p.params_b * 1e9 * tokens as f64 / gpus;
         let read = (p.params_b * 1e9 * p.weight_bytes
@@ -243,127 +256,167 @@ pub async fn run(
     mut jobs: mpsc::Receiver<Job>,
     stats: std::sync::Arc<EngineStats>,
 ) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let mut waiting: VecDeque<Seq> = VecDeque::new();
-    let mut running: Vec<Seq> = Vec::new();
-    let mut kv_used: u64 = 0;
-    let mut clock = Instant::now();
+    let mut engine = Engine {
+        pre: profile.preemption,
+        profile,
+        stats,
+        waiting: VecDeque::new(),
+        running: Vec::new(),
+        kv_used: 0,
+        clock: Instant::now(),
+    };
     loop {
-        // Take new arrivals; block only when idle.
-        if waiting.is_empty() && running.is_empty() {
-            match jobs.recv().await {
-                Some(j) => waiting.push_back(Seq {
-                    job: j,
-                    produced: 0,
-                }),
-                None => return,
+        if !engine.take_arrivals(&mut jobs).await {
+            return;
+        }
+        engine.drop_abandoned();
+        let (admitted, prefill_tokens) = engine.admit();
+        engine.publish_queue();
+        if !admitted.is_empty() {
+            engine.prefill(admitted, prefill_tokens).await;
+        } else if !engine.running.is_empty() {
+            engine.preempt();
+            if engine.running.is_empty() {
+                continue;
             }
-            clock = Instant::now();
+            engine.decode().await;
+        } else if let Some(s) = engine.waiting.pop_front() {
+            // Nothing running and the head does not fit: it can never fit. Refuse it.
+            drop(s);
         }
-        while let Ok(j) = jobs.try_recv() {
-            waiting.push_back(Seq {
-                job: j,
-                produced: 0,
-            });
+        engine
+            .stats
+            .running
+            .store(engine.running.len() as u64, Relaxed);
+        engine.publish_queue();
+    }
+}
+
+/// The engine loop's state between steps.
+struct Engine {
+    profile: Profile,
+    /// The profile's `preemption`.
+    pre: bool,
+    stats: std::sync::Arc<EngineStats>,
+    waiting: VecDeque<Seq>,
+    running: Vec<Seq>,
+    /// KV-cache tokens held by the running sequences.
+    kv_used: u64,
+    /// When the current step ends: steps follow each other on this schedule.
+    clock: Instant,
+}
+
+impl Engine {
+    /// Queue new arrivals; block only when idle. False when every sender is gone.
+    async fn take_arrivals(&mut self, jobs: &mut mpsc::Receiver<Job>) -> bool {
+        if self.waiting.is_empty() && self.running.is_empty() {
+            match jobs.recv().await {
+                Some(job) => self.waiting.push_back(Seq { job, produced: 0 }),
+                None => return false,
+            }
+            self.clock = Instant::now();
         }
-        // Drop sequences whose client went away (frees their cache at once, like an abort).
-        let pre = profile.preemption;
-        waiting.retain(|s| !s.job.tx.is_closed());
-        running.retain(|s| {
+        while let Ok(job) = jobs.try_recv() {
+            self.waiting.push_back(Seq { job, produced: 0 });
+        }
+        true
+    }
+
+    /// Drop sequences whose client went away (frees their cache at once, like an abort).
+    fn drop_abandoned(&mut self) {
+        let (pre, kv_used) = (self.pre, &mut self.kv_used);
+        self.waiting.retain(|s| !s.job.tx.is_closed());
+        self.running.retain(|s| {
             let keep = !s.job.tx.is_closed();
             if !keep {
-                kv_used -= s.held(pre);
+                *kv_used -= s.held(pre);
             }
             keep
         });
+    }
 
-        // Admit what fits: batch limit, KV budget, prefill token budget (FIFO, no skipping).
+    /// Admit what fits: batch limit, KV budget, prefill token budget (FIFO, no skipping).
+    /// Returns the admitted sequences and their prefill tokens.
+    fn admit(&mut self) -> (Vec<Seq>, u64) {
+        let (p, pre) = (&self.profile, self.pre);
         let mut admitted: Vec<Seq> = Vec::new();
         let mut prefill_tokens = 0;
-        while let Some(s) = waiting.front() {
-            let fits = running.len() + admitted.len() < profile.max_batch
-                && kv_used + s.admit_need(pre) <= profile.kv_tokens
+        while let Some(s) = self.waiting.front() {
+            let fits = self.running.len() + admitted.len() < p.max_batch
+                && self.kv_used + s.admit_need(pre) <= p.kv_tokens
                 && (admitted.is_empty()
-                    || prefill_tokens + s.prefill_work() <= profile.max_prefill_tokens);
+                    || prefill_tokens + s.prefill_work() <= p.max_prefill_tokens);
             if !fits {
                 break;
             }
-            let Some(s) = waiting.pop_front() else { break };
-            kv_used += s.admit_need(pre);
+            let Some(s) = self.waiting.pop_front() else {
+                break;
+            };
+            self.kv_used += s.admit_need(pre);
             prefill_tokens += s.prefill_work();
             admitted.push(s);
         }
-        stats.waiting.store(waiting.len() as u64, Relaxed);
-        stats.kv_used.store(kv_used, Relaxed);
+        (admitted, prefill_tokens)
+    }
 
-        if !admitted.is_empty() {
-            // Prefill step: produces each admitted sequence's first token (a preempted one's
-            // next). Steps follow each other on the schedule alone (a late timer adds nothing to
-            // the next step); it restarts from the clock only after the engine was idle.
-            let scheduled = clock;
-            clock = scheduled + profile.prefill_cost(prefill_tokens, admitted.len());
-            let cached: u64 = admitted.iter().map(|s| s.job.cached_tokens).sum();
-            stats.work(&profile, prefill_tokens, cached);
-            tokio::time::sleep_until(clock).await;
-            for mut s in admitted {
-                let index = s.produced;
-                s.produced += 1;
-                let last = s.produced >= s.job.output_tokens;
-                let _ = s.job.tx.try_send(Out::Token {
-                    index,
-                    last,
-                    scheduled: (index == 0).then_some(scheduled),
-                });
-                if last {
-                    kv_used -= s.held(pre);
-                    stats.finished.fetch_add(1, Relaxed);
-                } else {
-                    running.push(s);
-                }
-            }
-        } else if !running.is_empty() {
-            // With preemption, each sequence grows a token: what does not fit is preempted,
-            // newest first, back to the head of the queue.
-            while pre && !running.is_empty() && kv_used + running.len() as u64 > profile.kv_tokens {
-                if let Some(s) = running.pop() {
-                    kv_used -= s.held(pre);
-                    waiting.push_front(s);
-                    stats.preemptions.fetch_add(1, Relaxed);
-                }
-            }
-            if running.is_empty() {
-                continue;
-            }
-            // Decode step: one token for every running sequence.
-            clock += profile.step_cost(running.len());
-            let context: u64 = running.iter().map(|s| s.held(true)).sum();
-            stats.work(&profile, running.len() as u64, context);
-            kv_used += if pre { running.len() as u64 } else { 0 };
-            wait_until(clock).await;
-            running.retain_mut(|s| {
-                let index = s.produced;
-                s.produced += 1;
-                let last = s.produced >= s.job.output_tokens;
-                let _ = s.job.tx.try_send(Out::Token {
-                    index,
-                    last,
-                    scheduled: None,
-                });
-                if last {
-                    kv_used -= s.held(pre);
-                    stats.finished.fetch_add(1, Relaxed);
-                }
-                !last
-            });
-        } else if !waiting.is_empty() {
-            // Nothing running and the head does not fit: it can never fit. Refuse it.
-            if let Some(s) = waiting.pop_front() {
-                drop(s);
+    /// Prefill step: produces each admitted sequence's first token (a preempted one's next).
+    /// Steps follow each other on the schedule alone (a late timer adds nothing to the next
+    /// step); it restarts from the clock only after the engine was idle.
+    async fn prefill(&mut self, admitted: Vec<Seq>, prefill_tokens: u64) {
+        let scheduled = self.clock;
+        self.clock = scheduled + self.profile.prefill_cost(prefill_tokens, admitted.len());
+        let cached: u64 = admitted.iter().map(|s| s.job.cached_tokens).sum();
+        self.stats.work(&self.profile, prefill_tokens, cached);
+        tokio::time::sleep_until(self.clock).await;
+        for mut s in admitted {
+            if s.emit(Some(scheduled)) {
+                self.kv_used -= s.held(self.pre);
+                self.stats.finished.fetch_add(1, Relaxed);
+            } else {
+                self.running.push(s);
             }
         }
-        stats.running.store(running.len() as u64, Relaxed);
-        stats.waiting.store(waiting.len() as u64, Relaxed);
-        stats.kv_used.store(kv_used, Relaxed);
+    }
+
+    /// With preemption, each sequence grows a token: what does not fit is preempted, newest
+    /// first, back to the head of the queue.
+    fn preempt(&mut self) {
+        while self.pre
+            && !self.running.is_empty()
+            && self.kv_used + self.running.len() as u64 > self.profile.kv_tokens
+        {
+            if let Some(s) = self.running.pop() {
+                self.kv_used -= s.held(self.pre);
+                self.waiting.push_front(s);
+                self.stats.preemptions.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// Decode step: one token for every running sequence.
+    async fn decode(&mut self) {
+        let pre = self.pre;
+        self.clock += self.profile.step_cost(self.running.len());
+        let context: u64 = self.running.iter().map(|s| s.held(true)).sum();
+        self.stats
+            .work(&self.profile, self.running.len() as u64, context);
+        self.kv_used += if pre { self.running.len() as u64 } else { 0 };
+        wait_until(self.clock).await;
+        let (kv_used, stats) = (&mut self.kv_used, &self.stats);
+        self.running.retain_mut(|s| {
+            let last = s.emit(None);
+            if last {
+                *kv_used -= s.held(pre);
+                stats.finished.fetch_add(1, Relaxed);
+            }
+            !last
+        });
+    }
+
+    /// The queue and KV figures for `/metrics`.
+    fn publish_queue(&self) {
+        self.stats.waiting.store(self.waiting.len() as u64, Relaxed);
+        self.stats.kv_used.store(self.kv_used, Relaxed);
     }
 }
 

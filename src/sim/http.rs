@@ -96,6 +96,27 @@ fn error(status: StatusCode, kind: &str, msg: &str) -> Response<SimBody> {
     )
 }
 
+/// A request the sim turns away, as vLLM would: its status, error type and message.
+struct Refusal {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Refusal {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    fn response(self) -> Response<SimBody> {
+        error(self.status, self.kind, &self.message)
+    }
+}
+
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct GenRequest {
@@ -200,42 +221,111 @@ pub async fn handle(state: Arc<SimState>, req: Request<Incoming>) -> Response<Si
 }
 
 async fn generate(state: Arc<SimState>, req: Request<Incoming>, api: Api) -> Response<SimBody> {
+    let r = match read_request(&state, req, api).await {
+        Ok(r) => r,
+        Err(no) => return no.response(),
+    };
+    let Plan {
+        counts,
+        stop_reason,
+        mut rng,
+    } = match plan(&state, &r, api) {
+        Ok(p) => p,
+        Err(no) => return no.response(),
+    };
+
+    let (otx, tokens) = mpsc::channel(counts.output as usize + 1);
+    let times = EngineTimes::new(Instant::now());
+    if state
+        .jobs
+        .send(Job {
+            prompt_tokens: counts.prompt,
+            cached_tokens: counts.cached,
+            output_tokens: counts.output,
+            tx: otx,
+        })
+        .await
+        .is_err()
+    {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailableError",
+            "engine stopped",
+        );
+    }
+    let prefix = match api {
+        Api::Chat => "chatcmpl",
+        Api::Completions => "cmpl",
+        Api::Responses => "resp",
+        _ => "msg",
+    };
+    let id = format!("{prefix}-{:016x}", rng.u64(..));
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let reply = Reply {
+        wire: Wire::new(api, id, created, state.model.clone()),
+        tokens,
+        times,
+        rng,
+        counts,
+        stop_reason,
+    };
+    if !r.stream.unwrap_or(false) {
+        return reply.whole().await;
+    }
+    let include_usage = r
+        .stream_options
+        .as_ref()
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    reply.stream(include_usage)
+}
+
+/// The request body, parsed and checked against what the sim serves; the error response if not.
+async fn read_request(
+    state: &SimState,
+    req: Request<Incoming>,
+    api: Api,
+) -> Result<GenRequest, Refusal> {
     let Ok(body) = Limited::new(req.into_body(), 64 * 1024 * 1024)
         .collect()
         .await
     else {
-        return error(
+        return Err(Refusal::new(
             StatusCode::BAD_REQUEST,
             "BadRequestError",
             "body could not be read",
-        );
+        ));
     };
     let r: GenRequest = match serde_json::from_slice(&body.to_bytes()) {
         Ok(r) => r,
         Err(e) => {
-            return error(
+            return Err(Refusal::new(
                 StatusCode::BAD_REQUEST,
                 "BadRequestError",
-                &format!("invalid JSON: {e}"),
-            )
+                format!("invalid JSON: {e}"),
+            ))
         }
     };
     if r.model.as_deref() != Some(state.model.as_str()) {
-        return error(
+        return Err(Refusal::new(
             StatusCode::NOT_FOUND,
             "NotFoundError",
-            &format!(
+            format!(
                 "The model `{}` does not exist.",
                 r.model.unwrap_or_default()
             ),
-        );
+        ));
     }
     if r.n.unwrap_or(1) != 1 {
-        return error(
+        return Err(Refusal::new(
             StatusCode::BAD_REQUEST,
             "BadRequestError",
             "the simulator supports n=1 only",
-        );
+        ));
     }
     let missing = match api {
         Api::Chat | Api::Messages => r.messages.is_none(),
@@ -244,14 +334,29 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, api: Api) -> Res
         _ => true,
     };
     if missing {
-        return error(
+        return Err(Refusal::new(
             StatusCode::BAD_REQUEST,
             "BadRequestError",
             "missing messages/prompt/input",
-        );
+        ));
     }
-    let text = prompt_text(&r);
-    let prompt = prompt_tokens(&r);
+    Ok(r)
+}
+
+/// What one request will generate, decided before the engine sees it.
+struct Plan {
+    counts: Counts,
+    /// `finish_reason` of the last token: `length` when it hit the limit, else `stop`.
+    stop_reason: &'static str,
+    /// The request's own generator: output length, then id, then words, in that order.
+    rng: fastrand::Rng,
+}
+
+/// Token counts (prompt, prefix-cache hits, output, reasoning) for a checked request; a
+/// context-length error if it cannot fit. Counts the prefix-cache query in the engine's stats.
+fn plan(state: &SimState, r: &GenRequest, api: Api) -> Result<Plan, Refusal> {
+    let text = prompt_text(r);
+    let prompt = prompt_tokens(r);
     let max = r
         .max_completion_tokens
         .or(r.max_tokens)
@@ -259,11 +364,11 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, api: Api) -> Res
         .unwrap_or(256)
         .max(1);
     if prompt + max > state.profile.max_model_len {
-        return error(
+        return Err(Refusal::new(
             StatusCode::BAD_REQUEST,
             "BadRequestError",
-            &format!("This model's maximum context length is {} tokens. However, you requested {} tokens ({prompt} in the messages, {max} in the completion).", state.profile.max_model_len, prompt + max),
-        );
+            format!("This model's maximum context length is {} tokens. However, you requested {} tokens ({prompt} in the messages, {max} in the completion).", state.profile.max_model_len, prompt + max),
+        ));
     }
     let cached = if state.profile.prefix_cache {
         state.cache.lookup_and_insert(&text, prompt)
@@ -297,56 +402,43 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, api: Api) -> Res
         Api::Completions => 0,
         _ => state.profile.reasoning_tokens.min(out.saturating_sub(1)),
     };
-    let counts = Counts {
-        prompt,
-        cached,
-        output: out,
-        reasoning,
-    };
+    Ok(Plan {
+        counts: Counts {
+            prompt,
+            cached,
+            output: out,
+            reasoning,
+        },
+        stop_reason,
+        rng,
+    })
+}
 
-    let (otx, mut orx) = mpsc::channel(out as usize + 1);
-    let mut times = EngineTimes::new(Instant::now());
-    if state
-        .jobs
-        .send(Job {
-            prompt_tokens: prompt,
-            cached_tokens: cached,
-            output_tokens: out,
-            tx: otx,
-        })
-        .await
-        .is_err()
-    {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailableError",
-            "engine stopped",
-        );
-    }
-    let prefix = match api {
-        Api::Chat => "chatcmpl",
-        Api::Completions => "cmpl",
-        Api::Responses => "resp",
-        _ => "msg",
-    };
-    let id = format!("{prefix}-{:016x}", rng.u64(..));
-    let created = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let mut wire = Wire::new(api, id, created, state.model.clone());
+/// One admitted request's answer: the engine's tokens in, the API's wire format out.
+struct Reply {
+    wire: Wire,
+    /// The engine's tokens for this request; dropping it aborts the sequence in the engine.
+    tokens: mpsc::Receiver<Out>,
+    times: EngineTimes,
+    rng: fastrand::Rng,
+    counts: Counts,
+    stop_reason: &'static str,
+}
 
-    if !r.stream.unwrap_or(false) {
+impl Reply {
+    /// A non-streaming request: every token, then one JSON body.
+    async fn whole(mut self) -> Response<SimBody> {
+        let reasoning = self.counts.reasoning;
         while let Some(Out::Token {
             index,
             last,
             scheduled,
-        }) = orx.recv().await
+        }) = self.tokens.recv().await
         {
-            times.token(scheduled, Instant::now());
-            let _ = wire.token(
+            self.times.token(scheduled, Instant::now());
+            let _ = self.wire.token(
                 index,
-                WORDS[rng.usize(..WORDS.len())],
+                WORDS[self.rng.usize(..WORDS.len())],
                 index < reasoning,
                 Value::Null,
             );
@@ -354,57 +446,63 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, api: Api) -> Res
                 break;
             }
         }
-        return json_response(
+        json_response(
             StatusCode::OK,
-            &wire.body(&counts, stop_reason, times.metrics(out)),
-        );
+            &self.wire.body(
+                &self.counts,
+                self.stop_reason,
+                self.times.metrics(self.counts.output),
+            ),
+        )
     }
 
-    let include_usage = r
-        .stream_options
-        .as_ref()
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let (btx, brx) = mpsc::channel::<Bytes>(64);
-    tokio::spawn(async move {
-        for b in wire.start(&counts) {
-            if btx.send(b).await.is_err() {
-                return;
-            }
-        }
-        while let Some(Out::Token {
-            index,
-            last,
-            scheduled,
-        }) = orx.recv().await
-        {
-            times.token(scheduled, Instant::now());
-            let finish = if last {
-                Value::from(stop_reason)
-            } else {
-                Value::Null
-            };
-            let word = WORDS[rng.usize(..WORDS.len())];
-            for b in wire.token(index, word, index < reasoning, finish) {
+    /// A streaming request: headers at once, then a task writes each token as the engine makes it.
+    fn stream(mut self, include_usage: bool) -> Response<SimBody> {
+        let (btx, brx) = mpsc::channel::<Bytes>(64);
+        tokio::spawn(async move {
+            let (counts, stop_reason) = (self.counts, self.stop_reason);
+            for b in self.wire.start(&counts) {
                 if btx.send(b).await.is_err() {
-                    return; // client gone: dropping `orx` aborts the sequence in the engine
+                    return;
                 }
             }
-            if last {
-                break;
+            while let Some(Out::Token {
+                index,
+                last,
+                scheduled,
+            }) = self.tokens.recv().await
+            {
+                self.times.token(scheduled, Instant::now());
+                let finish = if last {
+                    Value::from(stop_reason)
+                } else {
+                    Value::Null
+                };
+                let word = WORDS[self.rng.usize(..WORDS.len())];
+                for b in self
+                    .wire
+                    .token(index, word, index < counts.reasoning, finish)
+                {
+                    if btx.send(b).await.is_err() {
+                        return; // client gone: dropping `tokens` aborts the sequence in the engine
+                    }
+                }
+                if last {
+                    break;
+                }
             }
-        }
-        for b in wire.end(&counts, stop_reason, include_usage, times.metrics(out)) {
-            let _ = btx.send(b).await;
-        }
-    });
-    let mut resp = Response::new(SimBody::Stream(brx));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    resp
+            let metrics = self.times.metrics(counts.output);
+            for b in self.wire.end(&counts, stop_reason, include_usage, metrics) {
+                let _ = btx.send(b).await;
+            }
+        });
+        let mut resp = Response::new(SimBody::Stream(brx));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/event-stream; charset=utf-8"),
+        );
+        resp
+    }
 }
 
 /// The engine-side instants of one request, reported as vLLM does with

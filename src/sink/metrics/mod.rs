@@ -161,6 +161,56 @@ pub struct Metrics {
     models: Capped,
 }
 
+/// Every metric's type, unit and help text, in the order they were first described (ITL's is
+/// written by `render`, the stream metrics' by `stream::describe`).
+const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
+    (REQUESTS, Kind::Counter, None, "Requests finished, by outcome and status class."),
+    (TTFT, Kind::Histogram, Some(Unit::Seconds), "Time to first content token, from the request head (streams only)."),
+    (TTFO, Kind::Histogram, Some(Unit::Seconds), "Time to the first output token that is not reasoning (answer text or a tool call), from the request head."),
+    (TPOT, Kind::Histogram, Some(Unit::Seconds), "Time per output token after the first: (E2E - TTFT) / (tokens - 1)."),
+    (E2E, Kind::Histogram, Some(Unit::Seconds), "Request head to end of response."),
+    (UPSTREAM_HEADERS, Kind::Histogram, Some(Unit::Seconds), "Request head to upstream response headers."),
+    (INPUT_TOKENS, Kind::Counter, None, "Prompt tokens reported by the upstream (usage)."),
+    (OUTPUT_TOKENS, Kind::Counter, None, "Output tokens (usage, else content events)."),
+    (IN_FLIGHT, Kind::Gauge, None, "Requests in flight per route."),
+    (MAX_CONCURRENT, Kind::Gauge, None, "limits.max_concurrent: requests in flight across all routes above which tokentap answers 503."),
+    (UPSTREAM_OPENED, Kind::Counter, None, "Connections opened to the route's upstream (kept-alive ones are reused)."),
+    (RECORDS_DROPPED, Kind::Counter, None, "Records dropped, by sink: log (its queue was full), otlp (spans: the export queue was full, or their batch failed every attempt), clickhouse (rows: the insert queue was full, or their batch failed every attempt)."),
+    (LOG_WRITE_ERRORS, Kind::Counter, None, "Failed writes of the request log."),
+    (PARSE_ERRORS, Kind::Counter, None, "SSE events that were not readable JSON (forwarded regardless)."),
+    (OVERSIZE_EVENTS, Kind::Counter, None, "SSE events over the size bound (forwarded, not measured)."),
+    (SHADOW_SKIPPED, Kind::Counter, None, "Experiment copies skipped at experiment.max_shadow_in_flight (never queued)."),
+    (GATEWAY_HOP, Kind::Histogram, Some(Unit::Seconds), "The gateway's share of TTFT on tapped requests, by part: admission (inner t0 - outer t0), relay (outer first token - inner first token), total (outer TTFT - inner TTFT)."),
+    (GATEWAY_TAP, Kind::Counter, None, "Requests on a gateway tap's routes, by side and result: joined, or why they were not."),
+    (OTLP_EXPORTED, Kind::Counter, None, "Spans the OTLP collector accepted."),
+    (OTLP_FAILED, Kind::Counter, None, "OTLP export requests that failed for good (their spans are counted as dropped)."),
+    (CLICKHOUSE_EXPORTED, Kind::Counter, None, "Rows ClickHouse accepted."),
+    (CLICKHOUSE_FAILED, Kind::Counter, None, "ClickHouse INSERTs that failed for good (their rows are counted as dropped)."),
+    (RELOADS, Kind::Counter, None, "Config reloads (SIGHUP, POST /reload), by result: ok, restart_needed (applied; some settings wait for a restart), error (refused; the old config serves), unauthorized."),
+    (RELOAD_OK, Kind::Gauge, None, "1 when the last reload was applied (or none was asked), 0 when it was refused."),
+];
+
+/// A metric's type, for its `# TYPE` line.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Describe every metric to the recorder: type, unit, help text.
+fn describe(r: &PrometheusRecorder) {
+    for &(name, kind, unit, text) in DESCRIPTIONS {
+        let (n, t) = (KeyName::from_const_str(name), SharedString::const_str(text));
+        match kind {
+            Kind::Counter => r.describe_counter(n, unit, t),
+            Kind::Gauge => r.describe_gauge(n, unit, t),
+            Kind::Histogram => r.describe_histogram(n, unit, t),
+        }
+    }
+    stream::describe(r);
+}
+
 static META: Metadata<'static> = Metadata::new(module_path!(), metrics::Level::INFO, None);
 
 fn status_class(status: u16) -> &'static str {
@@ -193,129 +243,7 @@ impl Metrics {
         }
         let recorder = builder.build_recorder();
         let handle = recorder.handle();
-        let describe = |name: &'static str, unit: Option<Unit>, text: &'static str, kind: char| {
-            let (n, t) = (KeyName::from_const_str(name), SharedString::const_str(text));
-            match kind {
-                'c' => recorder.describe_counter(n, unit, t),
-                'g' => recorder.describe_gauge(n, unit, t),
-                _ => recorder.describe_histogram(n, unit, t),
-            }
-        };
-        describe(
-            REQUESTS,
-            None,
-            "Requests finished, by outcome and status class.",
-            'c',
-        );
-        describe(
-            TTFT,
-            Some(Unit::Seconds),
-            "Time to first content token, from the request head (streams only).",
-            'h',
-        );
-        describe(
-            TTFO,
-            Some(Unit::Seconds),
-            "Time to the first output token that is not reasoning (answer text or a tool call), from the request head.",
-            'h',
-        );
-        describe(
-            TPOT,
-            Some(Unit::Seconds),
-            "Time per output token after the first: (E2E - TTFT) / (tokens - 1).",
-            'h',
-        );
-        describe(
-            E2E,
-            Some(Unit::Seconds),
-            "Request head to end of response.",
-            'h',
-        );
-        describe(
-            UPSTREAM_HEADERS,
-            Some(Unit::Seconds),
-            "Request head to upstream response headers.",
-            'h',
-        );
-        describe(
-            INPUT_TOKENS,
-            None,
-            "Prompt tokens reported by the upstream (usage).",
-            'c',
-        );
-        describe(
-            OUTPUT_TOKENS,
-            None,
-            "Output tokens (usage, else content events).",
-            'c',
-        );
-        describe(IN_FLIGHT, None, "Requests in flight per route.", 'g');
-        describe(
-            MAX_CONCURRENT,
-            None,
-            "limits.max_concurrent: requests in flight across all routes above which tokentap answers 503.",
-            'g',
-        );
-        describe(
-            UPSTREAM_OPENED,
-            None,
-            "Connections opened to the route's upstream (kept-alive ones are reused).",
-            'c',
-        );
-        describe(
-            RECORDS_DROPPED,
-            None,
-            "Records dropped, by sink: log (its queue was full), otlp (spans: the export queue was full, or their batch failed every attempt), clickhouse (rows: the insert queue was full, or their batch failed every attempt).",
-            'c',
-        );
-        describe(
-            LOG_WRITE_ERRORS,
-            None,
-            "Failed writes of the request log.",
-            'c',
-        );
-        describe(
-            PARSE_ERRORS,
-            None,
-            "SSE events that were not readable JSON (forwarded regardless).",
-            'c',
-        );
-        describe(
-            OVERSIZE_EVENTS,
-            None,
-            "SSE events over the size bound (forwarded, not measured).",
-            'c',
-        );
-        describe(
-            SHADOW_SKIPPED,
-            None,
-            "Experiment copies skipped at experiment.max_shadow_in_flight (never queued).",
-            'c',
-        );
-        describe(
-            GATEWAY_HOP,
-            Some(Unit::Seconds),
-            "The gateway's share of TTFT on tapped requests, by part: admission (inner t0 - outer t0), relay (outer first token - inner first token), total (outer TTFT - inner TTFT).",
-            'h',
-        );
-        // Counters without a unit.
-        for (name, help) in [
-            (GATEWAY_TAP, "Requests on a gateway tap's routes, by side and result: joined, or why they were not."),
-            (OTLP_EXPORTED, "Spans the OTLP collector accepted."),
-            (OTLP_FAILED, "OTLP export requests that failed for good (their spans are counted as dropped)."),
-            (CLICKHOUSE_EXPORTED, "Rows ClickHouse accepted."),
-            (CLICKHOUSE_FAILED, "ClickHouse INSERTs that failed for good (their rows are counted as dropped)."),
-            (RELOADS, "Config reloads (SIGHUP, POST /reload), by result: ok, restart_needed (applied; some settings wait for a restart), error (refused; the old config serves), unauthorized."),
-        ] {
-            describe(name, None, help, 'c');
-        }
-        describe(
-            RELOAD_OK,
-            None,
-            "1 when the last reload was applied (or none was asked), 0 when it was refused.",
-            'g',
-        );
-        stream::describe(&recorder);
+        describe(&recorder);
         // From the start, so that a dashboard or an alert finds them before the first reload.
         for result in ["ok", "restart_needed", "error", "unauthorized"] {
             let k = Self::key(RELOADS, vec![Label::new("result", result)]);

@@ -62,6 +62,41 @@ pub fn span(s: &SpanIn) -> Span {
         (Some(op), None) => op.to_owned(),
         (None, _) => format!("{} {}", r.method, r.endpoint),
     };
+    let mut events = Vec::new();
+    if let Some(ttft) = r.ttft_ms {
+        events.push(Event {
+            time_unix_nano: after(start, ttft),
+            name: "first_token",
+            attributes: vec![("tokentap.ttft_ms", Value::Double(ttft))],
+        });
+    }
+    Span {
+        trace_id: s.trace.trace_id,
+        span_id: s.trace.span_id,
+        trace_state: s.trace.state.clone(),
+        parent_span_id: s.trace.parent,
+        flags: s.trace.flags,
+        name,
+        kind: KIND_SERVER,
+        start_time_unix_nano: start,
+        end_time_unix_nano: after(start, r.e2e_ms),
+        attributes: attributes(s, op),
+        events,
+        status: failed(r).then(|| {
+            (
+                STATUS_ERROR,
+                r.error
+                    .clone()
+                    .unwrap_or_else(|| r.outcome.as_str().to_owned()),
+            )
+        }),
+    }
+}
+
+/// The span's attributes: OpenTelemetry's GenAI, server and HTTP conventions, then the
+/// record's own figures under `tokentap.*`. Absent values are left out.
+fn attributes(s: &SpanIn, op: Option<&str>) -> Attributes {
+    let r = &s.rec;
     let mut a: Attributes = Vec::with_capacity(32);
     let mut put = |k: &'static str, v: Option<Value>| {
         if let Some(v) = v {
@@ -124,33 +159,5 @@ pub fn span(s: &SpanIn) -> Span {
     put("tokentap.reasoning_tokens", int(r.reasoning_tokens));
     put("tokentap.in_flight", int(Some(r.in_flight)));
     put("tokentap.concurrency", int(r.concurrency));
-    let mut events = Vec::new();
-    if let Some(ttft) = r.ttft_ms {
-        events.push(Event {
-            time_unix_nano: after(start, ttft),
-            name: "first_token",
-            attributes: vec![("tokentap.ttft_ms", Value::Double(ttft))],
-        });
-    }
-    Span {
-        trace_id: s.trace.trace_id,
-        span_id: s.trace.span_id,
-        trace_state: s.trace.state.clone(),
-        parent_span_id: s.trace.parent,
-        flags: s.trace.flags,
-        name,
-        kind: KIND_SERVER,
-        start_time_unix_nano: start,
-        end_time_unix_nano: after(start, r.e2e_ms),
-        attributes: a,
-        events,
-        status: failed(r).then(|| {
-            (
-                STATUS_ERROR,
-                r.error
-                    .clone()
-                    .unwrap_or_else(|| r.outcome.as_str().to_owned()),
-            )
-        }),
-    }
+    a
 }
