@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::timeline::{ms_between, Stamp};
+use super::timeline::{ms_between, Clock, Stamp};
 use crate::openai::Api;
 use crate::tags::LoadTags;
 
@@ -391,6 +391,12 @@ pub struct RequestRecord {
     /// Streams with content: how the events arrived from the upstream, read by read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<super::delivery::Delivery>,
+    /// Which clock stamped the instants (`kernel`: the sockets' receive stamps; docs/records.md).
+    #[serde(default)]
+    pub clock: Clock,
+    /// The kernel's arrival of the first token's read → tokentap's read of it (ms).
+    #[serde(default)]
+    pub stamp_lag_ms: Option<f64>,
     /// What went wrong, without secrets: an error kind, never an upstream message.
     #[serde(default)]
     pub error: Option<String>,
@@ -423,6 +429,8 @@ pub struct Facts {
     /// The client's request id (bounded), and the upstream's from its response headers.
     pub request_id: Option<String>,
     pub upstream_request_id: Option<String>,
+    /// The kernel stamped `t0` (the read that completed the request head).
+    pub t0_kernel: bool,
 }
 
 impl Facts {
@@ -445,6 +453,7 @@ impl Facts {
             trace: None,
             request_id: None,
             upstream_request_id: None,
+            t0_kernel: false,
         }
     }
 }
@@ -581,6 +590,8 @@ impl RequestRecord {
             content_encoding: meter.content_encoding.take(),
             decode_error: meter.decode_error.take(),
             delivery: meter.delivery.delivery(output_tokens),
+            clock: meter.clock(facts.t0_kernel),
+            stamp_lag_ms: meter.stamp_lag.map(super::duration_ms),
             error: verdict.error,
         }
     }
