@@ -222,6 +222,9 @@ mod sys {
     use tokio::io::{Interest, ReadBuf};
     use tokio::net::TcpStream;
 
+    /// One read's largest size.
+    const MAX_READ: usize = 64 * 1024;
+
     pub(super) fn enable(tcp: &TcpStream) -> bool {
         setsockopt(tcp, sockopt::ReceiveTimestampns, &true).is_ok()
     }
@@ -238,7 +241,10 @@ mod sys {
         let want = cmsg.is_some();
         loop {
             ready!(tcp.poll_read_ready(cx))?;
-            let room = buf.initialize_unfilled();
+            // Safe code reads only into initialized memory: a buffer handed over uninitialized
+            // (hyper's) is zeroed first, at most `MAX_READ` of it per read.
+            let take = buf.remaining().min(MAX_READ);
+            let room = buf.initialize_unfilled_to(take);
             let got = tcp.try_io(Interest::READABLE, || {
                 let mut iov = [io::IoSliceMut::new(room)];
                 let msg = recvmsg::<()>(
