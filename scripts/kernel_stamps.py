@@ -11,6 +11,7 @@ requests' (outer and inner sides). The i-th request of each list is the i-th rec
 Prints, per measure, the median error and the worst request; exits 1 when a target is missed
 (every request within 0.2 ms, the median within 0.05 ms). Standard library only.
 """
+import datetime
 import json
 import struct
 import sys
@@ -194,32 +195,53 @@ def main():
         v.sort()
     recs = [json.loads(l) for l in open(recs_path) if l.strip()]
     side = lambda r: (r.get("gateway_tap") or {}).get("side")
-    outer = sorted((r for r in recs if side(r) == "outer"), key=lambda r: r["ts"])
-    inner = sorted((r for r in recs if side(r) == "inner"), key=lambda r: r["ts"])
-    n = len(outer)
-    counts = [len(outer_heads), len(inner_heads), len(outer_toks), len(inner_toks), len(inner)]
-    print(f"== {label}: {n} outer records; the capture has {counts[0]} outer heads, "
-          f"{counts[1]} inner heads, {counts[2]} first tokens from LiteLLM, {counts[3]} from vLLM")
-    if any(c != n for c in counts) or n == 0:
-        print("the capture and the records do not pair one to one: not compared")
+    outer = [r for r in recs if side(r) == "outer"]
+    inner = [r for r in recs if side(r) == "inner"]
+    print(f"== {label}: {len(outer)} outer and {len(inner)} inner records; the capture has "
+          f"{len(outer_heads)} outer heads, {len(inner_heads)} inner heads, {len(outer_toks)} first "
+          f"tokens from LiteLLM, {len(inner_toks)} from vLLM")
+
+    def at(rec):  # the record's wall-clock arrival, s
+        return datetime.datetime.fromisoformat(rec["ts"].replace("Z", "+00:00")).timestamp()
+
+    def head_of(rec, heads):  # the capture's head nearest the record (within 50 ms), or None
+        best = min(heads, key=lambda h: abs(h - at(rec)), default=None)
+        return best if best is not None and abs(best - at(rec)) < 0.05 else None
+
+    def token_after(h, toks):  # the first first-token after head h
+        return next((t for t in toks if t > h), None)
+
+    # Pair each outer record with its inner one (the tap's join: the inner head after the outer).
+    rows = []
+    for o in sorted(outer, key=at):
+        oh = head_of(o, outer_heads)
+        if oh is None:
+            continue
+        i = min(inner, key=lambda r: abs(at(r) - at(o) - (o["gateway_tap"].get("admission_ms") or 0) / 1000))
+        ih = head_of(i, inner_heads)
+        ot, it = token_after(oh, outer_toks), token_after(ih, inner_toks) if ih else None
+        if None in (ih, ot, it):
+            continue
+        rows.append((o, i, oh, ih, ot, it))
+    n = len(rows)
+    print(f"paired with the capture: {n} requests")
+    if n == 0:
         return 1
-    joined = sum(1 for r in outer if r["gateway_tap"].get("admission_ms") is not None)
+    joined = sum(1 for o, *_ in rows if o["gateway_tap"].get("admission_ms") is not None)
     clocks = defaultdict(int)
-    for r in outer + inner:
-        clocks[r.get("clock", "absent")] += 1
+    for o, i, *_ in rows:
+        clocks[o.get("clock", "absent")] += 1
+        clocks[i.get("clock", "absent")] += 1
     print(f"joined {joined}/{n}; clock: {dict(clocks)}")
     ms = lambda a, b: (a - b) * 1000.0
     measures = {
-        "admission (inner t0 - outer t0)": [
-            (o["gateway_tap"].get("admission_ms"), ms(inner_heads[i], outer_heads[i])) for i, o in enumerate(outer)],
-        "first-token relay (outer - inner)": [
-            (o["gateway_tap"].get("relay_ms"), ms(outer_toks[i], inner_toks[i])) for i, o in enumerate(outer)],
-        "tap hop (outer TTFT - inner TTFT)": [
-            (o["gateway_tap"].get("ttft_ms"),
-             ms(outer_toks[i], outer_heads[i]) - ms(inner_toks[i], inner_heads[i])) for i, o in enumerate(outer)],
-        "TTFT outer": [(o.get("ttft_ms"), ms(outer_toks[i], outer_heads[i])) for i, o in enumerate(outer)],
-        "TTFT inner": [(r.get("ttft_ms"), ms(inner_toks[i], inner_heads[i])) for i, r in enumerate(inner)],
+        "admission (inner t0 - outer t0)": [(o["gateway_tap"].get("admission_ms"), ms(ih, oh)) for o, i, oh, ih, ot, it in rows],
+        "first-token relay (outer - inner)": [(o["gateway_tap"].get("relay_ms"), ms(ot, it)) for o, i, oh, ih, ot, it in rows],
+        "tap hop (outer TTFT - inner TTFT)": [(o["gateway_tap"].get("ttft_ms"), ms(ot, oh) - ms(it, ih)) for o, i, oh, ih, ot, it in rows],
+        "TTFT outer": [(o.get("ttft_ms"), ms(ot, oh)) for o, i, oh, ih, ot, it in rows],
+        "TTFT inner": [(i.get("ttft_ms"), ms(it, ih)) for o, i, oh, ih, ot, it in rows],
     }
+    outer, inner = [r[0] for r in rows], [r[1] for r in rows]
     ok = True
     print(f"{'measure':<36} {'capture median':>14} {'error median':>12} {'worst request':>13}  target")
     for name, pairs in measures.items():
@@ -233,6 +255,9 @@ def main():
         ok &= hit
         print(f"{name:<36} {median([c for _, c in pairs]):>11.3f} ms {med:>+9.3f} ms {worst:>+10.3f} ms  "
               f"{'met' if hit else 'MISSED'}")
+        over = [f"{e:+.3f}" for e in errs if abs(e) > WORST_MS]
+        if over:
+            print(f"{'':<36} {len(over)} request(s) beyond {WORST_MS} ms: {', '.join(over)}")
     for nm, side_recs in (("outer", outer), ("inner", inner)):
         lags = [r["stamp_lag_ms"] for r in side_recs if r.get("stamp_lag_ms") is not None]
         if lags:
