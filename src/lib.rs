@@ -49,6 +49,7 @@ pub mod proxy;
 pub mod reload;
 pub mod report;
 pub mod route;
+pub mod rxstamp;
 pub mod serve;
 pub mod server;
 pub mod sim;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::proxy::{Live, Proxy};
+use crate::rxstamp::Stamped;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -123,7 +124,8 @@ pub async fn run(listener: TcpListener, live: Arc<Live>, shutdown: impl Future<O
             generation = live.number();
             builder = Arc::new(self::builder(header_read(&live)));
         }
-        let service = proxy.for_peer(peer.ip());
+        let (stream, latest) = Stamped::new(stream);
+        let service = proxy.for_peer(peer.ip()).stamped_by(latest);
         let builder = builder.clone();
         let drain = drains.add();
         match &live.tls() {

@@ -354,6 +354,9 @@ async fn tls_listener_and_verified_https_upstream() {
     assert_eq!(&body[..], b"{\"secure\":true}");
     let r = &px.records(1).await[0];
     assert_eq!(r.outcome, Outcome::Ok);
+    // TLS on both sides: the kernel stamped the reads under the records (docs/records.md).
+    #[cfg(target_os = "linux")]
+    assert_eq!(r.clock, tokentap::meter::Clock::Kernel, "{r:?}");
 
     // Without the CA, the upstream's certificate is refused: 502, recorded.
     let px2 = proxy_toml(&format!(

@@ -80,6 +80,8 @@ fn rec(i: usize, bucket: &str, c: u64, ttft: f64, tpot: f64, key: &str) -> Reque
         content_encoding: None,
         decode_error: None,
         delivery: None,
+        clock: tokentap::meter::Clock::Process,
+        stamp_lag_ms: None,
         error: None,
     }
 }

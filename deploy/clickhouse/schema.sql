@@ -98,6 +98,8 @@ CREATE TABLE IF NOT EXISTS requests
     delivery_coalesced_share Nullable(Float64),
     delivery_burst_silence_ms Nullable(Float64),
     delivery_verdict Nullable(String),
+    clock String,
+    stamp_lag_ms Nullable(Float64),
     error Nullable(String)
 )
 ENGINE = MergeTree

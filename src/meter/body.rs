@@ -14,6 +14,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
 use super::Meter;
+use crate::rxstamp::Arrival;
 
 /// How a metered body ended, as its observer is told.
 #[derive(Debug)]
@@ -52,6 +53,8 @@ pin_project_lite::pin_project! {
         after_yield: bool,
         // The wrapped body's `is_end_stream` (the drop has no `Body` bound to call it by).
         at_end: fn(&B) -> bool,
+        // The kernel's stamp of the frame just read, when the wrapped body has one.
+        arrival: fn(&B) -> Option<Arrival>,
     }
 
     impl<B, O: Observer> PinnedDrop for MeteredBody<B, O> {
@@ -85,6 +88,7 @@ impl<B: Body, O: Observer> MeteredBody<B, O> {
             last_frame: Instant::now(),
             after_yield: false,
             at_end: B::is_end_stream,
+            arrival: |_| None,
         }
     }
 }
@@ -102,6 +106,13 @@ impl<B, O: Observer> MeteredBody<B, O> {
     /// consumer (`[DONE]` seen): e.g. an upstream body that may then keep its connection.
     pub fn on_stream_complete(mut self, hook: fn(Pin<&mut B>)) -> Self {
         self.on_complete = Some(hook);
+        self
+    }
+
+    /// Stamp each frame with the kernel's arrival of its last segment, as `arrival` reads it
+    /// from the wrapped body; a frame without one is stamped with `Instant::now()`.
+    pub fn stamped_by(mut self, arrival: fn(&B) -> Option<Arrival>) -> Self {
+        self.arrival = arrival;
         self
     }
 
@@ -175,10 +186,13 @@ where
         let mut inner = this.inner;
         match inner.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                let now = Instant::now();
+                let (now, lag) = match (this.arrival)(&inner) {
+                    Some(a) => (a.at, Some(a.lag)),
+                    None => (Instant::now(), None),
+                };
                 *this.last_frame = now;
                 if let Some(data) = frame.data_ref() {
-                    obs.meter().defer(data.clone(), now);
+                    obs.meter().defer(data.clone(), now, lag);
                 }
                 if inner.is_end_stream() {
                     if let Some(o) = this.observer.take() {

@@ -11,12 +11,14 @@ pub mod body;
 mod bucket;
 pub mod decode;
 pub mod delivery;
+mod gateway;
 pub mod ids;
 pub mod record;
 mod timeline;
 pub mod trace;
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -29,7 +31,7 @@ pub use record::{
     tpot_ms, Experiment, Facts, GatewayTap, JoinBy, Outcome, RelayVerdict, RequestRecord, Schedule,
     TapSide, TokensSource, TtftSplit, Unjoined, Verdict,
 };
-pub use timeline::{duration_ms, ms_between, Stamp, Timeline};
+pub use timeline::{duration_ms, ms_between, Clock, Stamp, Timeline};
 pub use trace::Trace;
 
 /// Content events' arrival instants, shared by a gateway tap's two sides.
@@ -80,9 +82,17 @@ pub struct Meter {
     itl_max_us: u64,
     /// The stream's last plain token event, to classify the next ones cheaply.
     shape: openai::Shape,
-    /// A chunk already handed on but not yet looked at, with the instant it arrived: it is
-    /// inspected once the client has it (see `MeteredBody`), or before the record is made.
-    deferred: Option<(Bytes, Instant)>,
+    /// A chunk already handed on but not yet looked at, with the instant it arrived (and the
+    /// kernel's lag, when the kernel stamped it): it is inspected once the client has it (see
+    /// `MeteredBody`), or before the record is made.
+    deferred: Option<(Bytes, Instant, Option<Duration>)>,
+    /// Reads stamped by the kernel, and by the process's clock (the kernel gave no stamp).
+    pub kernel_reads: u64,
+    pub process_reads: u64,
+    /// The lag of the read being inspected.
+    read_lag: Option<Duration>,
+    /// Between the kernel's arrival of the first token's read and tokentap's read of it.
+    pub stamp_lag: Option<Duration>,
     /// Told the first token's instant as soon as it is seen (a gateway tap's inner side).
     pub first_token_signal: Option<Arc<OnceLock<Instant>>>,
     /// The API shape the events said they are, from the first that said.
@@ -126,6 +136,10 @@ impl Meter {
             itl_us: Vec::new(),
             itl_max_us: 0,
             deferred: None,
+            kernel_reads: 0,
+            process_reads: 0,
+            read_lag: None,
+            stamp_lag: None,
             first_token_signal: None,
             api: None,
             response_model: None,
@@ -168,12 +182,27 @@ impl Meter {
         self.kind = BodyKind::Opaque;
     }
 
-    /// Take note of a chunk handed to the client at `now`, to be inspected later: by the next
-    /// `defer` or by `catch_up`. Chunks are inspected in the order they arrived.
-    pub fn defer(&mut self, chunk: Bytes, now: Instant) {
+    /// Take note of a chunk handed to the client, that arrived at `now`, to be inspected later:
+    /// by the next `defer` or by `catch_up`. Chunks are inspected in the order they arrived.
+    /// `lag` is the kernel's (`now` is its stamp), `None` when `now` is the process's clock.
+    pub fn defer(&mut self, chunk: Bytes, now: Instant, lag: Option<Duration>) {
         self.catch_up();
         if !chunk.is_empty() {
-            self.deferred = Some((chunk, now));
+            match lag {
+                Some(_) => self.kernel_reads += 1,
+                None => self.process_reads += 1,
+            }
+            self.deferred = Some((chunk, now, lag));
+        }
+    }
+
+    /// Which clock stamped the request: the kernel's when it stamped `t0` (`t0_kernel`) and
+    /// every read of the response.
+    pub fn clock(&self, t0_kernel: bool) -> Clock {
+        if t0_kernel && self.process_reads == 0 {
+            Clock::Kernel
+        } else {
+            Clock::Process
         }
     }
 
@@ -186,7 +215,8 @@ impl Meter {
 
     /// Inspect the deferred chunk, if any.
     pub fn catch_up(&mut self) {
-        if let Some((chunk, at)) = self.deferred.take() {
+        if let Some((chunk, at, lag)) = self.deferred.take() {
+            self.read_lag = lag;
             self.on_data(&chunk, at);
         }
     }
@@ -335,6 +365,7 @@ impl Meter {
                         }
                     } else {
                         self.timeline.first_token = Some(now);
+                        self.stamp_lag = self.read_lag;
                         if let Some(signal) = &self.first_token_signal {
                             let _ = signal.set(now);
                         }

@@ -7,9 +7,11 @@
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::timeline::{ms_between, Stamp, Timeline};
+use super::timeline::{ms_between, Clock, Stamp, Timeline};
 use crate::openai::{Api, ServerTimings};
 use crate::tags::LoadTags;
+
+pub use super::gateway::{GatewayTap, JoinBy, RelayVerdict, TapSide, Unjoined};
 
 fn other_api() -> Api {
     Api::Other
@@ -74,111 +76,6 @@ pub enum TokensSource {
 pub struct Experiment {
     pub arm: String,
     pub pair_id: Option<String>,
-}
-
-/// Which side of a gateway tap a record is on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TapSide {
-    /// The client's request to the gateway (its route is the gateway's).
-    Outer,
-    /// The gateway's request to the engine (its route is `behind` the gateway's).
-    Inner,
-}
-
-/// How the two records of one request were joined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JoinBy {
-    /// The gateway forwarded tokentap's `x-tokentap-join` header.
-    Header,
-    /// The forwarded request's text, sampling and length fields matched exactly one request.
-    Fingerprint,
-}
-
-/// Why a tapped request was left unjoined. A closed set: it becomes a metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Unjoined {
-    /// No outer request matched (inner side).
-    NoMatch,
-    /// More than one outer request could have been this one (the same prompt twice at once).
-    Ambiguous,
-    /// Its outer request was already joined to another inner one (a retry).
-    Duplicate,
-    /// Its outer request had ended, or waited longer than `behind_window_ms`.
-    Late,
-    /// The inner request started before its outer one: the join is refused.
-    ClockAnomaly,
-    /// The body had nothing to fingerprint and no header came.
-    Unreadable,
-    /// The table of waiting outer requests was full (outer side).
-    Full,
-    /// No inner request was joined to it before it ended (outer side).
-    NoInner,
-}
-
-impl Unjoined {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Unjoined::NoMatch => "no_match",
-            Unjoined::Ambiguous => "ambiguous",
-            Unjoined::Duplicate => "duplicate",
-            Unjoined::Late => "late",
-            Unjoined::ClockAnomaly => "clock_anomaly",
-            Unjoined::Unreadable => "unreadable",
-            Unjoined::Full => "full",
-            Unjoined::NoInner => "no_inner",
-        }
-    }
-}
-
-/// A record's part in a gateway tap (`behind` routes and their gateway's route).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GatewayTap {
-    pub side: TapSide,
-    /// The other side's record `id`, when joined.
-    pub peer: Option<String>,
-    pub join: Option<JoinBy>,
-    pub unjoined: Option<Unjoined>,
-    /// Outer side, joined: inner t0 − outer t0 (the gateway's admission).
-    pub admission_ms: Option<f64>,
-    /// Outer side, joined: outer first token − inner first token (the gateway's relay).
-    pub relay_ms: Option<f64>,
-    /// Outer side, joined: outer TTFT − inner TTFT (= admission + relay).
-    pub ttft_ms: Option<f64>,
-    /// Outer side, joined: every token's relay through the gateway (token k outside − token k
-    /// inside, aligned by token order): the median, the largest, and the tokens relayed later
-    /// than 50 ms (held).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub relay_p50_ms: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub relay_max_ms: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held_tokens: Option<u64>,
-    /// `relayed`, `held` (two tokens or more relayed later than 50 ms), or `unaligned`: the two
-    /// sides' token counts differ (a gateway that re-chunks) or ran out of order.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub relay_verdict: Option<RelayVerdict>,
-}
-
-/// What the per-token relay says of a gateway's handling of one stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RelayVerdict {
-    Relayed,
-    Held,
-    Unaligned,
-}
-
-impl RelayVerdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RelayVerdict::Relayed => "relayed",
-            RelayVerdict::Held => "held",
-            RelayVerdict::Unaligned => "unaligned",
-        }
-    }
 }
 
 /// The TTFT of one request split into where the time went (milliseconds, medians in reports).
@@ -415,6 +312,12 @@ pub struct RequestRecord {
     /// Streams with content: how the events arrived from the upstream, read by read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<super::delivery::Delivery>,
+    /// Which clock stamped the instants (`kernel`: the sockets' receive stamps; docs/records.md).
+    #[serde(default)]
+    pub clock: Clock,
+    /// The kernel's arrival of the first token's read → tokentap's read of it (ms).
+    #[serde(default)]
+    pub stamp_lag_ms: Option<f64>,
     /// What went wrong, without secrets: an error kind, never an upstream message.
     #[serde(default)]
     pub error: Option<String>,
@@ -447,6 +350,8 @@ pub struct Facts {
     /// The client's request id (bounded), and the upstream's from its response headers.
     pub request_id: Option<String>,
     pub upstream_request_id: Option<String>,
+    /// The kernel stamped `t0` (the read that completed the request head).
+    pub t0_kernel: bool,
 }
 
 impl Facts {
@@ -469,6 +374,7 @@ impl Facts {
             trace: None,
             request_id: None,
             upstream_request_id: None,
+            t0_kernel: false,
         }
     }
 }
@@ -592,6 +498,8 @@ impl RequestRecord {
             content_encoding: meter.content_encoding.take(),
             decode_error: meter.decode_error.take(),
             delivery: meter.delivery.delivery(output_tokens),
+            clock: meter.clock(facts.t0_kernel),
+            stamp_lag_ms: meter.stamp_lag.map(super::duration_ms),
             error: verdict.error,
         }
     }

@@ -55,6 +55,27 @@ pub fn duration_ms(d: std::time::Duration) -> f64 {
     d.as_nanos() as f64 / 1e6
 }
 
+/// Which clock stamped a request's instants.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clock {
+    /// The kernel's receive stamps: `t0` and every read of the response.
+    Kernel,
+    /// tokentap's clock when its task read the bytes, for at least one of them (the kernel gave
+    /// no stamp). Old records, which do not say, were stamped so.
+    #[default]
+    Process,
+}
+
+impl Clock {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Clock::Kernel => "kernel",
+            Clock::Process => "process",
+        }
+    }
+}
+
 /// When a request arrived (wall clock) and its id: formatted only when the record is made.
 #[derive(Debug, Clone, Copy)]
 pub struct Stamp {

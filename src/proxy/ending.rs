@@ -96,7 +96,11 @@ mod tests {
         let mut m = Meter::new(Instant::now());
         m.expect_body(Some(b"text/event-stream"), 1 << 20, 1 << 20);
         for e in events {
-            m.defer(bytes::Bytes::from(format!("data: {e}\n\n")), Instant::now());
+            m.defer(
+                bytes::Bytes::from(format!("data: {e}\n\n")),
+                Instant::now(),
+                None,
+            );
         }
         m
     }

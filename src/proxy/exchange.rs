@@ -204,7 +204,9 @@ impl Exchange {
         self.put_made_id(&mut parts.headers);
         let inner = &mut *self.0;
         inner.facts.upstream_request_id = upstream_id;
-        inner.meter.timeline.headers = Some(Instant::now());
+        // The read that completed the head, by the kernel's stamp when it gave one.
+        let headers_at = body.arrival().map_or_else(Instant::now, |a| a.at);
+        inner.meter.timeline.headers = Some(headers_at);
         inner.head = Some(parts.status.as_u16());
         inner.facts.gateway_overhead_ms = parts
             .headers
@@ -227,8 +229,9 @@ impl Exchange {
                 .map(http::HeaderValue::as_bytes),
         );
         crate::headers::response_headers(&mut parts.headers);
-        let metered =
-            MeteredBody::new(body, self).on_stream_complete(UpstreamBody::pool_after_drop);
+        let metered = MeteredBody::new(body, self)
+            .on_stream_complete(UpstreamBody::pool_after_drop)
+            .stamped_by(UpstreamBody::arrival);
         let body = TimeoutBody::new(metered, idle, deadline);
         Response::from_parts(parts, ProxyBody::Metered { body })
     }

@@ -31,6 +31,7 @@ use super::routed::{self, Admission, Opening, Routed, Timeouts};
 use super::state::State;
 use crate::keys;
 use crate::meter::Stamp;
+use crate::rxstamp::Latest;
 use crate::tags::LoadTags;
 
 /// A request as it arrives: before it is routed, nothing to record it on yet.
@@ -45,6 +46,8 @@ pub struct Arrival {
     pub load: LoadTags,
     /// The client's address (a gateway tap's `behind_sources`).
     pub peer: Option<IpAddr>,
+    /// `t0` is the kernel's stamp.
+    pub t0_kernel: bool,
 }
 
 /// Takes tokentap's own headers off the request, whatever happens next: the experiment's route
@@ -98,9 +101,11 @@ where
             forced,
             load,
             peer,
+            t0_kernel,
         } = a;
         let mut facts = Exchange::facts_for(stamp, &head.method, head.uri.path());
         facts.load = load;
+        facts.t0_kernel = t0_kernel;
         let (request_id, made_id) = super::ids::client(&cfg.request_id, &mut head.headers);
         facts.request_id = request_id;
         if state.sink().otlp.is_some() {
@@ -153,19 +158,26 @@ pub trait Current: Send + Sync {
     fn stack(&self) -> Stack;
 }
 
-/// The stack as hyper's service: the request head is stamped here (`t0`), first of all; then
-/// the request takes the current config generation's stack, and keeps it to its end.
+/// The stack as hyper's service: the request head is stamped here (`t0`), first of all — with
+/// the kernel's stamp of the connection's read that completed it, when there is one; then the
+/// request takes the current config generation's stack, and keeps it to its end.
 #[derive(Clone)]
-pub struct Proxy(Arc<dyn Current>, Option<IpAddr>);
+pub struct Proxy(Arc<dyn Current>, Option<IpAddr>, Option<Arc<Latest>>);
 
 impl Proxy {
     pub fn new(live: Arc<dyn Current>) -> Proxy {
-        Proxy(live, None)
+        Proxy(live, None, None)
     }
 
     /// The service for one connection, from `peer`.
     pub fn for_peer(&self, peer: IpAddr) -> Proxy {
-        Proxy(self.0.clone(), Some(peer))
+        Proxy(self.0.clone(), Some(peer), None)
+    }
+
+    /// Stamp request heads with the kernel's stamp of the connection's last read.
+    pub fn stamped_by(mut self, latest: Arc<Latest>) -> Proxy {
+        self.2 = Some(latest);
+        self
     }
 }
 
@@ -175,7 +187,8 @@ impl hyper::service::Service<http::Request<Incoming>> for Proxy {
     type Future = <Stack as Service<Arrival>>::Future;
 
     fn call(&self, req: http::Request<Incoming>) -> Self::Future {
-        let t0 = Instant::now();
+        let arrival = self.2.as_ref().and_then(|l| l.get());
+        let t0 = arrival.map_or_else(Instant::now, |a| a.at);
         let stamp = Stamp::now();
         let (head, body) = req.into_parts();
         // Every layer is always ready (see the module docs): no poll_ready before call.
@@ -187,6 +200,7 @@ impl hyper::service::Service<http::Request<Incoming>> for Proxy {
             forced: None,
             load: LoadTags::default(),
             peer: self.1,
+            t0_kernel: arrival.is_some(),
         })
     }
 }

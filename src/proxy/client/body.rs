@@ -15,6 +15,7 @@ use http_body::{Body, Frame, SizeHint};
 use super::io::Io;
 use super::{Upstream, UpstreamError};
 use crate::proxy::h1::{Decoder, Framing};
+use crate::rxstamp::Arrival;
 
 /// Largest frame one poll hands on.
 const MAX_FRAME: usize = 256 * 1024;
@@ -37,6 +38,8 @@ pub struct UpstreamBody {
     /// The stream is complete for its consumer: if the body is dropped now, the rest of the
     /// response is drained in the background and the connection kept.
     pub(super) drain: bool,
+    /// The kernel's stamp of the last read (the last segment of the last frame handed on).
+    pub(super) arrival: Option<Arrival>,
 }
 
 impl UpstreamBody {
@@ -45,6 +48,12 @@ impl UpstreamBody {
     /// keep the connection. Without this call a body dropped early closes its connection.
     pub fn pool_after_drop(self: Pin<&mut Self>) {
         self.get_mut().drain = true;
+    }
+
+    /// When the last frame's last segment arrived, by the kernel's stamp (`None`: the read
+    /// had no stamp; the caller stamps it with the process's clock).
+    pub fn arrival(&self) -> Option<Arrival> {
+        self.arrival
     }
 }
 
@@ -65,6 +74,7 @@ impl Drop for UpstreamBody {
 
 /// Read what is left of a response and pool the connection, within `DRAIN_WAIT`/`DRAIN_MAX`.
 async fn drain(mut io: Io, mut dec: Decoder, pool: Arc<Upstream>) {
+    io.want_stamps = false;
     let rest = async {
         let mut discard = BytesMut::new();
         let mut total = 0;
@@ -146,7 +156,7 @@ impl Body for UpstreamBody {
                     }
                     break;
                 }
-                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Ok(_)) => this.arrival = io.arrival,
                 Poll::Ready(Err(e)) => {
                     this.err = Some(UpstreamError::Read(e));
                     break;

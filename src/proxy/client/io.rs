@@ -9,23 +9,27 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use crate::proxy::h1;
+use crate::rxstamp::{Arrival, Stamped, Stamper};
 
 /// Read buffer of one upstream connection to start with: enough for a slow stream's events.
 const READ_BUF: usize = 4 * 1024;
 /// A read that fills the buffer doubles it, up to this (bulk transfers).
 const READ_BUF_BULK: usize = 64 * 1024;
 
-/// A connection, plain or TLS.
+/// A connection, plain or TLS: both with the kernel's receive stamps where it gives them.
 pub(super) enum Conn {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Plain(TcpStream, Stamper),
+    Tls(
+        Box<TlsStream<Stamped>>,
+        std::sync::Arc<crate::rxstamp::Latest>,
+    ),
 }
 
 impl Conn {
     pub(super) fn tcp(&self) -> &TcpStream {
         match self {
-            Conn::Plain(s) => s,
-            Conn::Tls(s) => s.get_ref().0,
+            Conn::Plain(s, _) => s,
+            Conn::Tls(s, _) => s.get_ref().0.tcp(),
         }
     }
 
@@ -37,17 +41,26 @@ impl Conn {
         !matches!(self.tcp().poll_peek(&mut cx, &mut rb), Poll::Pending)
     }
 
-    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    /// Read once; with the kernel's stamp of the read's last segment when `want`. Under TLS it
+    /// is the stamp of the last socket read, the one that completed the records read.
+    fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+        want: bool,
+    ) -> Poll<io::Result<Option<Arrival>>> {
         match self {
-            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Conn::Plain(s, stamper) => stamper.poll_read(s, cx, buf, want),
+            Conn::Tls(s, latest) => Pin::new(s.as_mut())
+                .poll_read(cx, buf)
+                .map_ok(|()| latest.get().filter(|_| want)),
         }
     }
 
     pub(super) async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         match self {
-            Conn::Plain(s) => s.write_all(bytes).await,
-            Conn::Tls(s) => {
+            Conn::Plain(s, _) => s.write_all(bytes).await,
+            Conn::Tls(s, _) => {
                 s.write_all(bytes).await?;
                 s.flush().await
             }
@@ -63,6 +76,10 @@ pub struct Io {
     end: usize,
     /// Bytes ever read on this exchange (0 = the upstream said nothing yet).
     pub(super) got: usize,
+    /// The kernel's stamp of the last read, when it gave one.
+    pub(super) arrival: Option<Arrival>,
+    /// Reads want their stamp (not while draining a response nobody measures).
+    pub(super) want_stamps: bool,
 }
 
 impl Io {
@@ -73,6 +90,8 @@ impl Io {
             start: 0,
             end: 0,
             got: 0,
+            arrival: None,
+            want_stamps: true,
         }
     }
 
@@ -107,9 +126,10 @@ impl Io {
         }
         let room = self.buf.len() - self.end;
         let mut rb = ReadBuf::new(&mut self.buf[self.end..]);
-        match self.conn.poll_read(cx, &mut rb) {
-            Poll::Ready(Ok(())) => {
+        match self.conn.poll_read(cx, &mut rb, self.want_stamps) {
+            Poll::Ready(Ok(arrival)) => {
                 let n = rb.filled().len();
+                self.arrival = arrival;
                 self.end += n;
                 self.got += n;
                 if n == room && self.buf.len() < READ_BUF_BULK {

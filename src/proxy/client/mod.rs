@@ -119,13 +119,18 @@ impl Upstream {
         self.opened.fetch_add(1, Ordering::Relaxed);
         let _ = tcp.set_nodelay(true);
         let conn = match &self.tls {
-            None => Conn::Plain(tcp),
-            Some((connector, name)) => Conn::Tls(Box::new(
-                connector
+            None => {
+                let stamper = crate::rxstamp::Stamper::new(&tcp);
+                Conn::Plain(tcp, stamper)
+            }
+            Some((connector, name)) => {
+                let (tcp, latest) = crate::rxstamp::Stamped::new(tcp);
+                let tls = connector
                     .connect(name.clone(), tcp)
                     .await
-                    .map_err(UpstreamError::Tls)?,
-            )),
+                    .map_err(UpstreamError::Tls)?;
+                Conn::Tls(Box::new(tls), latest)
+            }
         };
         Ok(Io::new(conn))
     }
@@ -179,6 +184,7 @@ impl Upstream {
             headers.remove(http::header::CONTENT_LENGTH);
         }
         let mut body = UpstreamBody {
+            arrival: io.arrival,
             io: Some(io),
             dec: Decoder::new(framing),
             pool: reuse.then(|| self.clone()),

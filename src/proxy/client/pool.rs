@@ -42,6 +42,8 @@ impl Pool {
             return; // bytes after the response: the connection is not in a known state
         }
         io.got = 0;
+        io.want_stamps = true;
+        io.arrival = None;
         let Ok(mut idle) = self.idle.lock() else {
             return;
         };

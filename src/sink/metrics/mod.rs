@@ -18,7 +18,7 @@ use metrics_exporter_prometheus::{
 use crate::meter::{GatewayTap, RequestRecord, TapSide};
 
 mod stream;
-pub use stream::{DECODE_STOPPED, GATEWAY_RELAY, STREAM_DELIVERY};
+pub use stream::{CLOCK_FALLBACKS, DECODE_STOPPED, GATEWAY_RELAY, STAMP_LAG, STREAM_DELIVERY};
 
 pub const REQUESTS: &str = "tokentap_requests_total";
 pub const TTFT: &str = "tokentap_time_to_first_token_seconds";
@@ -236,6 +236,7 @@ impl Metrics {
             (&[TTFT, TTFO, E2E, UPSTREAM_HEADERS][..], LATENCY_BUCKETS),
             (&[TPOT][..], TOKEN_BUCKETS),
             (&[GATEWAY_HOP, GATEWAY_RELAY][..], HOP_BUCKETS),
+            (&[stream::STAMP_LAG][..], stream::LAG_BUCKETS),
         ] {
             for name in names {
                 builder = builder.set_buckets_for_metric(Matcher::Full((*name).into()), buckets)?;

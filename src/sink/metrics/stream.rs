@@ -1,17 +1,26 @@
 //! The metrics of streaming integrity: how each stream arrived (`streamed`, `coalesced`,
-//! `buffered`), every token's relay through a tapped gateway, and compressed bodies whose
-//! measurement stopped.
+//! `buffered`), every token's relay through a tapped gateway, compressed bodies whose
+//! measurement stopped, and the clock that stamped them (the kernel's lag, its fallbacks).
 
 use metrics::{KeyName, Label, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::PrometheusRecorder;
 
 use super::{Metrics, META};
 use crate::meter::delivery::Verdict;
-use crate::meter::RequestRecord;
+use crate::meter::{Clock, RequestRecord};
 
 pub const STREAM_DELIVERY: &str = "tokentap_stream_delivery_total";
 pub const GATEWAY_RELAY: &str = "tokentap_gateway_token_relay_seconds";
 pub const DECODE_STOPPED: &str = "tokentap_decode_stopped_total";
+pub const STAMP_LAG: &str = "tokentap_stamp_lag_seconds";
+pub const CLOCK_FALLBACKS: &str = "tokentap_clock_fallbacks_total";
+
+/// Stamp-lag buckets (seconds): an idle host's microseconds to a starved one's hundreds of
+/// milliseconds.
+pub const LAG_BUCKETS: &[f64] = &[
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0,
+];
 
 /// Describe this file's metrics.
 pub(super) fn describe(r: &PrometheusRecorder) {
@@ -30,6 +39,16 @@ pub(super) fn describe(r: &PrometheusRecorder) {
         KeyName::from_const_str(DECODE_STOPPED),
         None,
         text("Compressed responses whose measurement stopped, by route and reason: bound (decoded past its bound: a bomb), corrupt, unsupported (a coding tokentap does not decode). The client got every byte."),
+    );
+    r.describe_histogram(
+        KeyName::from_const_str(STAMP_LAG),
+        Some(Unit::Seconds),
+        text("Per stream, by route: the kernel's arrival of the read that held the first token to tokentap's read of it (the host's scheduling delay)."),
+    );
+    r.describe_counter(
+        KeyName::from_const_str(CLOCK_FALLBACKS),
+        None,
+        text("Requests stamped with tokentap's own clock for want of the kernel's receive stamps (record clock: process), by route."),
     );
 }
 
@@ -58,6 +77,16 @@ impl Metrics {
             let l = vec![route(), Label::new("reason", reason)];
             self.recorder
                 .register_counter(&Self::key(DECODE_STOPPED, l), &META)
+                .increment(1);
+        }
+        if let Some(ms) = rec.stamp_lag_ms {
+            self.recorder
+                .register_histogram(&Self::key(STAMP_LAG, vec![route()]), &META)
+                .record(ms / 1000.0);
+        }
+        if rec.clock == Clock::Process {
+            self.recorder
+                .register_counter(&Self::key(CLOCK_FALLBACKS, vec![route()]), &META)
                 .increment(1);
         }
     }

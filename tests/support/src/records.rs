@@ -191,6 +191,8 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
         content_encoding: None,
         decode_error: None,
         delivery: None,
+        clock: tokentap::meter::Clock::Process,
+        stamp_lag_ms: None,
         error: (outcome == Outcome::UpstreamError)
             .then(|| "upstream answered 503 Service Unavailable".into()),
     };

@@ -1,0 +1,114 @@
+//! The kernel's receive stamps: a request's instants are when its bytes arrived, not when a
+//! busy proxy got to read them. Over real sockets: the upstream on its own runtime (so it keeps
+//! its schedule), the proxy and the client on the test's one thread, which the test blocks.
+#![cfg(target_os = "linux")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use tokentap_test_support as support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use support::*;
+use tokentap::meter::Clock;
+
+/// A chat stream: the role at once, the first token after 50 ms, the second long after the
+/// test's block is over (so the read that follows the block ends with the first token's segment).
+fn script() -> Script {
+    let ev = |j: &str| Bytes::from(format!("data: {j}\n\n"));
+    let token = |t: &str| {
+        ev(&format!(
+            r#"{{"choices":[{{"index":0,"delta":{{"content":"{t}"}}}}]}}"#
+        ))
+    };
+    Script {
+        chunks: vec![
+            (
+                Duration::ZERO,
+                ev(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#),
+            ),
+            (MS(50), token("a")),
+            (MS(700), token("b")),
+            (Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")),
+        ],
+        ..Script::default()
+    }
+}
+
+/// An upstream on a runtime of its own: it writes on schedule while the test's thread is held.
+async fn upstream_apart() -> (Upstream, tokio::runtime::Runtime) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let up = rt.spawn(Upstream::spawn(|_| script())).await.unwrap();
+    (up, rt)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// An idle host: every instant is the kernel's, the lag is small, and TTFT is when the upstream
+/// wrote the first token (from the proxy's request, so bounded below by the write's offset).
+#[tokio::test]
+async fn records_say_the_kernel_stamped_them() {
+    let up = Upstream::spawn(|_| Script::chat_stream(MS(40), MS(10), 5, true)).await;
+    let px = proxy(&up.url(), "").await;
+    assert_eq!(px.chat().await.status, 200);
+    let r = &px.records(1).await[0];
+    assert_eq!(r.clock, Clock::Kernel, "{r:?}");
+    let lag = r.stamp_lag_ms.expect("a stream's first token has its lag");
+    assert!((0.0..100.0).contains(&lag), "lag {lag}");
+    let sent: Vec<f64> = up.sent.lock().unwrap()[0].iter().map(|d| ms(*d)).collect();
+    let ttft = r.ttft_ms.unwrap();
+    assert!(
+        ttft >= sent[1] - 1.0 && ttft < sent[1] + 15.0,
+        "ttft {ttft} sent {sent:?}"
+    );
+    assert!(r.e2e_ms >= ttft && r.itl_max_ms.unwrap() < 100.0, "{r:?}");
+    let (_, text) = px.admin_get("/metrics").await;
+    assert_eq!(
+        metric(&text, "tokentap_stamp_lag_seconds_count{route=\"default\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(metric(&text, "tokentap_clock_fallbacks_total"), None);
+}
+
+/// The proxy's only thread is held for 300 ms while the upstream writes the first token: the
+/// kernel's stamp keeps TTFT at the write, and `stamp_lag_ms` shows the delay.
+#[tokio::test]
+async fn a_held_proxy_still_stamps_the_first_token_when_it_arrived() {
+    let (up, rt) = upstream_apart().await;
+    let px = proxy(&up.url(), "").await;
+    let url = px.url("/v1/chat/completions");
+    let client =
+        tokio::spawn(async move { send(&client(), "POST", &url, &[], chat_body("m", true)).await });
+    // Hold the thread from when the upstream has the request (its first token comes 50 ms later).
+    while up.requests().is_empty() {
+        tokio::time::sleep(MS(1)).await;
+    }
+    std::thread::sleep(MS(300));
+    let got = client.await.unwrap().unwrap();
+    assert_eq!(got.status, 200);
+    let r = &px.records(1).await[0];
+    let sent: Vec<f64> = up.sent.lock().unwrap()[0].iter().map(|d| ms(*d)).collect();
+    assert!(
+        sent[1] < 250.0,
+        "the upstream wrote the token during the hold: {sent:?}"
+    );
+    assert_eq!(r.clock, Clock::Kernel, "{r:?}");
+    let ttft = r.ttft_ms.unwrap();
+    // The process's clock would say at least the hold (300 ms); the token was written at
+    // sent[1] (about 50 ms) after the upstream read the request.
+    assert!(
+        ttft >= sent[1] - 1.0 && ttft < sent[1] + 60.0,
+        "ttft {ttft} sent {sent:?}"
+    );
+    let lag = r.stamp_lag_ms.unwrap();
+    assert!(lag > 150.0 && lag < 2000.0, "lag {lag}");
+    drop(px);
+    rt.shutdown_background();
+}
