@@ -68,7 +68,7 @@ target/release/tokentap check --config "$OUT/stamps.toml"
 cores=$(nproc)
 pin=()
 [ "$cores" -ge 2 ] && pin=(taskset -c 1)
-"${pin[@]}" target/release/tokentap serve --config "$OUT/stamps.toml" 2> "$OUT/tokentap.err" &
+TOKENTAP_KERNEL_STAMPS=1 "${pin[@]}" target/release/tokentap serve --config "$OUT/stamps.toml" 2> "$OUT/tokentap.err" &
 TT_PID=$!
 DUMP_PID=
 HOG_PID=

@@ -15,7 +15,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
@@ -24,29 +24,40 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-/// Off for the whole process (`TOKENTAP_KERNEL_STAMPS=0`, or a test): sockets are not asked.
-static OFF: AtomicBool = AtomicBool::new(false);
+/// Whether sockets are asked for stamps: unknown until first asked (then read from
+/// `TOKENTAP_KERNEL_STAMPS`), on, or off. Off by default: the stamps cost CPU per read
+/// (docs/overhead.md), so an operator turns them on where the host competes for the CPU.
+static STATE: AtomicU8 = AtomicU8::new(UNSET);
+const UNSET: u8 = 0;
+const ON: u8 = 1;
+const OFF: u8 = 2;
 
 /// A stamp further back than this is not believed (the wall clock was stepped between the
 /// segment's arrival and the read): the read falls back to the process's clock.
 const MAX_LAG: Duration = Duration::from_secs(60);
 
-/// Ask no socket for stamps from now on (every read then falls back to the process's clock).
+/// Ask no socket for stamps from now on (every read then stamps with the process's clock).
 pub fn disable() {
-    OFF.store(true, Ordering::Relaxed);
+    STATE.store(OFF, Ordering::Relaxed);
 }
 
-/// Are sockets asked for stamps? Off when `TOKENTAP_KERNEL_STAMPS` is `0` or [`disable`] was
-/// called.
+/// Ask every new socket for stamps from now on, whatever the environment says.
+pub fn enable() {
+    STATE.store(ON, Ordering::Relaxed);
+}
+
+/// Are sockets asked for stamps? On when `TOKENTAP_KERNEL_STAMPS` is `1` (or [`enable`] was
+/// called), off otherwise.
 pub fn enabled() -> bool {
-    if OFF.load(Ordering::Relaxed) {
-        return false;
+    match STATE.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => {
+            let on = std::env::var_os("TOKENTAP_KERNEL_STAMPS").is_some_and(|v| v == "1");
+            STATE.store(if on { ON } else { OFF }, Ordering::Relaxed);
+            on
+        }
     }
-    if std::env::var_os("TOKENTAP_KERNEL_STAMPS").is_some_and(|v| v == "0") {
-        disable();
-        return false;
-    }
-    true
 }
 
 /// When a read's last segment arrived, on the monotonic clock, and how long before the read.

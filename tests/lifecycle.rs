@@ -284,6 +284,8 @@ fn tls_client_config(cert_pem: &str) -> Arc<rustls::ClientConfig> {
 
 #[tokio::test]
 async fn tls_listener_and_verified_https_upstream() {
+    // The kernel's stamps under TLS too (off by default; on for this binary's tests).
+    tokentap::rxstamp::enable();
     let dir = scratch("tls");
     let (cert, key, cert_pem) = self_signed(&dir);
 

@@ -84,7 +84,8 @@ impl Metrics {
                 .register_histogram(&Self::key(STAMP_LAG, vec![route()]), &META)
                 .record(ms / 1000.0);
         }
-        if rec.clock == Clock::Process {
+        // A fallback: stamps were asked for and this record's were not all the kernel's.
+        if rec.clock == Clock::Process && crate::rxstamp::enabled() {
             self.recorder
                 .register_counter(&Self::key(CLOCK_FALLBACKS, vec![route()]), &META)
                 .increment(1);
