@@ -60,6 +60,15 @@ pub fn enabled() -> bool {
     }
 }
 
+/// Ask the listening socket for stamps before its first connection: the kernel stamps arriving
+/// segments only once some socket has asked (it turns that on a moment later), so without this
+/// the first request heads after start would come unstamped. Accepted sockets inherit the option.
+pub fn prepare(listener: &tokio::net::TcpListener) {
+    if enabled() {
+        sys::enable(listener);
+    }
+}
+
 /// When a read's last segment arrived, on the monotonic clock, and how long before the read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Arrival {
@@ -236,8 +245,8 @@ mod sys {
     /// One read's largest size.
     const MAX_READ: usize = 64 * 1024;
 
-    pub(super) fn enable(tcp: &TcpStream) -> bool {
-        setsockopt(tcp, sockopt::ReceiveTimestampns, &true).is_ok()
+    pub(super) fn enable(socket: &impl std::os::fd::AsFd) -> bool {
+        setsockopt(socket, sockopt::ReceiveTimestampns, &true).is_ok()
     }
 
     /// One `recvmsg` into `buf`'s free room; the kernel's stamp when `cmsg` is given and holds
@@ -302,7 +311,7 @@ mod sys {
     use tokio::io::ReadBuf;
     use tokio::net::TcpStream;
 
-    pub(super) fn enable(_: &TcpStream) -> bool {
+    pub(super) fn enable<S>(_: &S) -> bool {
         false
     }
 

@@ -98,6 +98,7 @@ async fn serve<T>(
 
 /// Serve until `shutdown` resolves, then drain for the grace period and cut what is left.
 pub async fn run(listener: TcpListener, live: Arc<Live>, shutdown: impl Future<Output = ()>) {
+    crate::rxstamp::prepare(&listener);
     let header_read = |live: &Live| live.state().config.timeouts.header_read;
     let mut generation = live.number();
     let mut builder = Arc::new(builder(header_read(&live)));
