@@ -9,7 +9,10 @@
 # compared with the capture's: the outer and inner request heads' arrival (t0), the first
 # content event's segment from LiteLLM and from vLLM, hence admission (inner t0 − outer t0), the
 # first token's relay, both TTFTs and the tap's hop (outer TTFT − inner TTFT). Target: every
-# request within 0.2 ms, the median within 0.05 ms. Also printed: the records' `clock` and
+# request within 0.2 ms, the median within 0.05 ms; judged over the requests whose first token
+# came alone in its read, with every request's figures printed beside them (a first token read
+# with the next content event, `delivery.first_read_events` > 1, carries the newer segment's stamp
+# when the kernel merged the two: docs/records.md). Also printed: the records' `clock` and
 # `stamp_lag_ms` (how late tokentap read the first token: the error today's stamps would have).
 #
 #   scripts/kernel-stamps.sh        # installs the rig on first use (~3 min, ~7 GB under $RIG_HOME)

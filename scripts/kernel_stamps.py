@@ -8,8 +8,14 @@ tokentap (/engine) -> vLLM (:8000), sequential streamed chat requests. From it: 
 head's last segment reached tokentap (outer and inner), and when the segment that completed each
 response's first content event did (from LiteLLM and from vLLM). The records are the same
 requests' (outer and inner sides). The i-th request of each list is the i-th record of its side.
-Prints, per measure, the median error and the worst request; exits 1 when a target is missed
-(every request within 0.2 ms, the median within 0.05 ms). Standard library only.
+Prints, per measure, the median error and the worst request, over every request and over the
+requests whose stamps the kernel could give exactly; exits 1 when a target is missed by the
+latter (every request within 0.2 ms, the median within 0.05 ms). Standard library only.
+
+A request's first-token stamp is exact unless its first read carried more than one content event
+(`delivery.first_read_events` > 1): the next event had arrived too, and Linux keeps only the
+newer segment's stamp when it merges the two in the socket's receive queue (docs/records.md).
+Such a request is flagged, and printed apart.
 """
 import datetime
 import json
@@ -234,28 +240,40 @@ def main():
         clocks[i.get("clock", "absent")] += 1
     print(f"joined {joined}/{n}; clock: {dict(clocks)}")
     ms = lambda a, b: (a - b) * 1000.0
+    # Whether a record's first token shared its read with a later content event.
+    shared = lambda r: ((r.get("delivery") or {}).get("first_read_events") or 0) > 1
+    # Per measure: (recorded, captured, flagged) per request.
     measures = {
-        "admission (inner t0 - outer t0)": [(o["gateway_tap"].get("admission_ms"), ms(ih, oh)) for o, i, oh, ih, ot, it in rows],
-        "first-token relay (outer - inner)": [(o["gateway_tap"].get("relay_ms"), ms(ot, it)) for o, i, oh, ih, ot, it in rows],
-        "tap hop (outer TTFT - inner TTFT)": [(o["gateway_tap"].get("ttft_ms"), ms(ot, oh) - ms(it, ih)) for o, i, oh, ih, ot, it in rows],
-        "TTFT outer": [(o.get("ttft_ms"), ms(ot, oh)) for o, i, oh, ih, ot, it in rows],
-        "TTFT inner": [(i.get("ttft_ms"), ms(it, ih)) for o, i, oh, ih, ot, it in rows],
+        "admission (inner t0 - outer t0)": [(o["gateway_tap"].get("admission_ms"), ms(ih, oh), False) for o, i, oh, ih, ot, it in rows],
+        "first-token relay (outer - inner)": [(o["gateway_tap"].get("relay_ms"), ms(ot, it), shared(o) or shared(i)) for o, i, oh, ih, ot, it in rows],
+        "tap hop (outer TTFT - inner TTFT)": [(o["gateway_tap"].get("ttft_ms"), ms(ot, oh) - ms(it, ih), shared(o) or shared(i)) for o, i, oh, ih, ot, it in rows],
+        "TTFT outer": [(o.get("ttft_ms"), ms(ot, oh), shared(o)) for o, i, oh, ih, ot, it in rows],
+        "TTFT inner": [(i.get("ttft_ms"), ms(it, ih), shared(i)) for o, i, oh, ih, ot, it in rows],
     }
+    print(f"first token shared its read with the next content event: {sum(map(shared, [r[0] for r in rows]))} outer, "
+          f"{sum(map(shared, [r[1] for r in rows]))} inner records (flagged: the kernel kept the newer segment's stamp)")
     outer, inner = [r[0] for r in rows], [r[1] for r in rows]
     ok = True
-    print(f"{'measure':<36} {'capture median':>14} {'error median':>12} {'worst request':>13}  target")
+    print(f"{'measure':<36} {'capture median':>14} {'error median':>12} {'worst request':>13}  "
+          f"{'all requests':<12}  {'unflagged: n, median, worst':<28} target")
     for name, pairs in measures.items():
-        errs = [rec - cap for rec, cap in pairs if rec is not None]
+        errs = [(rec - cap, flag) for rec, cap, flag in pairs if rec is not None]
         if len(errs) != n:
             print(f"{name:<36} {n - len(errs)} records lack it")
             ok = False
             continue
-        med, worst = median(errs), max(errs, key=abs)
-        hit = abs(med) <= MEDIAN_MS and abs(worst) <= WORST_MS
+        all_e = [e for e, _ in errs]
+        med, worst = median(all_e), max(all_e, key=abs)
+        strict = abs(med) <= MEDIAN_MS and abs(worst) <= WORST_MS
+        exact = [e for e, flag in errs if not flag]
+        emed = median(exact) if exact else 0.0
+        eworst = max(exact, key=abs) if exact else 0.0
+        hit = abs(emed) <= MEDIAN_MS and abs(eworst) <= WORST_MS
         ok &= hit
-        print(f"{name:<36} {median([c for _, c in pairs]):>11.3f} ms {med:>+9.3f} ms {worst:>+10.3f} ms  "
+        print(f"{name:<36} {median([c for _, c, _ in pairs]):>11.3f} ms {med:>+9.3f} ms {worst:>+10.3f} ms  "
+              f"{'met' if strict else 'MISSED':<12}  {len(exact):>3} {emed:>+8.3f} {eworst:>+9.3f} ms     "
               f"{'met' if hit else 'MISSED'}")
-        over = [f"{e:+.3f}" for e in errs if abs(e) > WORST_MS]
+        over = [f"{e:+.3f}{' (flagged)' if flag else ''}" for e, flag in errs if abs(e) > WORST_MS]
         if over:
             print(f"{'':<36} {len(over)} request(s) beyond {WORST_MS} ms: {', '.join(over)}")
     for nm, side_recs in (("outer", outer), ("inner", inner)):

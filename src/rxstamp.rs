@@ -4,10 +4,10 @@
 //!
 //! On Linux a socket asked for `SO_TIMESTAMPNS` gets, with every `recvmsg`, one control message:
 //! the software receive stamp (`CLOCK_REALTIME`) of the last segment the read took. The stamp is
-//! mapped onto the monotonic clock by an offset sampled at each read: `lag = SystemTime::now() −
-//! stamp`, read right after `recvmsg`, then `Instant::now() − lag` (see docs/records.md for the
-//! error this adds). Elsewhere, or where the socket refuses the option, a read has no stamp and
-//! its caller stamps it as before (`Instant::now()`).
+//! mapped onto the monotonic clock by an offset between the two clocks, sampled once per second
+//! of stamps on each socket (see docs/records.md for the error this adds): a read reads no clock.
+//! Elsewhere, or where the socket refuses the option, a read has no stamp and its caller stamps
+//! it as before (`Instant::now()`).
 //!
 //! - [`Stamper`]: one socket's reads (the upstream client's connection);
 //! - [`Stamped`]: a `TcpStream` whose reads leave their stamp in a [`Latest`] (the listener's
@@ -35,6 +35,10 @@ const OFF: u8 = 2;
 /// A stamp further back than this is not believed (the wall clock was stepped between the
 /// segment's arrival and the read): the read falls back to the process's clock.
 const MAX_LAG: Duration = Duration::from_secs(60);
+
+/// The offset between the two clocks is sampled again once a stamp is this far from the last
+/// sample: it changes only when the wall clock is stepped (both clocks are slewed alike).
+const RESAMPLE: Duration = Duration::from_secs(1);
 
 /// Ask no socket for stamps from now on (every read then stamps with the process's clock).
 pub fn disable() {
@@ -69,27 +73,53 @@ pub fn prepare(listener: &tokio::net::TcpListener) {
     }
 }
 
-/// When a read's last segment arrived, on the monotonic clock, and how long before the read.
+/// When a read's last segment arrived, on the monotonic clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Arrival {
     pub at: Instant,
-    /// Between the kernel's arrival and tokentap's read: the scheduling delay.
-    pub lag: Duration,
 }
 
-/// The kernel's stamp (`CLOCK_REALTIME`) on the monotonic clock, the offset sampled now.
-fn on_timeline(stamp: SystemTime) -> Option<Arrival> {
-    let wall = SystemTime::now();
-    let now = Instant::now();
-    // A stamp ahead of the wall clock (slewed between the two): no lag.
-    let lag = wall.duration_since(stamp).unwrap_or_default();
-    if lag > MAX_LAG {
-        return None;
+/// The two clocks read together: a stamp on the wall clock is as far from `mono` as it is from
+/// `wall`.
+#[derive(Debug, Clone, Copy)]
+struct Base {
+    wall: SystemTime,
+    mono: Instant,
+}
+
+impl Base {
+    fn now() -> Self {
+        Base {
+            wall: SystemTime::now(),
+            mono: Instant::now(),
+        }
     }
-    Some(Arrival {
-        at: now.checked_sub(lag).unwrap_or(now),
-        lag,
-    })
+
+    /// `stamp` on the monotonic clock, when it is within `near` of this sample.
+    fn map(&self, stamp: SystemTime, near: Duration) -> Option<Instant> {
+        match stamp.duration_since(self.wall) {
+            Ok(ahead) if ahead <= near => self.mono.checked_add(ahead),
+            Ok(_) => None,
+            Err(e) if e.duration() <= near => self.mono.checked_sub(e.duration()),
+            Err(_) => None,
+        }
+    }
+}
+
+/// The kernel's stamp (`CLOCK_REALTIME`) on the monotonic clock, by `base` while the stamp is
+/// within a second of it, else by a new sample (kept in `base`). A stamp a minute older than
+/// the wall clock is not believed; one ahead of it (slewed between the two reads) is now.
+fn on_timeline(base: &mut Option<Base>, stamp: SystemTime) -> Option<Arrival> {
+    if let Some(at) = base.as_ref().and_then(|b| b.map(stamp, RESAMPLE)) {
+        return Some(Arrival { at });
+    }
+    let b = Base::now();
+    *base = Some(b);
+    let at = match stamp.duration_since(b.wall) {
+        Ok(_) => b.mono,
+        Err(_) => b.map(stamp, MAX_LAG)?,
+    };
+    Some(Arrival { at })
 }
 
 /// One socket's reads with their stamps.
@@ -99,6 +129,8 @@ pub struct Stamper {
     /// Linux), reused by every read.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     cmsg: [u8; 64],
+    /// The clocks' offset, sampled at this socket's first stamp and once per second of stamps.
+    base: Option<Base>,
 }
 
 impl Stamper {
@@ -107,6 +139,7 @@ impl Stamper {
         Stamper {
             on: enabled() && sys::enable(tcp),
             cmsg: [0; 64],
+            base: None,
         }
     }
 
@@ -127,8 +160,9 @@ impl Stamper {
         if !self.on {
             return Pin::new(tcp).poll_read(cx, buf).map_ok(|()| None);
         }
+        let base = &mut self.base;
         sys::poll_recv(tcp, cx, buf, want.then_some(&mut self.cmsg))
-            .map_ok(|stamp| stamp.and_then(on_timeline))
+            .map_ok(|stamp| stamp.and_then(|s| on_timeline(base, s)))
     }
 }
 
@@ -234,8 +268,9 @@ impl AsyncWrite for Stamped {
 
 #[cfg(target_os = "linux")]
 mod sys {
+    use std::cell::RefCell;
     use std::io;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsRawFd, RawFd};
     use std::task::{ready, Context, Poll};
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -250,6 +285,13 @@ mod sys {
         setsockopt(socket, sockopt::ReceiveTimestampns, &true).is_ok()
     }
 
+    thread_local! {
+        /// Where a read into uninitialized memory (hyper's buffer) lands first: safe code
+        /// reads only into initialized memory, and copying what was read costs less than
+        /// zeroing the whole room at every read.
+        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+
     /// One `recvmsg` into `buf`'s free room; the kernel's stamp when `cmsg` is given and holds
     /// one.
     pub(super) fn poll_recv(
@@ -259,47 +301,60 @@ mod sys {
         mut cmsg: Option<&mut [u8; 64]>,
     ) -> Poll<io::Result<Option<SystemTime>>> {
         let fd = tcp.as_raw_fd();
-        let want = cmsg.is_some();
+        let take = buf.remaining().min(MAX_READ);
+        // The free room is initialized already (a caller's own buffer): read straight into it.
+        let direct = buf.initialized().len() >= buf.filled().len() + take;
         loop {
             ready!(tcp.poll_read_ready(cx))?;
-            // Safe code reads only into initialized memory: a buffer handed over uninitialized
-            // (hyper's) is zeroed first, at most `MAX_READ` of it per read.
-            let take = buf.remaining().min(MAX_READ);
-            let room = buf.initialize_unfilled_to(take);
             let got = tcp.try_io(Interest::READABLE, || {
-                let mut iov = [io::IoSliceMut::new(room)];
-                let msg = recvmsg::<()>(
-                    fd,
-                    &mut iov,
-                    cmsg.as_deref_mut().map(|c| &mut c[..]),
-                    MsgFlags::empty(),
-                )
-                .map_err(io::Error::from)?;
-                let stamp = match want {
-                    false => None,
-                    true => msg.cmsgs().ok().and_then(|mut all| {
-                        all.find_map(|m| match m {
-                            ControlMessageOwned::ScmTimestampns(ts) => Some(ts),
-                            _ => None,
-                        })
-                    }),
-                };
-                Ok((msg.bytes, stamp))
+                if direct {
+                    let got = recv(fd, buf.initialize_unfilled_to(take), cmsg.as_deref_mut())?;
+                    buf.advance(got.0);
+                    return Ok(got);
+                }
+                SCRATCH.with_borrow_mut(|scratch| {
+                    if scratch.len() < take {
+                        scratch.resize(take, 0);
+                    }
+                    let got = recv(fd, &mut scratch[..take], cmsg.as_deref_mut())?;
+                    buf.put_slice(&scratch[..got.0]);
+                    Ok(got)
+                })
             });
             match got {
-                Ok((n, stamp)) => {
-                    buf.advance(n);
-                    let stamp = stamp.and_then(|ts| {
-                        let secs = u64::try_from(ts.tv_sec()).ok()?;
-                        let nanos = u32::try_from(ts.tv_nsec()).ok()?;
-                        UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
-                    });
-                    return Poll::Ready(Ok(stamp.filter(|_| n > 0)));
-                }
+                Ok((n, stamp)) => return Poll::Ready(Ok(stamp.filter(|_| n > 0))),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
+    }
+
+    /// One `recvmsg` into `room`: how many bytes, and the stamp when `cmsg` is given and the
+    /// kernel put one in it.
+    fn recv(
+        fd: RawFd,
+        room: &mut [u8],
+        cmsg: Option<&mut [u8; 64]>,
+    ) -> io::Result<(usize, Option<SystemTime>)> {
+        let want = cmsg.is_some();
+        let mut iov = [io::IoSliceMut::new(room)];
+        let msg = recvmsg::<()>(fd, &mut iov, cmsg.map(|c| &mut c[..]), MsgFlags::empty())
+            .map_err(io::Error::from)?;
+        let stamp = match want {
+            false => None,
+            true => msg.cmsgs().ok().and_then(|mut all| {
+                all.find_map(|m| match m {
+                    ControlMessageOwned::ScmTimestampns(ts) => Some(ts),
+                    _ => None,
+                })
+            }),
+        };
+        let stamp = stamp.and_then(|ts| {
+            let secs = u64::try_from(ts.tv_sec()).ok()?;
+            let nanos = u32::try_from(ts.tv_nsec()).ok()?;
+            UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+        });
+        Ok((msg.bytes, stamp))
     }
 }
 
@@ -331,15 +386,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stamp_maps_onto_the_monotonic_clock_by_its_lag() {
+    fn a_stamp_maps_onto_the_monotonic_clock_by_the_sampled_offset() {
+        let mut base = None;
         let before = Instant::now();
-        let a = on_timeline(SystemTime::now() - Duration::from_millis(5)).unwrap();
-        assert!(a.lag >= Duration::from_millis(5) && a.lag < Duration::from_secs(1));
+        let a = on_timeline(&mut base, SystemTime::now() - Duration::from_millis(5)).unwrap();
+        let after = Instant::now();
         assert!(a.at <= before, "5 ms back is before the call");
-        // Ahead of the wall clock (slewed between the two reads): no lag, now.
-        let ahead = on_timeline(SystemTime::now() + Duration::from_millis(5)).unwrap();
-        assert_eq!(ahead.lag, Duration::ZERO);
+        assert!(after - a.at >= Duration::from_millis(5) && after - a.at < Duration::from_secs(1));
+        // The sample is kept: a later stamp maps by the same offset, reading no clock.
+        let b = base.unwrap();
+        let later = on_timeline(&mut base, b.wall + Duration::from_millis(300)).unwrap();
+        assert_eq!(later.at, b.mono + Duration::from_millis(300));
+        assert_eq!(
+            base.unwrap().mono,
+            b.mono,
+            "within a second of the sample: not re-sampled"
+        );
+        // Two seconds on: sampled again.
+        let on = on_timeline(&mut base, b.wall + Duration::from_secs(2));
+        assert!(on.is_some());
+        assert_ne!(base.unwrap().mono, b.mono, "re-sampled");
+        // Ahead of the wall clock (slewed between the two reads): now.
+        let mut fresh = None;
+        let ahead = on_timeline(&mut fresh, SystemTime::now() + Duration::from_secs(5)).unwrap();
+        assert_eq!(ahead.at, fresh.unwrap().mono);
         // Older than a minute: the wall clock was stepped; not believed.
-        assert!(on_timeline(SystemTime::now() - Duration::from_secs(61)).is_none());
+        let old = SystemTime::now() - Duration::from_secs(61);
+        assert!(on_timeline(&mut None, old).is_none());
+        assert!(
+            on_timeline(&mut base, old).is_none(),
+            "a kept sample does not vouch for it"
+        );
     }
 }

@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use support::*;
-use tokentap::meter::Clock;
+use tokentap::meter::{Clock, RequestRecord};
 
-/// A chat stream: the role at once, the first token after 50 ms, the second long after the
-/// test's block is over (so the read that follows the block ends with the first token's segment).
-fn script() -> Script {
+/// A chat stream: the role at once, the first token after 50 ms, the second `then` later: long
+/// after the test's block is over (so the read that follows the block ends with the first
+/// token's segment), or within it.
+fn script(then: Duration) -> Script {
     let ev = |j: &str| Bytes::from(format!("data: {j}\n\n"));
     let token = |t: &str| {
         ev(&format!(
@@ -28,7 +29,7 @@ fn script() -> Script {
                 ev(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#),
             ),
             (MS(50), token("a")),
-            (MS(700), token("b")),
+            (then, token("b")),
             (Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")),
         ],
         ..Script::default()
@@ -36,13 +37,16 @@ fn script() -> Script {
 }
 
 /// An upstream on a runtime of its own: it writes on schedule while the test's thread is held.
-async fn upstream_apart() -> (Upstream, tokio::runtime::Runtime) {
+async fn upstream_apart(then: Duration) -> (Upstream, tokio::runtime::Runtime) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let up = rt.spawn(Upstream::spawn(|_| script())).await.unwrap();
+    let up = rt
+        .spawn(Upstream::spawn(move |_| script(then)))
+        .await
+        .unwrap();
     (up, rt)
 }
 
@@ -85,20 +89,8 @@ async fn records_say_the_kernel_stamped_them() {
 async fn a_held_proxy_still_stamps_the_first_token_when_it_arrived() {
     // Off by default (their CPU cost, docs/overhead.md): turned on as `TOKENTAP_KERNEL_STAMPS=1` does.
     tokentap::rxstamp::enable();
-    let (up, rt) = upstream_apart().await;
-    let px = proxy(&up.url(), "").await;
-    let url = px.url("/v1/chat/completions");
-    let client =
-        tokio::spawn(async move { send(&client(), "POST", &url, &[], chat_body("m", true)).await });
-    // Hold the thread from when the upstream has the request (its first token comes 50 ms later).
-    while up.requests().is_empty() {
-        tokio::time::sleep(MS(1)).await;
-    }
-    std::thread::sleep(MS(300));
-    let got = client.await.unwrap().unwrap();
-    assert_eq!(got.status, 200);
-    let r = &px.records(1).await[0];
-    let sent: Vec<f64> = up.sent.lock().unwrap()[0].iter().map(|d| ms(*d)).collect();
+    let (up, rt) = upstream_apart(MS(700)).await;
+    let (r, sent) = held_for(&up, MS(300)).await;
     assert!(
         sent[1] < 250.0,
         "the upstream wrote the token during the hold: {sent:?}"
@@ -113,6 +105,48 @@ async fn a_held_proxy_still_stamps_the_first_token_when_it_arrived() {
     );
     let lag = r.stamp_lag_ms.unwrap();
     assert!(lag > 150.0 && lag < 2000.0, "lag {lag}");
-    drop(px);
+    assert_eq!(r.delivery.as_ref().unwrap().first_read_events, 1, "{r:?}");
+    rt.shutdown_background();
+}
+
+/// A request through a proxy whose only thread is held for `hold` from when the upstream has
+/// the request; its record and when the upstream wrote each chunk (ms).
+async fn held_for(up: &Upstream, hold: Duration) -> (RequestRecord, Vec<f64>) {
+    let px = proxy(&up.url(), "").await;
+    let url = px.url("/v1/chat/completions");
+    let client =
+        tokio::spawn(async move { send(&client(), "POST", &url, &[], chat_body("m", true)).await });
+    while up.requests().is_empty() {
+        tokio::time::sleep(MS(1)).await;
+    }
+    std::thread::sleep(hold);
+    let got = client.await.unwrap().unwrap();
+    assert_eq!(got.status, 200);
+    let r = px.records(1).await.remove(0);
+    let sent: Vec<f64> = up.sent.lock().unwrap()[0].iter().map(|d| ms(*d)).collect();
+    (r, sent)
+}
+
+/// The limit of any receive stamp: when the next token arrives before the proxy reads the first,
+/// Linux merges the two segments in the socket's receive queue, and the merged buffer keeps the
+/// newer segment's stamp. No read, however short, gets the first one's back. The record says so:
+/// its first read carried two content events, so its TTFT is an upper bound (the second token's
+/// arrival), still far nearer than the process's clock (the end of the hold).
+#[tokio::test]
+async fn a_first_token_read_with_the_next_is_flagged() {
+    tokentap::rxstamp::enable();
+    let (up, rt) = upstream_apart(MS(40)).await;
+    let (r, sent) = held_for(&up, MS(300)).await;
+    assert!(
+        sent[2] < 250.0,
+        "both tokens came during the hold: {sent:?}"
+    );
+    assert_eq!(r.clock, Clock::Kernel, "{r:?}");
+    assert_eq!(r.delivery.as_ref().unwrap().first_read_events, 2, "{r:?}");
+    let ttft = r.ttft_ms.unwrap();
+    assert!(
+        ttft >= sent[1] - 1.0 && ttft < sent[2] + 60.0,
+        "ttft {ttft} sent {sent:?}"
+    );
     rt.shutdown_background();
 }

@@ -1,7 +1,9 @@
 //! Without the kernel's receive stamps (the default: `TOKENTAP_KERNEL_STAMPS` unset), tokentap
 //! stamps with its own clock: the record says `clock: "process"`, no fallback is counted (none
-//! was asked for), and a held proxy's TTFT includes the hold. Its own test binary: the switch is
-//! for the whole process.
+//! was asked for), and a held proxy's TTFT includes the hold. Then, the stamps turned on, a
+//! request on sockets that were never asked for them (the kept-alive connections of the first)
+//! is a fallback: the record says `clock: "process"` and the counter counts it. Its own test
+//! binary: the switch is for the whole process.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tokentap_test_support as support;
@@ -13,7 +15,7 @@ use support::*;
 use tokentap::meter::Clock;
 
 #[tokio::test]
-async fn without_the_kernels_stamps_the_process_clock_is_used_and_counted() {
+async fn without_the_kernels_stamps_the_process_clock_is_used_and_a_fallback_counted_when_asked() {
     std::env::remove_var("TOKENTAP_KERNEL_STAMPS");
     assert!(!tokentap::rxstamp::enabled(), "off by default");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -39,8 +41,9 @@ async fn without_the_kernels_stamps_the_process_clock_is_used_and_counted() {
         .unwrap();
     let px = proxy(&up.url(), "").await;
     let url = px.url("/v1/chat/completions");
-    let client =
-        tokio::spawn(async move { send(&client(), "POST", &url, &[], chat_body("m", true)).await });
+    let kept = client();
+    let (c, u) = (kept.clone(), url.clone());
+    let client = tokio::spawn(async move { send(&c, "POST", &u, &[], chat_body("m", true)).await });
     while up.requests().is_empty() {
         tokio::time::sleep(MS(1)).await;
     }
@@ -59,6 +62,27 @@ async fn without_the_kernels_stamps_the_process_clock_is_used_and_counted() {
         "{text}"
     );
     assert_eq!(metric(&text, "tokentap_stamp_lag_seconds_count"), None);
+
+    // Stamps asked for from now on; the client's connection and the upstream's pooled one were
+    // opened unasked, so the kernel gives their reads no stamp.
+    tokentap::rxstamp::enable();
+    let got = send(&kept, "POST", &url, &[], chat_body("m", true))
+        .await
+        .unwrap();
+    assert_eq!(got.status, 200);
+    let r = &px.records(2).await[1];
+    assert_eq!(r.clock, Clock::Process, "{r:?}");
+    let (_, text) = px.admin_get("/metrics").await;
+    assert_eq!(
+        metric(&text, "tokentap_clock_fallbacks_total{route=\"default\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        up.connections.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "one upstream connection, kept"
+    );
     drop(px);
     rt.shutdown_background();
 }

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
-use super::Meter;
+use super::{Meter, ReadClock};
 use crate::rxstamp::Arrival;
 
 /// How a metered body ended, as its observer is told.
@@ -186,13 +186,22 @@ where
         let mut inner = this.inner;
         match inner.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                let (now, lag) = match (this.arrival)(&inner) {
-                    Some(a) => (a.at, Some(a.lag)),
-                    None => (Instant::now(), None),
+                let meter = obs.meter();
+                let (now, clock) = match (this.arrival)(&inner) {
+                    // The scheduling delay is read for the first token's stamp only.
+                    Some(a) => (
+                        a.at,
+                        ReadClock::Kernel {
+                            lag: meter
+                                .awaits_first_token()
+                                .then(|| Instant::now().saturating_duration_since(a.at)),
+                        },
+                    ),
+                    None => (Instant::now(), ReadClock::Process),
                 };
                 *this.last_frame = now;
                 if let Some(data) = frame.data_ref() {
-                    obs.meter().defer(data.clone(), now, lag);
+                    meter.defer(data.clone(), now, clock);
                 }
                 if inner.is_end_stream() {
                     if let Some(o) = this.observer.take() {

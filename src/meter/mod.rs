@@ -64,6 +64,15 @@ enum BodyKind {
     Opaque,
 }
 
+/// Whose clock stamped a read: the process's (`Instant::now()` when it was read) or the
+/// kernel's (the arrival of its last segment), then with the scheduling delay between the two
+/// while the first token is awaited (none is read after it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadClock {
+    Process,
+    Kernel { lag: Option<Duration> },
+}
+
 /// The per-request observer: fed every response chunk, it keeps counts and instants.
 pub struct Meter {
     pub timeline: Timeline,
@@ -85,7 +94,7 @@ pub struct Meter {
     /// A chunk already handed on but not yet looked at, with the instant it arrived (and the
     /// kernel's lag, when the kernel stamped it): it is inspected once the client has it (see
     /// `MeteredBody`), or before the record is made.
-    deferred: Option<(Bytes, Instant, Option<Duration>)>,
+    deferred: Option<(Bytes, Instant, ReadClock)>,
     /// Reads stamped by the kernel, and by the process's clock (the kernel gave no stamp).
     pub kernel_reads: u64,
     pub process_reads: u64,
@@ -184,16 +193,21 @@ impl Meter {
 
     /// Take note of a chunk handed to the client, that arrived at `now`, to be inspected later:
     /// by the next `defer` or by `catch_up`. Chunks are inspected in the order they arrived.
-    /// `lag` is the kernel's (`now` is its stamp), `None` when `now` is the process's clock.
-    pub fn defer(&mut self, chunk: Bytes, now: Instant, lag: Option<Duration>) {
+    /// `clock` says whose clock `now` is.
+    pub fn defer(&mut self, chunk: Bytes, now: Instant, clock: ReadClock) {
         self.catch_up();
         if !chunk.is_empty() {
-            match lag {
-                Some(_) => self.kernel_reads += 1,
-                None => self.process_reads += 1,
+            match clock {
+                ReadClock::Kernel { .. } => self.kernel_reads += 1,
+                ReadClock::Process => self.process_reads += 1,
             }
-            self.deferred = Some((chunk, now, lag));
+            self.deferred = Some((chunk, now, clock));
         }
+    }
+
+    /// No content event was inspected yet (one may be deferred).
+    pub fn awaits_first_token(&self) -> bool {
+        self.timeline.first_token.is_none()
     }
 
     /// Which clock stamped the request: the kernel's when it stamped `t0` (`t0_kernel`) and
@@ -215,8 +229,11 @@ impl Meter {
 
     /// Inspect the deferred chunk, if any.
     pub fn catch_up(&mut self) {
-        if let Some((chunk, at, lag)) = self.deferred.take() {
-            self.read_lag = lag;
+        if let Some((chunk, at, clock)) = self.deferred.take() {
+            self.read_lag = match clock {
+                ReadClock::Kernel { lag } => lag,
+                ReadClock::Process => None,
+            };
             self.on_data(&chunk, at);
         }
     }

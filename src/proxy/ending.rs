@@ -99,7 +99,7 @@ mod tests {
             m.defer(
                 bytes::Bytes::from(format!("data: {e}\n\n")),
                 Instant::now(),
-                None,
+                crate::meter::ReadClock::Process,
             );
         }
         m
