@@ -115,7 +115,9 @@ phase() {  # name
   sleep 0.5
   for _ in $(seq "$REQUESTS"); do ask; done
   wait_records $((before + 2 * REQUESTS))
-  sleep 0.5
+  # tcpdump stops without draining what the kernel holds for it: give it time (it may share
+  # its core with the hog).
+  sleep 2
   kill -INT "$DUMP_PID"
   wait "$DUMP_PID" || true
   DUMP_PID=

@@ -25,8 +25,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// Whether sockets are asked for stamps: unknown until first asked (then read from
-/// `TOKENTAP_KERNEL_STAMPS`), on, or off. Off by default: the stamps cost CPU per read
-/// (docs/overhead.md), so an operator turns them on where the host competes for the CPU.
+/// `TOKENTAP_KERNEL_STAMPS`), on, or off. On by default on Linux, where their cost is within
+/// the run-to-run noise of the full-speed bench (docs/overhead.md); off elsewhere (no kernel
+/// there gives them, so every request would be a fallback).
 static STATE: AtomicU8 = AtomicU8::new(UNSET);
 const UNSET: u8 = 0;
 const ON: u8 = 1;
@@ -50,28 +51,41 @@ pub fn enable() {
     STATE.store(ON, Ordering::Relaxed);
 }
 
-/// Are sockets asked for stamps? On when `TOKENTAP_KERNEL_STAMPS` is `1` (or [`enable`] was
-/// called), off otherwise.
+/// Are sockets asked for stamps? `TOKENTAP_KERNEL_STAMPS=0` turns them off, `=1` on (also
+/// where the kernel gives none: each request is then a counted fallback); unset, or any other
+/// value, they are on on Linux and off elsewhere. [`enable`] and [`disable`] override it.
 pub fn enabled() -> bool {
     match STATE.load(Ordering::Relaxed) {
         ON => true,
         OFF => false,
         _ => {
-            let on = std::env::var_os("TOKENTAP_KERNEL_STAMPS").is_some_and(|v| v == "1");
+            let on = asked(std::env::var_os("TOKENTAP_KERNEL_STAMPS").as_deref());
             STATE.store(if on { ON } else { OFF }, Ordering::Relaxed);
             on
         }
     }
 }
 
-/// Ask the listening socket for stamps before its first connection: the kernel stamps arriving
-/// segments only once some socket has asked (it turns that on a moment later), so without this
-/// the first request heads after start would come unstamped. Accepted sockets inherit the option.
-pub fn prepare(listener: &tokio::net::TcpListener) {
-    if enabled() {
-        sys::enable(listener);
+/// What `TOKENTAP_KERNEL_STAMPS` asks for: `0` off, `1` on, else the default (on on Linux).
+fn asked(v: Option<&std::ffi::OsStr>) -> bool {
+    match v {
+        Some(v) if v == "0" => false,
+        Some(v) if v == "1" => true,
+        _ => cfg!(target_os = "linux"),
     }
 }
+
+/// Ask the listening socket for stamps before its first connection, and wait (at most
+/// `STAMPING_WAIT`) until the kernel stamps arriving segments: it turns that on only once some
+/// socket has asked, and then a moment later (from a work queue), so without this the first
+/// request heads after start could come unstamped. Accepted sockets inherit the option. Returns
+/// whether the kernel stamps (false when the stamps are off).
+pub fn prepare(listener: &tokio::net::TcpListener) -> bool {
+    enabled() && sys::enable(listener) && sys::await_stamping(STAMPING_WAIT)
+}
+
+/// How long `prepare` waits for the kernel to stamp.
+const STAMPING_WAIT: Duration = Duration::from_millis(200);
 
 /// When a read's last segment arrived, on the monotonic clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,7 +283,7 @@ impl AsyncWrite for Stamped {
 #[cfg(target_os = "linux")]
 mod sys {
     use std::cell::RefCell;
-    use std::io;
+    use std::io::{self, Write};
     use std::os::fd::{AsRawFd, RawFd};
     use std::task::{ready, Context, Poll};
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -283,6 +297,35 @@ mod sys {
 
     pub(super) fn enable(socket: &impl std::os::fd::AsFd) -> bool {
         setsockopt(socket, sockopt::ReceiveTimestampns, &true).is_ok()
+    }
+
+    /// Send a byte to ourselves over loopback TCP until its read carries a stamp (the kernel
+    /// stamps every socket's segments alike once it stamps any), for at most `wait`.
+    pub(super) fn await_stamping(wait: Duration) -> bool {
+        let probe = || -> io::Result<bool> {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            enable(&listener);
+            let mut tx = std::net::TcpStream::connect(listener.local_addr()?)?;
+            let (rx, _) = listener.accept()?;
+            rx.set_read_timeout(Some(wait))?;
+            let until = std::time::Instant::now() + wait;
+            let mut cmsg = [0u8; 64];
+            let mut byte = [0u8; 1];
+            loop {
+                tx.write_all(b"s")?;
+                if recv(rx.as_raw_fd(), &mut byte, Some(&mut cmsg))?
+                    .1
+                    .is_some()
+                {
+                    return Ok(true);
+                }
+                if std::time::Instant::now() >= until {
+                    return Ok(false);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        probe().unwrap_or(false)
     }
 
     thread_local! {
@@ -371,6 +414,10 @@ mod sys {
         false
     }
 
+    pub(super) fn await_stamping(_: std::time::Duration) -> bool {
+        false
+    }
+
     pub(super) fn poll_recv(
         _: &TcpStream,
         _: &mut Context<'_>,
@@ -384,6 +431,15 @@ mod sys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_environment_turns_them_off_or_on_and_linux_has_them_by_default() {
+        use std::ffi::OsStr;
+        assert!(!asked(Some(OsStr::new("0"))));
+        assert!(asked(Some(OsStr::new("1"))));
+        assert_eq!(asked(None), cfg!(target_os = "linux"));
+        assert_eq!(asked(Some(OsStr::new("yes"))), cfg!(target_os = "linux"));
+    }
 
     #[test]
     fn a_stamp_maps_onto_the_monotonic_clock_by_the_sampled_offset() {

@@ -98,7 +98,12 @@ async fn serve<T>(
 
 /// Serve until `shutdown` resolves, then drain for the grace period and cut what is left.
 pub async fn run(listener: TcpListener, live: Arc<Live>, shutdown: impl Future<Output = ()>) {
-    crate::rxstamp::prepare(&listener);
+    if crate::rxstamp::enabled() && !crate::rxstamp::prepare(&listener) {
+        tracing::warn!(
+            "the kernel gives no receive stamps here: instants are taken with tokentap's own \
+             clock (records say clock: process; tokentap_clock_fallbacks_total counts them)"
+        );
+    }
     let header_read = |live: &Live| live.state().config.timeouts.header_read;
     let mut generation = live.number();
     let mut builder = Arc::new(builder(header_read(&live)));

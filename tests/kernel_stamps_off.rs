@@ -1,5 +1,5 @@
-//! Without the kernel's receive stamps (the default: `TOKENTAP_KERNEL_STAMPS` unset), tokentap
-//! stamps with its own clock: the record says `clock: "process"`, no fallback is counted (none
+//! Without the kernel's receive stamps (`TOKENTAP_KERNEL_STAMPS=0`; on Linux they are on by
+//! default), tokentap stamps with its own clock: the record says `clock: "process"`, no fallback is counted (none
 //! was asked for), and a held proxy's TTFT includes the hold. Then, the stamps turned on, a
 //! request on sockets that were never asked for them (the kept-alive connections of the first)
 //! is a fallback: the record says `clock: "process"` and the counter counts it. Its own test
@@ -16,8 +16,8 @@ use tokentap::meter::Clock;
 
 #[tokio::test]
 async fn without_the_kernels_stamps_the_process_clock_is_used_and_a_fallback_counted_when_asked() {
-    std::env::remove_var("TOKENTAP_KERNEL_STAMPS");
-    assert!(!tokentap::rxstamp::enabled(), "off by default");
+    std::env::set_var("TOKENTAP_KERNEL_STAMPS", "0");
+    assert!(!tokentap::rxstamp::enabled(), "off as asked");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

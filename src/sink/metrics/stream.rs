@@ -48,7 +48,7 @@ pub(super) fn describe(r: &PrometheusRecorder) {
     r.describe_counter(
         KeyName::from_const_str(CLOCK_FALLBACKS),
         None,
-        text("Requests stamped with tokentap's own clock for want of the kernel's receive stamps while they are on (TOKENTAP_KERNEL_STAMPS=1; record clock: process), by route."),
+        text("Requests stamped with tokentap's own clock for want of the kernel's receive stamps while they are on (the default on Linux; record clock: process), by route."),
     );
 }
 
