@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-target/report-shot}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # absolute: Chromium is given file:// paths
 if ! command -v chromium >/dev/null; then
   apt-get update -qq && apt-get install -y -qq chromium >/dev/null
 fi
@@ -21,7 +22,7 @@ PROFILE=$(mktemp -d)
 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync \
   --user-data-dir="$PROFILE" --window-size=1400,2200 --hide-scrollbars \
-  --screenshot="$PWD/$OUT/report.png" "file://$PWD/$OUT/report.html" 2>/dev/null
+  --screenshot="$OUT/report.png" "file://$OUT/report.html" 2>/dev/null
 rm -rf "$PROFILE"
 test -s "$OUT/report.png"
 echo "screenshot: $OUT/report.png"
