@@ -623,6 +623,67 @@ fn only_generations_are_judged_and_throttling_is_named() {
     assert!(r.cells.iter().all(|c| c.bucket != "unknown"));
 }
 
+/// A prompt shape served only without streaming has no TTFT: its ceiling is not judged (not
+/// "none"), and the single-user answer counts it apart, not as a miss.
+#[test]
+fn a_shape_with_nothing_streamed_is_not_judged() {
+    let mut v: Vec<RequestRecord> = (0..10)
+        .map(|i| rec(i, "balanced", 1, 50.0, 10.0, "k"))
+        .collect();
+    for i in 0..3 {
+        let mut r = rec(40 + i, "long-short", 1, 0.0, 0.0, "k");
+        (r.stream, r.ttft_ms, r.ttfo_ms, r.tpot_ms) = (false, None, None, None);
+        v.push(r);
+    }
+    let r = report::compute(&v, &Slos::default(), 10, false);
+    let p = |b: &str| r.provisioning.iter().find(|p| p.bucket == b).unwrap();
+    assert!(
+        p("long-short").not_judged.contains(&"interactive"),
+        "{:?}",
+        p("long-short")
+    );
+    assert_eq!(p("long-short").ceiling.get("interactive"), Some(&None));
+    assert!(p("balanced").not_judged.is_empty());
+    assert_eq!(
+        p("balanced").ceiling.get("interactive"),
+        Some(&Some("1".to_string()))
+    );
+    let answer = |q: &str| {
+        r.answers
+            .iter()
+            .find(|a| a.question == q)
+            .unwrap()
+            .answer
+            .clone()
+    };
+    let ceiling = answer("What is the interactive ceiling per prompt shape?");
+    assert!(
+        ceiling.contains("long-short not judged (nothing streamed)"),
+        "{ceiling}"
+    );
+    assert!(!ceiling.contains("not even"), "{ceiling}");
+    let one = answer("How good is it for one user?");
+    assert!(
+        one.contains("met by 1 of 1 prompt shapes (1 more not judged: nothing streamed)"),
+        "{one}"
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    let rows = json["provisioning"].as_array().unwrap();
+    let short = rows.iter().find(|p| p["bucket"] == "long-short").unwrap();
+    assert_eq!(short["not_judged"][0], "interactive");
+    let bal = rows.iter().find(|p| p["bucket"] == "balanced").unwrap();
+    assert!(
+        bal.get("not_judged").is_none(),
+        "absent when every SLO was judged"
+    );
+    let md = report::render(&r, report::Format::Md);
+    assert!(
+        md.contains("long-short: interactive (TTFT p95 < 500 ms) is not judged (nothing streamed)"),
+        "{md}"
+    );
+    assert!(!md.contains("not even the lowest level"), "{md}");
+}
+
 /// Saturation is named only when aggregate throughput stopped rising; a ceiling at the top of
 /// the sweep was not reached; tokens per day need 20 served requests.
 #[test]

@@ -361,9 +361,10 @@ fn provision(cells: &[Cell], base: &BTreeMap<Group, f64>, slos: &Slos) -> Vec<Pr
 fn provision_of(group: Group, cs: &[&Cell], base: Option<f64>, slos: &Slos) -> Provision {
     let (bucket, arm_name, axis) = group;
     let mut ceiling = BTreeMap::new();
+    let mut not_judged = Vec::new();
     for (name, _, _) in slos.list() {
         // Highest level such that it and every level below it meet the SLO; a level with
-        // no verdict (nothing served) neither meets nor breaks it.
+        // no verdict (nothing served, no TTFT) neither meets nor breaks it.
         let mut best = None;
         for c in cs {
             match c.slo.get(name) {
@@ -371,6 +372,9 @@ fn provision_of(group: Group, cs: &[&Cell], base: Option<f64>, slos: &Slos) -> P
                 Some(false) => break,
                 None => {}
             }
+        }
+        if !cs.iter().any(|c| c.slo.contains_key(name)) {
+            not_judged.push(name);
         }
         ceiling.insert(name, best);
     }
@@ -399,6 +403,7 @@ fn provision_of(group: Group, cs: &[&Cell], base: Option<f64>, slos: &Slos) -> P
     Provision {
         bucket: name,
         ceiling,
+        not_judged,
         top: last.map(|c| c.concurrency.clone()).unwrap_or_default(),
         knee,
         failure_mode,

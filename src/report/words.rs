@@ -30,8 +30,12 @@ pub fn level_key(label: &str) -> u64 {
 }
 
 /// A provisioning row's ceiling for `slo`, in words: `C=4`, `≥ C=8 (not reached)`, `none
-/// (not even C=1)`; on the rate axis `4/s`, live `3-4 in flight`.
+/// (not even C=1)`, `not judged` (no level had a verdict); on the rate axis `4/s`, live `3-4 in
+/// flight`.
 pub fn ceiling_words(p: &Provision, slo: &str) -> String {
+    if p.not_judged.contains(&slo) {
+        return "not judged (nothing streamed)".into();
+    }
     let show = |l: &str| match p.axis {
         Some(Axis::RequestRate) => l.to_owned(),
         Some(Axis::InFlight) => format!("{l} in flight"),

@@ -75,12 +75,20 @@ fn one_user(r: &Report) -> String {
             .iter()
             .filter(|c| c.slo.get("interactive") == Some(&true))
             .count();
+        // A shape with no verdict (nothing served, or no TTFT: nothing streamed) is not counted.
+        let judged = cs
+            .iter()
+            .filter(|c| c.slo.contains_key("interactive"))
+            .count();
+        let unjudged = match cs.len() - judged {
+            0 => String::new(),
+            k => format!(" ({k} more not judged: nothing streamed)"),
+        };
         format!(
-            "TTFT p95 {}, {} per stream, {errors} errors in {n} requests; interactive (TTFT p95 ≤ {:.0} ms) met by {inter} of {} prompt shapes.",
+            "TTFT p95 {}, {} per stream, {errors} errors in {n} requests; interactive (TTFT p95 ≤ {:.0} ms) met by {inter} of {judged} prompt shapes{unjudged}.",
             range(&ttft, "ms", 0),
             range(&tps, "tok/s", 0),
             r.slos.ttft_interactive_ms,
-            cs.len()
         )
     })
 }

@@ -170,8 +170,12 @@ pub const TOKENS_PER_DAY_MIN_REQUESTS: usize = 20;
 #[derive(Debug, Clone, Serialize)]
 pub struct Provision {
     pub bucket: String,
-    /// SLO name → highest concurrency label meeting it (null: none does).
+    /// SLO name → highest concurrency label meeting it (null: none does, or none was judged).
     pub ceiling: BTreeMap<&'static str, Option<String>>,
+    /// The SLOs no level had a verdict for (no streamed request was served: no TTFT, no TPOT):
+    /// their null ceiling says nothing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_judged: Vec<&'static str>,
     /// The highest level measured: a ceiling equal to it was not reached (`≥ C=4`).
     pub top: String,
     /// First concurrency whose p95 TTFT exceeds `knee_factor` × the C=1 value.

@@ -291,11 +291,14 @@ pub(super) fn readings(r: &Report) -> Vec<String> {
             Some(Axis::RequestRate) | Some(Axis::InFlight) => "",
             _ => "C=",
         };
+        let holds = match p.not_judged.contains(&"interactive") {
+            true => "is not judged (nothing streamed)".to_owned(),
+            false => format!("holds up to {}", ceiling_words(p, "interactive")),
+        };
         out.push(format!(
-            "{}: interactive (TTFT p95 < {:.0} ms) holds up to {}; knee {}; at the highest level measured the failure mode is {}.",
+            "{}: interactive (TTFT p95 < {:.0} ms) {holds}; knee {}; at the highest level measured the failure mode is {}.",
             p.bucket,
             r.slos.ttft_interactive_ms,
-            ceiling_words(p, "interactive"),
             p.knee.clone().map(|k| format!("at {c}{k}")).unwrap_or_else(|| "not reached".into()),
             p.failure_mode.as_str()
         ));
