@@ -1,5 +1,6 @@
-//! What every command shares on the command line: exit codes (64 for a bad config or bad
-//! arguments, like `nginx -t`), the runtime, the shutdown signal, diagnostics on stderr.
+//! What every command shares on the command line: exit codes (docs/report.md "Exit statuses":
+//! 0 ok, 1 failed or a gate said no, 3 nothing to judge, 64 a bad config or bad arguments, like
+//! `nginx -t`), the runtime, the shutdown signal, diagnostics on stderr.
 
 use std::process::ExitCode;
 
@@ -13,7 +14,13 @@ pub enum Exit {
     Failed(String),
     /// The command ran and its result says no (1): e.g. an SLO missed. Already reported.
     No,
+    /// The command ran but had no evidence for the verdict it was asked for (3): nothing
+    /// measured, or nothing a gate could judge. Already reported. A gate fails closed.
+    NotJudged,
 }
+
+/// The exit status of a verdict without evidence (`Exit::NotJudged`).
+pub const NOT_JUDGED: u8 = 3;
 
 impl Exit {
     /// Print the message, if any, and give the process's exit code.
@@ -29,8 +36,36 @@ impl Exit {
                 ExitCode::FAILURE
             }
             Exit::No => ExitCode::FAILURE,
+            Exit::NotJudged => ExitCode::from(NOT_JUDGED),
         }
     }
+}
+
+/// Write to standard output. A closed stdout (its reader left: `report … | head -3`) ends the
+/// process quietly with status 0, as ripgrep does: nothing more can be shown, and nothing is
+/// wrong. Every command writes its output here (`outln!`), never with `print!`, which panics on
+/// a closed pipe; `tests/layout.rs` holds that.
+pub fn out(text: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    if let Err(e) = o.write_all(text.as_bytes()).and_then(|()| o.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("tokentap: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `println!` to [`out`]: a closed stdout ends the process quietly.
+#[macro_export]
+macro_rules! outln {
+    () => {
+        $crate::cli::out("\n")
+    };
+    ($($t:tt)*) => {
+        $crate::cli::out(&format!("{}\n", format_args!($($t)*)))
+    };
 }
 
 /// A multi-threaded runtime, or the command's failure.
@@ -90,7 +125,7 @@ pub fn fingerprint() -> Exit {
     if key.is_empty() {
         return Exit::Usage("no key on standard input".into());
     }
-    println!("{}", crate::keys::fingerprint(key));
+    crate::outln!("{}", crate::keys::fingerprint(key));
     Exit::Ok
 }
 
@@ -133,7 +168,7 @@ pub fn health(a: &HealthArgs) -> Exit {
     })();
     match answer {
         Ok(h) if h.starts_with("HTTP/1.1 200") => {
-            println!("{path}: ok");
+            crate::outln!("{path}: ok");
             Exit::Ok
         }
         Ok(h) => Exit::Failed(format!(

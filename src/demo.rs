@@ -98,28 +98,28 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     print_engine(&rep);
 
     let ok = proxied.iter().filter(|r| r.outcome == Outcome::Ok).count();
-    println!(
+    crate::outln!(
         "\ntokentap recorded {} requests ({ok} ok) in {}; bench's own records: {} (+ run.json) in {}",
         proxied.len(),
         proxy_log.display(),
         records.len(),
         bench_cfg.out.display()
     );
-    println!(
+    crate::outln!(
         "client overhead (bench → zero-cost engine) TTFT p50 {:.3} ms",
         info.client_overhead_ttft_ms
             .as_ref()
             .map(|o| o.p50)
             .unwrap_or(f64::NAN)
     );
-    println!(
+    crate::outln!(
         "full report (answers, SLO verdicts, provisioning, charts): tokentap report {} --tap {} --format html --out report.html",
         bench_cfg.out.display(),
         proxy_log.display()
     );
-    println!("\nReading it like the write-up: TTFT grows with prompt length and with concurrency (prefill");
-    println!("competes for compute); per-stream tok/s barely moves (decode is bandwidth-bound); E2E is set by");
-    println!("how much was asked for. The gateway hop taxes the front of the request (TTFT), not the body (TPOT).");
+    crate::outln!("\nReading it like the write-up: TTFT grows with prompt length and with concurrency (prefill");
+    crate::outln!("competes for compute); per-stream tok/s barely moves (decode is bandwidth-bound); E2E is set by");
+    crate::outln!("how much was asked for. The gateway hop taxes the front of the request (TTFT), not the body (TPOT).");
     Ok(())
 }
 
@@ -131,16 +131,17 @@ fn print_intro(
     hop_addr: SocketAddr,
     proxy: SocketAddr,
 ) {
-    println!("tokentap demo — the engine is SIMULATED ({}: a continuous-batching cost model shaped on the", profile.name);
-    println!(
+    crate::outln!("tokentap demo — the engine is SIMULATED ({}: a continuous-batching cost model shaped on the", profile.name);
+    crate::outln!(
         "write-up's 4× V100 / Qwen2.5-7B / TP=4 results). Proxy, client and measurements are real."
     );
-    println!(
+    crate::outln!(
         "  engine {engine}   gateway hop {hop_addr} (injected {}±{} ms)   tokentap {proxy}",
-        cfg.hop.ms, cfg.hop.jitter_ms
+        cfg.hop.ms,
+        cfg.hop.jitter_ms
     );
-    println!("  direct:  client → tokentap /v1 → engine");
-    println!(
+    crate::outln!("  direct:  client → tokentap /v1 → engine");
+    crate::outln!(
         "  gateway: client → tokentap /gateway/v1 → hop → tokentap /engine/v1 → engine (the tap)\n"
     );
 }
@@ -192,10 +193,10 @@ fn read_records(p: &std::path::Path) -> Vec<RequestRecord> {
 /// Where TTFT went at C=1, from the simulated engine's per-request metrics (vLLM's fields).
 fn print_split(rep: &report::Report) {
     let f = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.1}"));
-    println!("\nwhere TTFT went at C=1 (medians of each part, ms; the engine's parts from its per-request metrics):");
+    crate::outln!("\nwhere TTFT went at C=1 (medians of each part, ms; the engine's parts from its per-request metrics):");
     for c in rep.cells.iter().filter(|c| c.level == 1) {
         let Some(sp) = &c.ttft_split else { continue };
-        println!(
+        crate::outln!(
             "  {:<21} TTFT {:>6}   engine queue {:>5}   engine prefill {:>6}   outside the engine {:>6}",
             format!("{} [{}]", c.bucket, c.arm.as_deref().unwrap_or("-")),
             f(c.ttft_ms.p50),
@@ -209,8 +210,8 @@ fn print_split(rep: &report::Report) {
 /// The engine's side per cell (scraped from its /metrics) and each bucket's binding constraint.
 fn print_engine(rep: &report::Report) {
     let f = |v: Option<f64>, d: usize| v.map_or_else(|| "-".into(), |v| format!("{v:.d$}"));
-    println!("\nthe engine per cell (scraped from its /metrics in vLLM's names; MBU against a V100's 900 GB/s):");
-    println!(
+    crate::outln!("\nthe engine per cell (scraped from its /metrics in vLLM's names; MBU against a V100's 900 GB/s):");
+    crate::outln!(
         "  cell                C   KV mean/peak %  waiting mean/peak  preempt/req  GB/s/GPU  MBU %"
     );
     for c in rep
@@ -225,7 +226,7 @@ fn print_engine(rep: &report::Report) {
                 |g| format!("{:.d$}/{:.d$}", g.mean * k, g.peak * k),
             )
         };
-        println!(
+        crate::outln!(
             "  {:<18} {:>2}   {:>14}  {:>17}  {:>11}  {:>8}  {:>5}",
             c.bucket,
             c.concurrency,
@@ -237,7 +238,7 @@ fn print_engine(rep: &report::Report) {
         );
     }
     for b in &rep.binding {
-        println!("  binding constraint — {}", b.text);
+        crate::outln!("  binding constraint — {}", b.text);
     }
 }
 
@@ -245,12 +246,13 @@ fn print_engine(rep: &report::Report) {
 /// the hop's own claim (its injected delay), and what the tap's extra tokentap leg costs.
 fn print_hop(cfg: &DemoConfig, rep: &report::Report, proxied: &[RequestRecord]) {
     let f = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:+.1}"));
-    println!();
-    println!(
+    crate::outln!();
+    crate::outln!(
         "gateway hop (injected {:.0}±{:.0} ms), TTFT ms, median per concurrency level:",
-        cfg.hop.ms, cfg.hop.jitter_ms
+        cfg.hop.ms,
+        cfg.hop.jitter_ms
     );
-    println!("  level  A/B pairs  A/B gateway−direct  tap joined  tap hop  admission  relay  tap − hop's hold (median, max |·|)");
+    crate::outln!("  level  A/B pairs  A/B gateway−direct  tap joined  tap hop  admission  relay  tap − hop's hold (median, max |·|)");
     let (hop, tap) = (rep.gateway_hop.as_ref(), rep.gateway_tap.as_ref());
     let mut levels: Vec<&String> = hop
         .map(|h| h.by_concurrency.keys().collect())
@@ -269,7 +271,7 @@ fn print_hop(cfg: &DemoConfig, rep: &report::Report, proxied: &[RequestRecord]) 
             .iter()
             .map(|e| e.abs())
             .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))));
-        println!(
+        crate::outln!(
             "  C={l:<4} {:>9}  {:>18}  {:>10}  {:>7}  {:>9}  {:>5}  {} , {}",
             ab.map_or(0, |a| a.pairs),
             f(ab.and_then(|a| a.ttft_ms.median)),
@@ -282,17 +284,17 @@ fn print_hop(cfg: &DemoConfig, rep: &report::Report, proxied: &[RequestRecord]) 
         );
     }
     if let Some(h) = hop {
-        println!("  A/B: {}", h.summary);
+        crate::outln!("  A/B: {}", h.summary);
     }
     if let Some(t) = tap {
-        println!("  tap: {}", t.summary);
+        crate::outln!("  tap: {}", t.summary);
     }
     // The gateway arm also crosses tokentap's engine route: its own share of that leg.
     let leg = crate::stats::sorted(proxied.iter().filter_map(|r| {
         let inner = r.gateway_tap.as_ref()?.side == crate::meter::TapSide::Inner;
         inner.then_some(r.upstream_sent_ms?)
     }));
-    println!(
+    crate::outln!(
         "  the tap's extra leg (tokentap's engine route: request head → written upstream) median {:.3} ms, p99 {:.3} ms: the A/B's gateway arm pays it, the tap's figure does not",
         pct(&leg, 0.5).unwrap_or(f64::NAN),
         pct(&leg, 0.99).unwrap_or(f64::NAN)

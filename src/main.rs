@@ -74,7 +74,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => tokentap::serve::cli(a),
         Command::Check(a) => match tokentap::check::run(&a) {
             Ok(summary) => {
-                println!("{summary}");
+                tokentap::outln!("{summary}");
                 Exit::Ok
             }
             Err(e) => Exit::Usage(format!("config error: {e}")),

@@ -571,3 +571,31 @@ fn functions_a_reader_can_follow() {
     }
     assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
 }
+
+/// Output goes through `cli::out` (`outln!`), which ends quietly on a closed stdout
+/// (`report … | head`); `print!` and `println!` panic there.
+#[test]
+fn output_goes_through_one_door() {
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    let mut bad = Vec::new();
+    for f in &files {
+        if f.ends_with("src/cli.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for m in ["println!(", "print!("] {
+                let hit = code.match_indices(m).any(|(at, _)| {
+                    let before = code[..at].chars().last();
+                    !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                });
+                if hit {
+                    bad.push(format!("{}:{}", f.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "print!/println! outside cli.rs: {bad:?}");
+}

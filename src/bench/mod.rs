@@ -241,7 +241,7 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         source,
     })?;
     if !cfg.quiet {
-        println!("{}", summary::table(&out.records, &info));
+        crate::outln!("{}", summary::table(&out.records, &info));
     }
     Ok(info)
 }

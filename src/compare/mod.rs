@@ -315,7 +315,7 @@ pub fn cli(a: Args) -> Exit {
                 return Exit::Failed(format!("compare: {}: {e}", p.display()));
             }
         }
-        None => print!("{text}"),
+        None => crate::cli::out(&text),
     }
     let failed: Vec<&String> = all.iter().flat_map(|c| &c.regressions).collect();
     if !failed.is_empty() {

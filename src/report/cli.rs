@@ -96,7 +96,7 @@ pub fn cli(a: Args) -> Exit {
         goodput_tok_s: slos.goodput_tok_s,
     };
     if a.sql {
-        print!("{}", super::sql::file(&params));
+        crate::cli::out(&super::sql::file(&params));
         return Exit::Ok;
     }
     let rep = match &a.clickhouse {
@@ -116,7 +116,7 @@ pub fn cli(a: Args) -> Exit {
                 return Exit::Failed(format!("report: {}: {e}", p.display()));
             }
         }
-        None => print!("{text}"),
+        None => crate::cli::out(&text),
     }
     let missed = missed(&rep, &a.fail_on_slo);
     if !missed.is_empty() {

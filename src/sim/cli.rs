@@ -67,7 +67,7 @@ pub fn cli(a: Args) -> Exit {
         Err(e) => return e,
     };
     if a.print_profile {
-        print!("{}", toml::to_string(&profile).unwrap_or_default());
+        crate::cli::out(&toml::to_string(&profile).unwrap_or_default());
         return Exit::Ok;
     }
     let rt = match crate::cli::runtime() {
