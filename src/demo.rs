@@ -177,6 +177,8 @@ fn bench_config(
         peak_bandwidth: Some(v100.bandwidth),
         peak_flops: Some(v100.flops),
         gpu: Some(v100.name.into()),
+        // The demo's own folder: a second demo replaces its run.
+        force: true,
         ..BenchConfig::default()
     })
 }

@@ -303,6 +303,10 @@ async fn through_the_proxy_the_rate_turn_and_bucket_are_recorded_and_never_forwa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_an_open_loop_or_a_search_keeps_what_was_measured() {
     let s = sim_on(Profile::instant());
+    let slow = sim_on(Profile {
+        prefill_base_ms: 50.0,
+        ..Profile::instant()
+    });
     let dir = scratch("load-stop");
     for (name, c) in [
         (
@@ -324,7 +328,9 @@ async fn stopping_an_open_loop_or_a_search_keeps_what_was_measured() {
                 warmup: 0,
                 outputs: [2, 2, 2],
                 buckets: vec!["short-long".into()],
-                ..bench_cfg(&s, dir.join("search"))
+                // 200 requests of at least 50 ms each at the first level: the stop comes
+                // while a level is measured, however fast the machine.
+                ..bench_cfg(&slow, dir.join("search"))
             },
         ),
     ] {
@@ -344,7 +350,13 @@ async fn stopping_an_open_loop_or_a_search_keeps_what_was_measured() {
         let run_json = std::fs::read_to_string(dir.join(name).join("run.json")).unwrap();
         assert!(run_json.contains("\"interrupted\": true"), "{name}");
         if name == "search" {
-            assert_eq!(info.saturation["short-long"].stopped, "interrupted");
+            let found = &info.saturation["short-long"];
+            assert_eq!(found.stopped, "interrupted");
+            assert!(
+                found.levels.is_empty(),
+                "the level cut short is not judged: {:?}",
+                found.levels.iter().map(|l| l.level).collect::<Vec<_>>()
+            );
         }
     }
 }

@@ -201,11 +201,13 @@ struct Case {
 }
 
 const CORPUS: [Case; 4] = [
+    // LiteLLM throttled (429) every stream of the gateway's `unknown` cells at 2 and 3-4 in
+    // flight: a throttled stream is a miss (docs/report.md "What each verdict needs").
     Case {
         file: "live-rig.jsonl",
         slo: Some("rig-slo.toml"),
-        healthy: true,
-        arms: &["direct", "gateway"],
+        healthy: false,
+        arms: &["gateway"],
     },
     Case {
         file: "live-rig-slow.jsonl",

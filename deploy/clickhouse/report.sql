@@ -12,24 +12,52 @@
 SELECT
     count() AS records,
     countIf(ifNull(tap_side, '') != 'inner' AND isNull(concurrency) AND isNull(request_rate)) AS live,
-    countIf(ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+    countIf(ifNull(tap_side, '') != 'inner' AND multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') IN ('chat', 'completions', 'responses', 'messages')
             AND NOT (status >= 400 AND status < 500 AND status != 429) AND isNotNull(experiment_arm)) AS armed,
-    countIf(ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+    countIf(ifNull(tap_side, '') != 'inner' AND multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') IN ('chat', 'completions', 'responses', 'messages')
             AND NOT (status >= 400 AND status < 500 AND status != 429) AND stream = 1 AND outcome = 'ok' AND status != 429) AS streams,
-    countIf(ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+    countIf(ifNull(tap_side, '') != 'inner' AND multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') IN ('chat', 'completions', 'responses', 'messages')
             AND NOT (status >= 400 AND status < 500 AND status != 429) AND stream = 1 AND outcome = 'ok' AND status != 429
         AND isNull(input_tokens)) AS no_usage
 FROM default.requests;
 
 -- cells: cells[]: per bucket × arm × concurrency level (`live_`: a live in-flight range rather than a bench level; `rate_`: an open-loop cell, its level the offered rate in thousandths of a request a second): counts, goodput (the report's goodput SLO pair), wall time, percentiles, medians of tokens and of the TTFT split, client queue and lag times
 SELECT
-    bucket_, arm, level, live_, rate_, requests, errors, throttled, good, start_ns, end_ns, last_sent_ns,
-    scheduled_n, scheduled_min, scheduled_max, out_tokens,
+    bucket_, arm, level, live_, rate_, requests, errors, throttled, cancelled, failed_streams, good,
+    start_ns, end_ns, last_sent_ns, scheduled_n, scheduled_min, scheduled_max, out_tokens,
     length(ttft) AS ttft_n,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.5 * length(ttft))))]) AS ttft_p50,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.95 * length(ttft))))]) AS ttft_p95,
     if(length(ttft) = 0, NULL, ttft[toUInt64(greatest(1, ceil(0.99 * length(ttft))))]) AS ttft_p99,
     if(length(ttft) = 0, NULL, ttft[length(ttft)]) AS ttft_max,
+    toUInt8((length(ttft) + failed_streams) > 0 AND toUInt64(greatest(1, ceil(0.95 * (length(ttft) + failed_streams)))) > length(ttft)) AS ttft_slo_beyond,
+    if((length(ttft) + failed_streams) = 0 OR toUInt64(greatest(1, ceil(0.95 * (length(ttft) + failed_streams)))) > length(ttft), NULL, ttft[toUInt64(greatest(1, ceil(0.95 * (length(ttft) + failed_streams))))]) AS ttft_slo_p95,
+    toUInt8((length(tpot) + failed_streams) > 0 AND toUInt64(greatest(1, ceil(0.95 * (length(tpot) + failed_streams)))) > length(tpot)) AS tpot_slo_beyond,
+    if((length(tpot) + failed_streams) = 0 OR toUInt64(greatest(1, ceil(0.95 * (length(tpot) + failed_streams)))) > length(tpot), NULL, tpot[toUInt64(greatest(1, ceil(0.95 * (length(tpot) + failed_streams))))]) AS tpot_slo_p95,
     length(tpot) AS tpot_n,
     if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.5 * length(tpot))))]) AS tpot_p50,
     if(length(tpot) = 0, NULL, tpot[toUInt64(greatest(1, ceil(0.95 * length(tpot))))]) AS tpot_p95,
@@ -79,6 +107,8 @@ FROM
         countIf(outcome NOT IN ('ok', 'client_cancelled')
             AND NOT (status >= 400 AND status < 500 AND status != 429)) AS errors,
         countIf(status = 429) AS throttled,
+        countIf(outcome = 'client_cancelled' AND status != 429) AS cancelled,
+        countIf(stream = 1 AND (status = 429 OR outcome NOT IN ('ok', 'client_cancelled'))) AS failed_streams,
         countIf(outcome = 'ok'
             AND (isNull(ttft_ms) OR assumeNotNull(ttft_ms) <= 500.0)
             AND (isNull(tpot_ms) OR assumeNotNull(tpot_ms) <= 0 OR 1000 / assumeNotNull(tpot_ms) >= 6.0)) AS good,
@@ -104,7 +134,15 @@ FROM
         arraySort(groupArrayIf(assumeNotNull(ttft_split_engine_prefill_ms), outcome = 'ok' AND isNotNull(ttft_split_engine_prefill_ms))) AS split_engine_prefill_ms,
         arraySort(groupArrayIf(assumeNotNull(ttft_split_outside_engine_ms), outcome = 'ok' AND isNotNull(ttft_split_outside_engine_ms))) AS split_outside_engine_ms
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+    WHERE ifNull(tap_side, '') != 'inner' AND multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') IN ('chat', 'completions', 'responses', 'messages')
             AND NOT (status >= 400 AND status < 500 AND status != 429)
     GROUP BY bucket_, arm, level, live_, rate_
 )
@@ -135,7 +173,15 @@ FROM
         count() AS requests,
         countIf(outcome NOT IN ('ok', 'client_cancelled')
             AND NOT (status >= 400 AND status < 500 AND status != 429)) AS errors,
-        countIf(NOT (api IN ('chat', 'completions', 'responses', 'messages')
+        countIf(NOT (multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') IN ('chat', 'completions', 'responses', 'messages')
             AND NOT (status >= 400 AND status < 500 AND status != 429))) AS client_errors,
         sum(ifNull(input_tokens, 0)) AS input_tokens,
         sum(ifNull(output_tokens, 0)) AS output_tokens,
@@ -146,7 +192,15 @@ FROM
         arraySort(groupArrayIf(e2e_ms, outcome = 'ok' AND status != 429
             AND NOT (status >= 400 AND status < 500))) AS e2e
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+    WHERE ifNull(tap_side, '') != 'inner' AND multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') IN ('chat', 'completions', 'responses', 'messages')
     GROUP BY key
 )
 ORDER BY requests DESC, key
@@ -154,7 +208,15 @@ LIMIT 20;
 
 -- traffic: traffic and other_traffic: every client-facing record by endpoint, method, status and class (served, cancelled, failed, throttled, client_error, other)
 SELECT
-    endpoint, method, status, multiIf(api NOT IN ('chat', 'completions', 'responses', 'messages'), 'other',
+    endpoint, method, status, multiIf(multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') NOT IN ('chat', 'completions', 'responses', 'messages'), 'other',
             status = 429, 'throttled',
             status >= 400 AND status < 500, 'client_error',
             outcome = 'ok', 'served',
@@ -190,7 +252,15 @@ SELECT
 FROM
 (
     SELECT
-        if(api = '', 'other', api) AS name,
+        multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') AS name,
         count() AS requests,
         countIf(outcome NOT IN ('ok', 'client_cancelled')
             AND NOT (status >= 400 AND status < 500 AND status != 429)) AS errors,
@@ -245,7 +315,15 @@ FROM
         arraySort(groupArrayIf(assumeNotNull(tpot_ms), outcome = 'ok' AND isNotNull(tpot_ms))) AS tpot,
         arraySort(groupArrayIf(e2e_ms, outcome = 'ok')) AS e2e
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+    WHERE ifNull(tap_side, '') != 'inner' AND multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') IN ('chat', 'completions', 'responses', 'messages')
             AND NOT (status >= 400 AND status < 500 AND status != 429)
     GROUP BY name
 )
@@ -262,7 +340,15 @@ FROM
 (
     SELECT arraySort(groupArray(toFloat64(in_flight))) AS v
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner' AND isNull(concurrency) AND isNull(request_rate) AND api IN ('chat', 'completions', 'responses', 'messages')
+    WHERE ifNull(tap_side, '') != 'inner' AND isNull(concurrency) AND isNull(request_rate) AND multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') IN ('chat', 'completions', 'responses', 'messages')
             AND NOT (status >= 400 AND status < 500 AND status != 429)
 );
 
@@ -297,7 +383,15 @@ FROM
             ifNull(input_tokens, 0) AS prompt_,
             ttft_ms AS ttft
         FROM default.requests
-        WHERE ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+        WHERE ifNull(tap_side, '') != 'inner' AND multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') IN ('chat', 'completions', 'responses', 'messages')
             AND NOT (status >= 400 AND status < 500 AND status != 429) AND outcome = 'ok' AND isNotNull(cached_tokens)
     )
     GROUP BY scope, name
@@ -327,7 +421,15 @@ FROM
         arraySort(groupArrayIf(assumeNotNull(ttft_ms), outcome = 'ok' AND isNotNull(ttft_ms))) AS ttft,
         arraySort(groupArrayIf(toFloat64(assumeNotNull(input_tokens)), outcome = 'ok' AND isNotNull(input_tokens))) AS input
     FROM default.requests
-    WHERE ifNull(tap_side, '') != 'inner' AND api IN ('chat', 'completions', 'responses', 'messages')
+    WHERE ifNull(tap_side, '') != 'inner' AND multiIf(api != '', api,
+            upper(method) NOT IN ('', 'POST')
+                AND match(endpoint, '/(chat/completions|completions|responses|messages)/*$'), 'other',
+            match(endpoint, '/chat/completions/*$'), 'chat',
+            match(endpoint, '/completions/*$'), 'completions',
+            match(endpoint, '/responses/*$'), 'responses',
+            match(endpoint, '/messages/*$'), 'messages',
+            match(endpoint, '/embeddings/*$'), 'embeddings',
+            match(endpoint, '/models(/*$|/.*[^/])'), 'models', 'other') IN ('chat', 'completions', 'responses', 'messages')
             AND NOT (status >= 400 AND status < 500 AND status != 429) AND isNotNull(turn)
     GROUP BY turn_
 )

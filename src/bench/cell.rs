@@ -113,6 +113,12 @@ impl Out {
             concurrency,
             measured: records.len(),
             errors,
+            served: records.iter().filter(|r| super::verdict::served(r)).count(),
+            cancelled: records
+                .iter()
+                .filter(|r| r.outcome == Outcome::ClientCancelled)
+                .count(),
+            failures: super::verdict::failures(&records),
             wall_s,
             output_tokens: out_tokens,
             aggregate_tok_s: if wall_s > 0.0 {

@@ -11,9 +11,17 @@ pub struct Args {
     /// Base URL of an OpenAI-compatible server (tokentap, vLLM, LiteLLM).
     #[arg(long)]
     pub target: String,
-    /// Output folder (requests.jsonl, run.json).
+    /// Output folder (requests.jsonl, run.json). One that already holds a run is refused
+    /// unless --force: it may be a comparison's baseline.
     #[arg(long)]
     pub out: PathBuf,
+    /// Overwrite the run already in --out.
+    #[arg(long)]
+    pub force: bool,
+    /// Fail the run (exit 1) when a cell fails more than this share of its requests: 0.05 or
+    /// 5%. Without it, a run fails only when a cell serves no request at all.
+    #[arg(long, value_parser = parse_share)]
+    pub max_error_rate: Option<f64>,
     /// ShareGPT JSON file; default: the bundled sample.
     #[arg(long)]
     pub dataset: Option<PathBuf>,
@@ -23,9 +31,11 @@ pub struct Args {
     /// Seed of the prompt sample, the arrivals and the arm order: the same seed, the same run.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Concurrency levels of the closed-loop sweep: requests in flight at once.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
-    pub concurrency: Vec<usize>,
+    /// Concurrency levels of the closed-loop sweep: requests in flight at once [default:
+    /// 1,2,4,8]. Not with --request-rate, whose cap on requests in flight is
+    /// --max-concurrency.
+    #[arg(long, value_delimiter = ',')]
+    pub concurrency: Option<Vec<usize>>,
     /// Measured requests per cell.
     #[arg(long, default_value_t = 30)]
     pub requests: usize,
@@ -173,7 +183,23 @@ pub struct Args {
     pub progress_every: humantime::Duration,
 }
 
-/// Run the sweep the arguments describe.
+/// A share: `0.05` or `5%`, from 0 to 1.
+fn parse_share(s: &str) -> Result<f64, String> {
+    let v = match s.trim().strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
+        None => s.trim().parse::<f64>(),
+    }
+    .map_err(|_| format!("{s:?}: a share, e.g. 0.05 or 5%"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s:?}: a share from 0 to 1 (0 % to 100 %)"))
+    }
+}
+
+/// Run the sweep the arguments describe; the exit status is the run's verdict (docs/report.md
+/// "Exit statuses"): 0 measured, 1 a cell served nothing or failed above --max-error-rate, 3
+/// nothing (or not every planned cell) measured.
 pub fn cli(a: Args) -> Exit {
     let cfg = match config(a) {
         Ok(cfg) => cfg,
@@ -192,11 +218,28 @@ pub fn cli(a: Args) -> Exit {
             flag.store(true, std::sync::atomic::Ordering::Relaxed);
         });
         match super::run(&cfg, stop).await {
-            Ok(_) => Exit::Ok,
+            Ok(info) => verdict_exit(&info.verdict),
             Err(super::BenchError::Usage(e)) => Exit::Usage(format!("bench: {e}")),
             Err(e) => Exit::Failed(format!("bench: {e}")),
         }
     })
+}
+
+/// The run's verdict as the exit status, its reasons on stderr.
+fn verdict_exit(v: &super::verdict::RunVerdict) -> Exit {
+    use super::verdict::Status;
+    let word = match v.status {
+        Status::Ok => return Exit::Ok,
+        Status::Failed => "failed",
+        Status::NotJudged => "not judged",
+    };
+    for r in &v.reasons {
+        eprintln!("tokentap bench: {word}: {r}");
+    }
+    match v.status {
+        Status::Failed => Exit::No,
+        _ => Exit::NotJudged,
+    }
 }
 
 /// What the arguments say that needs reading: each parsed and checked, a usage error naming its
@@ -261,8 +304,15 @@ impl Parsed {
     }
 }
 
-/// The arguments as the run's config.
+/// The arguments as the run's config; a flag the chosen load would not read is refused, never
+/// dropped.
 fn config(a: Args) -> Result<BenchConfig, String> {
+    if a.concurrency.is_some() && !a.request_rate.is_empty() {
+        return Err("--concurrency sets a closed loop's levels; with --request-rate (an open loop) the cap on requests in flight is --max-concurrency".into());
+    }
+    if a.max_error_rate.is_some() && a.until.is_some() {
+        return Err("--max-error-rate with --until: a search's last level is meant to break (--until errors stops at the first level with errors)".into());
+    }
     let Parsed {
         outputs,
         slos,
@@ -289,7 +339,9 @@ fn config(a: Args) -> Result<BenchConfig, String> {
         dataset: a.dataset,
         synthetic: a.synthetic,
         seed: a.seed,
-        concurrency: a.concurrency,
+        concurrency: a.concurrency.unwrap_or_else(|| vec![1, 2, 4, 8]),
+        max_error_rate: a.max_error_rate,
+        force: a.force,
         requests: a.requests,
         warmup: a.warmup,
         model: a.model,

@@ -280,6 +280,42 @@ pub struct Chosen {
     pub prompts: Vec<Prompt>,
 }
 
+/// Why no prompt falls in `spec`: its range, and the buckets of `all` the prompts fall in.
+pub fn why_empty(spec: &BucketSpec, all: &[BucketSpec], prompts: &[Prompt]) -> String {
+    let range = |s: &BucketSpec| match s.input_max {
+        u64::MAX => format!("{} or more", s.input_min),
+        max => format!("{} to {}", s.input_min, max),
+    };
+    let fall: Vec<String> = all
+        .iter()
+        .filter_map(|b| {
+            let t: Vec<u64> = prompts
+                .iter()
+                .map(|p| p.est_tokens)
+                .filter(|t| *t >= b.input_min && *t < b.input_max)
+                .collect();
+            let (lo, hi) = (t.iter().min()?, t.iter().max()?);
+            let at = if lo == hi {
+                format!("{lo}")
+            } else {
+                format!("{lo} to {hi}")
+            };
+            Some(format!("{} of them in {} ({at} tokens)", t.len(), b.name))
+        })
+        .collect();
+    let fall = match fall.is_empty() {
+        true => "the dataset has none".to_owned(),
+        false => fall.join(", "),
+    };
+    format!(
+        "bucket {}: no prompt falls in it ({} takes {} estimated prompt tokens; of {} prompts, {fall}; --short-max and --long-min move the bounds)",
+        spec.name,
+        spec.name,
+        range(spec),
+        prompts.len()
+    )
+}
+
 /// Sort into buckets, shuffle each with `seed`, keep up to `per_bucket`.
 pub fn choose(all: &[Prompt], specs: &[BucketSpec], seed: u64, per_bucket: usize) -> Vec<Chosen> {
     specs

@@ -35,6 +35,14 @@ pub struct CellInfo {
     pub concurrency: Option<usize>,
     pub measured: usize,
     pub errors: usize,
+    /// Requests served: the stream ended well, with a success status.
+    pub served: usize,
+    /// Requests bench itself cancelled (its stop): neither served nor failed.
+    pub cancelled: usize,
+    /// Why requests were not served, counted: status, outcome, the upstream's error type and
+    /// code (`verdict::FailureCount`); absent when every request was served.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<super::verdict::FailureCount>,
     pub wall_s: f64,
     pub output_tokens: u64,
     /// Total output tokens ÷ wall time across all streams of the cell (not per stream).
@@ -167,4 +175,8 @@ pub struct RunInfo {
     /// `--runs N` (N > 1): per cell, each run's figures and their spread across runs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub spread: Vec<crate::spread::CellSpread>,
+    /// Whether the run measured what it was asked to (its exit status): `ok`, `failed` (a
+    /// cell served nothing, or failed above `--max-error-rate`) or `not_judged` (nothing, or
+    /// not every planned cell, was measured), with each reason.
+    pub verdict: super::verdict::RunVerdict,
 }

@@ -37,6 +37,7 @@ mod steady;
 pub mod summary;
 mod sweep;
 mod turns;
+pub mod verdict;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -157,6 +158,10 @@ pub struct BenchConfig {
     pub timeslice: Option<Duration>,
     /// Repeat the sweep this many times, each run visiting the cells in a rotated order.
     pub runs: u32,
+    /// A cell failing a larger share of its requests fails the run (`--max-error-rate`).
+    pub max_error_rate: Option<f64>,
+    /// Write into an output folder that already holds a run (`--force`).
+    pub force: bool,
 }
 
 impl Default for BenchConfig {
@@ -214,13 +219,17 @@ impl Default for BenchConfig {
             metrics_listen: None,
             timeslice: None,
             runs: 1,
+            max_error_rate: None,
+            force: false,
         }
     }
 }
 
-/// Run the whole load; `stop` ends it early (Ctrl-C), keeping what was measured.
+/// Run the whole load; `stop` ends it early (Ctrl-C), keeping what was measured. The run's
+/// verdict (`RunInfo::verdict`) says whether it measured what it was asked to.
 pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, BenchError> {
     let mut plan = Plan::of(cfg)?;
+    claim_out(cfg)?;
     let client = Client::connect(cfg).await?;
     let model = plan.model(cfg, &client.target).await?;
     let mut s = Session::open(cfg, client, model, &plan.prefixed(), stop).await?;
@@ -246,11 +255,31 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     Ok(info)
 }
 
+/// The output folder, made; one that already holds a run (its `run.json` or `requests.jsonl`)
+/// is refused unless `--force`: it may be the baseline of a comparison.
+fn claim_out(cfg: &BenchConfig) -> Result<(), BenchError> {
+    let held: Vec<&str> = ["run.json", "requests.jsonl"]
+        .into_iter()
+        .filter(|f| cfg.out.join(f).exists())
+        .collect();
+    if !held.is_empty() && !cfg.force {
+        return Err(BenchError::Usage(format!(
+            "--out {}: already holds a run ({}); choose another folder, or --force to overwrite it",
+            cfg.out.display(),
+            held.join(", ")
+        )));
+    }
+    std::fs::create_dir_all(&cfg.out).map_err(|source| BenchError::Io {
+        path: cfg.out.display().to_string(),
+        source,
+    })
+}
+
 /// Send the plan's load, its cells kept in `out`.
 async fn drive(s: &Session<'_>, plan: &mut Plan, out: &mut Out) -> Findings {
     match plan {
         Plan::Closed(w) | Plan::Open(w) => {
-            let chosen = sweep::with_prompts(s, &w.prompts.chosen);
+            let chosen = sweep::with_prompts(s, &w.prompts.chosen, &w.prompts.empty);
             sweep::run(s, &chosen, &w.levels, w.runs, out).await;
             Findings::default()
         }
@@ -259,7 +288,7 @@ async fn drive(s: &Session<'_>, plan: &mut Plan, out: &mut Out) -> Findings {
             until,
             ladder,
         } => {
-            let chosen = sweep::with_prompts(s, &prompts.chosen);
+            let chosen = sweep::with_prompts(s, &prompts.chosen, &prompts.empty);
             let saturation = search::buckets(s, &chosen, until, *ladder, out).await;
             Findings {
                 saturation,

@@ -45,6 +45,10 @@ pub(crate) enum Plan {
 /// A sweep's or a search's prompts: each bucket's, drawn from a dataset.
 pub(crate) struct Prompts {
     pub chosen: Vec<Chosen>,
+    /// Each bucket without a prompt, and why: which bucket the prompts fall in instead.
+    pub empty: Vec<String>,
+    /// The buckets were named (`--buckets`): an empty one was asked for, and is not measured.
+    pub named: bool,
     /// The dataset's name and the prompt set's sha256.
     pub dataset: String,
     pub sha256: String,
@@ -151,6 +155,34 @@ impl Plan {
         }
     }
 
+    /// Planned cells that cannot be measured, each with why: a bucket named by `--buckets`
+    /// that no prompt falls in.
+    pub fn unmeasurable(&self) -> Vec<String> {
+        match self {
+            Plan::Closed(Sweep { prompts, .. })
+            | Plan::Open(Sweep { prompts, .. })
+            | Plan::Search { prompts, .. }
+                if prompts.named =>
+            {
+                prompts.empty.clone()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// How many cells the plan measures when it runs to its end (a search's is open).
+    pub fn planned_cells(&self) -> Option<usize> {
+        let with_prompts = |p: &Prompts| p.chosen.iter().filter(|c| !c.prompts.is_empty()).count();
+        match self {
+            Plan::Closed(w) | Plan::Open(w) => {
+                Some(with_prompts(&w.prompts) * w.levels.len() * w.runs as usize)
+            }
+            Plan::Conversations { levels, .. } => Some(levels.len()),
+            Plan::Replay { .. } => Some(1),
+            Plan::Search { .. } => None,
+        }
+    }
+
     /// Repetitions of the sweep (`--runs`; 1 for anything but a sweep).
     pub fn runs(&self) -> u32 {
         match self {
@@ -224,8 +256,16 @@ impl Prompts {
         };
         let chosen = dataset::choose(&prompts, specs, cfg.seed, cfg.prompts_per_bucket);
         let sha256 = dataset::prompt_set_sha256(&chosen);
+        let all = dataset::buckets(cfg.short_max, cfg.long_min, cfg.outputs);
+        let empty = chosen
+            .iter()
+            .filter(|c| c.prompts.is_empty())
+            .map(|c| dataset::why_empty(&c.spec, &all, &prompts))
+            .collect();
         Ok(Prompts {
             chosen,
+            empty,
+            named: !cfg.buckets.is_empty(),
             dataset,
             sha256,
         })

@@ -33,6 +33,8 @@ impl RunInfo {
     ) -> RunInfo {
         let cfg = s.cfg;
         let (dataset, prompt_set_sha256) = plan.source();
+        let interrupted = s.stop.load(Ordering::Relaxed);
+        let verdict = verdict_of(cfg, plan, &out.cells, interrupted);
         RunInfo {
             tool: "tokentap bench",
             tool_version: env!("CARGO_PKG_VERSION"),
@@ -48,7 +50,7 @@ impl RunInfo {
             buckets: plan.chosen().iter().map(BucketInfo::of).collect(),
             started_at: s.started_at.clone(),
             ended_at: super::session::now_rfc3339(),
-            interrupted: s.stop.load(Ordering::Relaxed),
+            interrupted,
             client_overhead_ttft_ms: s.overhead.clone(),
             load: LoadInfo::of(cfg, plan),
             cells: std::mem::take(&mut out.cells),
@@ -67,8 +69,35 @@ impl RunInfo {
                 0 | 1 => Vec::new(),
                 _ => crate::spread::as_written(&out.records),
             },
+            verdict,
         }
     }
+}
+
+/// The run's verdict: its cells by the rule (`verdict::judge`), with the planned cells it could
+/// not measure — a named bucket without prompts, the cells a stop left unrun.
+fn verdict_of(
+    cfg: &BenchConfig,
+    plan: &Plan,
+    cells: &[super::CellInfo],
+    interrupted: bool,
+) -> super::verdict::RunVerdict {
+    let mut unmeasured = plan.unmeasurable();
+    if interrupted {
+        match plan.planned_cells() {
+            Some(n) if n > cells.len() => unmeasured.push(format!(
+                "interrupted: {} of {n} planned cells not measured",
+                n - cells.len()
+            )),
+            _ => {}
+        }
+    }
+    let rules = super::verdict::Rules {
+        search: matches!(plan, Plan::Search { .. }),
+        max_error_rate: cfg.max_error_rate,
+        unmeasured,
+    };
+    super::verdict::judge(cells, &rules)
 }
 
 impl LoadInfo {

@@ -309,6 +309,12 @@ async fn bucket(
         }
         let n = ladder.requests(s.cfg, v);
         let range = measure(s, c, ladder.level(v), n, out).await;
+        // A level cut short by the stop is not judged: its records are kept, and the search
+        // says it was interrupted, whatever level it had reached.
+        if s.stop.load(Ordering::Relaxed) {
+            stopped = "interrupted";
+            break;
+        }
         let judged = until.judge(&out.records[range]);
         if judged.met {
             good = Some(v);

@@ -132,6 +132,20 @@ fn notes(s: &mut String, info: &RunInfo) {
             );
         }
     }
+    for c in info.cells.iter().filter(|c| !c.failures.is_empty()) {
+        let level = match (&c.open_loop, c.concurrency) {
+            (Some(o), _) => format!("{}/s", o.offered_rate),
+            (None, Some(n)) => format!("C={n}"),
+            (None, None) => String::new(),
+        };
+        let why: Vec<String> = c.failures.iter().map(|f| f.to_string()).collect();
+        let _ = writeln!(
+            s,
+            "not served in {} {level}: {} (run.json cells[].failures).",
+            c.bucket,
+            why.join(", ")
+        );
+    }
     if let Some(o) = &info.client_overhead_ttft_ms {
         let _ = writeln!(
             s,

@@ -36,13 +36,14 @@ pub(crate) async fn run(
     }
 }
 
-/// The buckets with prompts; a line for each one without.
-pub(crate) fn with_prompts<'a>(s: &Session<'_>, chosen: &'a [Chosen]) -> Vec<&'a Chosen> {
-    for c in chosen.iter().filter(|c| c.prompts.is_empty()) {
-        s.progress.line(&format!(
-            "bucket {}: no prompts in this dataset — skipped",
-            c.spec.name
-        ));
+/// The buckets with prompts; a line for each one without, saying why (`why`, in bucket order).
+pub(crate) fn with_prompts<'a>(
+    s: &Session<'_>,
+    chosen: &'a [Chosen],
+    why: &[String],
+) -> Vec<&'a Chosen> {
+    for line in why {
+        s.progress.line(&format!("{line} — skipped"));
     }
     chosen.iter().filter(|c| !c.prompts.is_empty()).collect()
 }

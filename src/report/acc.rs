@@ -240,7 +240,7 @@ impl Acc {
         let mut held = 0;
         let live = r.concurrency.is_none() && r.request_rate.is_none();
         self.live += usize::from(live);
-        held += self.by_api[r.api as usize]
+        held += self.by_api[r.api() as usize]
             .get_or_insert_with(|| ShapeAcc::new(sketch))
             .add(r);
         let class = r.class();
@@ -346,7 +346,7 @@ impl Acc {
     pub fn add_tap_only(&mut self, r: &Row<'_>) {
         let bucket = self.names.id(r.bucket());
         self.add_tap(r, bucket);
-        self.streaming.add(r, &mut self.names);
+        self.streaming.add_tap_only(r, &mut self.names);
     }
 
     fn add_tap(&mut self, r: &Row<'_>, bucket: u32) {

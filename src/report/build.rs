@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use super::acc::{self, Acc, CellIn, DEFAULT_EXACT_VALUES};
 use super::model::{
-    Axis, Cell, Dist, FailureMode, Figures, NoTokensPerDay, Provision, Report, SloKind, Slos,
-    Sources, Steady, SteadyClock, SteadyDist, Tail, WholeCell, JUDGED, SATURATION_RISE,
+    Axis, Cell, Dist, FailureMode, Figures, NoTokensPerDay, Provision, Report, SloKind, SloP95,
+    Slos, Sources, Steady, SteadyClock, SteadyDist, Tail, WholeCell, JUDGED, SATURATION_RISE,
     TOKENS_PER_DAY_MIN_REQUESTS,
 };
 use super::row::Row;
@@ -142,18 +142,29 @@ struct Chosen {
     e2e: Dist,
     tps: Dist,
     goodput: f64,
+    /// The SLO p95s of TTFT and TPOT, the failures ranked in.
+    slo: [SloP95; 2],
+    /// Failed or throttled streams among the figures' requests.
+    failed_streams: usize,
     steady_state: Option<Steady>,
 }
 
 fn choose(c: &mut acc::CellAcc, kind: acc::Kind, level: u64, whole_cell: bool) -> Chosen {
     let take = |v: &mut Values| std::mem::replace(v, Values::new(false));
+    let whole_slo = c.known_slo.unwrap_or_else(|| {
+        [
+            c.ttft.slo_p95(c.failed_streams),
+            c.tpot.slo_p95(c.failed_streams),
+        ]
+    });
     let whole = WholeCell {
         requests: c.requests,
         ttft_ms: take(&mut c.ttft).dist(),
         tpot_ms: take(&mut c.tpot).dist(),
         e2e_ms: take(&mut c.e2e).dist(),
         tok_s_per_stream: take(&mut c.tps).dist(),
-        goodput: c.good as f64 / c.requests.max(1) as f64,
+        // The client's cancels are not the service's: they are not in the share.
+        goodput: c.good as f64 / (c.requests - c.cancelled).max(1) as f64,
     };
     let plateau = match kind {
         acc::Kind::Concurrency => steady::plateau(&c.spans, level as usize),
@@ -184,7 +195,10 @@ fn choose(c: &mut acc::CellAcc, kind: acc::Kind, level: u64, whole_cell: bool) -
             tpot: p.tpot,
             e2e: p.e2e,
             tps: p.tps,
-            goodput: p.good as f64 / p.requests as f64,
+            // A failure on the plateau is a request that missed.
+            goodput: p.good as f64 / (p.requests + p.failed) as f64,
+            slo: p.slo,
+            failed_streams: p.failed,
             steady_state,
         },
         None => Chosen {
@@ -195,19 +209,22 @@ fn choose(c: &mut acc::CellAcc, kind: acc::Kind, level: u64, whole_cell: bool) -
             e2e: whole.e2e_ms,
             tps: whole.tok_s_per_stream,
             goodput: whole.goodput,
+            slo: whole_slo,
+            failed_streams: c.failed_streams,
             steady_state,
         },
     }
 }
 
-/// SLO name → met at p95, for the SLOs the figures can judge.
-fn verdicts(slos: &Slos, ttft: &Dist, tpot: &Dist) -> BTreeMap<&'static str, bool> {
+/// SLO name → met at p95, for the SLOs the figures can judge: a failed stream is a miss
+/// (beyond every threshold); nothing served and nothing failed is not judged (absent).
+fn verdicts(slos: &Slos, [ttft, tpot]: [SloP95; 2]) -> BTreeMap<&'static str, bool> {
     let mut slo = BTreeMap::new();
     for (name, kind, thr) in slos.list() {
         let met = match kind {
-            SloKind::Ttft => ttft.p95.map(|p| p <= thr),
+            SloKind::Ttft => ttft.at_most(thr),
             // The slowest 5 % of streams: the 5th percentile of tok/s = 1000 / TPOT p95.
-            SloKind::TokS => tpot.p95.map(|p| p > 0.0 && 1000.0 / p >= thr),
+            SloKind::TokS => tpot.tok_s_at_least(thr),
         };
         if let Some(met) = met {
             slo.insert(name, met);
@@ -253,7 +270,7 @@ fn cell_of(cell: CellIn, whole_cell: bool, slos: &Slos) -> Cell {
         ),
         None => (None, None),
     };
-    let slo = verdicts(slos, &chosen.ttft, &chosen.tpot);
+    let slo = verdicts(slos, chosen.slo);
     let ttft_split = c.split_cell();
     Cell {
         bucket,
@@ -264,6 +281,8 @@ fn cell_of(cell: CellIn, whole_cell: bool, slos: &Slos) -> Cell {
         requests: c.requests,
         errors: c.errors,
         throttled: c.throttled,
+        cancelled: c.cancelled,
+        failed_streams: chosen.failed_streams,
         buffered_streams: c.buffered,
         error_rate: c.errors as f64 / c.requests.max(1) as f64,
         ttft_ms: chosen.ttft,

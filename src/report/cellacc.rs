@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::model::SplitCell;
+use super::model::{SloP95, SplitCell};
 use super::row::{Class, Row};
 use super::steady::Span;
 use super::values::Values;
@@ -14,6 +14,12 @@ pub(super) struct CellAcc {
     /// Service failures plus throttled requests.
     pub errors: usize,
     pub throttled: usize,
+    /// Generations the client cancelled: never held against the service.
+    pub cancelled: usize,
+    /// Streams the service failed or throttled: each a miss for every latency SLO.
+    pub failed_streams: usize,
+    /// ClickHouse's SLO p95s (TTFT, TPOT), computed there with the failures ranked in.
+    pub known_slo: Option<[SloP95; 2]>,
     /// Streams that came buffered (their TPOT is not a decode speed).
     pub buffered: usize,
     pub good: usize,
@@ -51,6 +57,9 @@ impl CellAcc {
             requests: 0,
             errors: 0,
             throttled: 0,
+            cancelled: 0,
+            failed_streams: 0,
+            known_slo: None,
             buffered: 0,
             good: 0,
             start: None,
@@ -126,6 +135,9 @@ impl CellAcc {
         self.requests += 1;
         self.errors += usize::from(r.is_error());
         self.throttled += usize::from(class == Class::Throttled);
+        self.cancelled += usize::from(class == Class::Cancelled);
+        let failed_stream = r.stream && matches!(class, Class::Failed | Class::Throttled);
+        self.failed_streams += usize::from(failed_stream);
         self.buffered += usize::from(r.delivery.is_some_and(|d| d.verdict == Buffered));
         for (sum, t) in
             self.tokens
@@ -161,6 +173,7 @@ impl CellAcc {
                     start_ms,
                     end_ms: start_ms + r.e2e_ms.max(0.0),
                     ok: r.ok(),
+                    failed_stream,
                     good,
                     ttft: r.ttft_ms,
                     tpot: r.tpot_ms,

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use super::sql::Params;
 use super::{
-    finish, missed, read::stream, render, Acc, Format, Report, Slos, DEFAULT_EXACT_VALUES,
+    finish, gate, read::stream, render, Acc, Format, GateVerdict, Report, ReportError, SloGate,
+    Slos, DEFAULT_EXACT_VALUES,
 };
 use crate::cli::Exit;
 
@@ -32,8 +33,9 @@ pub struct Args {
     /// ttft_agents_ms, reading_tok_s, coding_tok_s, knee_factor, goodput_ttft_ms, goodput_tok_s).
     #[arg(long)]
     pub slo: Option<PathBuf>,
-    /// Exit 1 when any cell misses one of these SLOs (interactive, strict, code_completion,
-    /// agents, reading_speed, interactive_coding).
+    /// Exit 1 when a cell misses one of these SLOs (interactive, strict, code_completion,
+    /// agents, reading_speed, interactive_coding), a failed stream being a miss; exit 3 when
+    /// no cell could judge one (nothing measured: a gate fails closed).
     #[arg(long, value_delimiter = ',')]
     pub fail_on_slo: Vec<String>,
     /// Keys in the per-key table.
@@ -62,7 +64,8 @@ pub struct Args {
     pub whole_cell: bool,
 }
 
-/// Read the records, compute, render; exit 1 when `--fail-on-slo` names a missed SLO.
+/// Read the records, compute, render; with `--fail-on-slo`, exit 1 when a judged cell misses
+/// one, 3 when no cell could judge one (a gate fails closed).
 pub fn cli(a: Args) -> Exit {
     let slos = match &a.slo {
         None => Slos::default(),
@@ -118,22 +121,53 @@ pub fn cli(a: Args) -> Exit {
         }
         None => crate::cli::out(&text),
     }
-    let missed = missed(&rep, &a.fail_on_slo);
-    if !missed.is_empty() {
-        for m in &missed {
-            eprintln!("tokentap report: SLO missed: {m}");
-        }
-        return Exit::No;
+    let gates = gate(&rep, &a.fail_on_slo);
+    for g in &gates {
+        say_gate(g, rep.traffic.generation);
     }
-    Exit::Ok
+    match SloGate::verdict(&gates) {
+        GateVerdict::Met => Exit::Ok,
+        GateVerdict::Missed => Exit::No,
+        GateVerdict::NotJudged => Exit::NotJudged,
+    }
+}
+
+/// One SLO's gate on stderr: its misses, its cells not judged, or that nothing could judge it.
+fn say_gate(g: &SloGate, generations: usize) {
+    let p = "tokentap report:";
+    for m in &g.missed {
+        eprintln!("{p} SLO missed: {}: {m}", g.name);
+    }
+    let cells = g.judged + g.not_judged.len();
+    if g.judged == 0 {
+        let why = if generations == 0 {
+            "no generation request in these records".to_owned()
+        } else {
+            format!("none of {cells} cells streamed a request, served or failed")
+        };
+        eprintln!("{p} SLO {}: not judged: {why}", g.name);
+    } else if !g.not_judged.is_empty() {
+        eprintln!(
+            "{p} SLO {}: judged in {} of {cells} cells; not judged (nothing streamed): {}",
+            g.name,
+            g.judged,
+            g.not_judged.join(", ")
+        );
+    }
 }
 
 fn from_files(a: &Args, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit> {
     let mut warn = |w: String| eprintln!("tokentap report: warning: {w}");
     let mut acc = Acc::new(slos, a.by_arm, arms, a.exact_values);
     acc.whole_cell = a.whole_cell;
-    stream(&a.paths, &mut warn, &mut acc, false)
-        .map_err(|e| Exit::Failed(format!("report: {e}")))?;
+    stream(&a.paths, &mut warn, &mut acc, false).map_err(|e| match e {
+        // Files with no line at all: nothing was measured, so nothing is judged (exit 3).
+        ReportError::NoRecords { ref skipped, .. } if skipped.is_empty() => {
+            eprintln!("tokentap report: not judged: {e}");
+            Exit::NotJudged
+        }
+        e => Exit::Failed(format!("report: {e}")),
+    })?;
     if !a.tap.is_empty() {
         stream(&a.tap, &mut warn, &mut acc, true)
             .map_err(|e| Exit::Failed(format!("report: --tap: {e}")))?;

@@ -6,12 +6,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Uri};
 use http_body_util::BodyExt;
-use serde_json::{Map, Value};
 
 use super::acc::{rate_label, CellAcc, CellIn, Kind, Read};
 use super::hop::HopRec;
@@ -20,7 +19,7 @@ use super::shapes::{saved, CacheBucket, CacheSplit, ShapeRow, TurnRow};
 use super::sql::{Params, Query};
 use super::tap::TapRec;
 use super::values::{Method, Values};
-use super::{Dist, KeyRow, Traffic};
+use super::{KeyRow, Traffic};
 use crate::keys::Secret;
 use crate::post::{connect, post, tls_for, Tls};
 
@@ -183,7 +182,7 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-type Row = Map<String, Value>;
+use super::answer::{count, float, int, known, median, opt_text, slo_p95, text, time, Row};
 
 /// Run the report's queries and gather their answers.
 pub(super) fn read(src: &Source, p: &Params, budget: usize) -> Result<Read, ClickHouseError> {
@@ -317,67 +316,6 @@ async fn run(src: &Source, tls: Option<&Tls>, q: &Query) -> Result<Vec<Row>, Cli
 }
 
 /// A count: a JSON number, or a quoted one (64-bit integers, when the setting is not known).
-fn count(r: &Row, k: &str) -> usize {
-    match r.get(k) {
-        Some(Value::Number(n)) => n.as_u64().unwrap_or(0) as usize,
-        Some(Value::String(s)) => s.parse().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-fn int(r: &Row, k: &str) -> Option<i64> {
-    match r.get(k) {
-        Some(Value::Number(n)) => n.as_i64(),
-        Some(Value::String(s)) => s.parse().ok(),
-        _ => None,
-    }
-}
-
-fn float(r: &Row, k: &str) -> Option<f64> {
-    match r.get(k) {
-        Some(Value::Number(n)) => n.as_f64(),
-        Some(Value::String(s)) => s.parse().ok(),
-        _ => None,
-    }
-}
-
-fn text(r: &Row, k: &str) -> String {
-    opt_text(r, k).unwrap_or_default()
-}
-
-fn opt_text(r: &Row, k: &str) -> Option<String> {
-    r.get(k).and_then(Value::as_str).map(str::to_owned)
-}
-
-/// `{name}_n`, `_p50`, `_p95`, `_p99`, `_max`.
-fn known(r: &Row, name: &str) -> Dist {
-    let f = |s: &str| float(r, &format!("{name}_{s}"));
-    Dist {
-        n: count(r, &format!("{name}_n")),
-        p50: f("p50"),
-        p95: f("p95"),
-        p99: f("p99"),
-        max: f("max"),
-    }
-}
-
-/// A figure of which only the median is known.
-fn median(r: &Row, k: &str) -> Values {
-    let p50 = float(r, k);
-    Values::Known(Dist {
-        n: usize::from(p50.is_some()),
-        p50,
-        p95: None,
-        p99: None,
-        max: None,
-    })
-}
-
-fn time(ns: Option<i64>) -> Option<SystemTime> {
-    let ns = u64::try_from(ns?).ok()?;
-    UNIX_EPOCH.checked_add(Duration::from_nanos(ns))
-}
-
 fn cell(r: &Row) -> CellIn {
     let level = int(r, "level").unwrap_or(1).max(0) as u64;
     let live = int(r, "live_") == Some(1);
@@ -402,6 +340,9 @@ fn cell(r: &Row) -> CellIn {
             requests: count(r, "requests"),
             errors: count(r, "errors"),
             throttled: count(r, "throttled"),
+            cancelled: count(r, "cancelled"),
+            failed_streams: count(r, "failed_streams"),
+            known_slo: Some([slo_p95(r, "ttft"), slo_p95(r, "tpot")]),
             buffered: 0,
             good: count(r, "good"),
             start: time(int(r, "start_ns")),

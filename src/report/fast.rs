@@ -19,7 +19,6 @@ use super::json::{
 use super::row::{DeliveryRow, ExpRow, Row, TapRow, Text};
 use super::scan::{f64_at, u64_at, word};
 use crate::meter::Outcome;
-use crate::openai::Api;
 
 /// The fields the report reads, in [`FIELDS`] order.
 #[derive(Debug, Clone, Copy)]
@@ -195,7 +194,7 @@ fn read<'a>(b: &'a [u8], i: usize, f: F, r: &mut Row<'a>) -> Option<usize> {
         F::Experiment => set!(experiment, nested::<ExpRow<'_>>(b, i)),
         F::Api => {
             let (s, e) = plain(b, i)?;
-            r.api = api(s)?;
+            r.api = Some(api(s)?);
             e
         }
         F::KeyId => set!(key_id, opt_text(b, i)),
@@ -355,7 +354,7 @@ impl Fast {
             status: 0,
             stream: false,
             experiment: None,
-            api: Api::Other,
+            api: None,
             key_id: None,
             outcome: Outcome::Ok,
             input_tokens: None,

@@ -5,6 +5,7 @@
 //! same answer as one file with the same records.
 
 mod acc;
+mod answer;
 pub mod answers;
 pub mod binding;
 mod build;
@@ -25,6 +26,7 @@ mod scan;
 pub mod shapes;
 mod slo;
 pub mod sql;
+mod sqlterms;
 pub mod steady;
 pub mod streaming;
 pub mod tap;
@@ -43,7 +45,7 @@ pub use model::*;
 
 pub use cli::{cli, Args};
 pub use read::load;
-pub use slo::missed;
+pub use slo::{gate, GateVerdict, SloGate};
 pub use view::{render, Format};
 
 #[derive(Debug, thiserror::Error)]

@@ -90,10 +90,6 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     Ok(Option::<serde::de::IgnoredAny>::deserialize(d)?.is_some())
 }
 
-fn other_api() -> Api {
-    Api::Other
-}
-
 /// The fields of a record that some figure of the report uses.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Row<'a> {
@@ -112,8 +108,10 @@ pub struct Row<'a> {
     pub stream: bool,
     #[serde(default, borrow)]
     pub experiment: Option<ExpRow<'a>>,
-    #[serde(default = "other_api")]
-    pub api: Api,
+    /// The shape the record names; absent in logs written before the field existed (or by
+    /// another tool): [`Row::api`] then classes it by its method and endpoint.
+    #[serde(default)]
+    pub api: Option<Api>,
     #[serde(default, borrow)]
     pub key_id: Option<Text<'a>>,
     pub outcome: Outcome,
@@ -177,7 +175,7 @@ impl<'a> Row<'a> {
                 arm: t(&e.arm),
                 pair_id: e.pair_id.as_deref().map(t),
             }),
-            api: r.api,
+            api: Some(r.api),
             key_id: r.key_id.as_deref().map(t),
             outcome: r.outcome,
             input_tokens: r.input_tokens,
@@ -227,9 +225,27 @@ impl<'a> Row<'a> {
         !client_error && !matches!(self.outcome, Outcome::Ok | Outcome::ClientCancelled)
     }
 
+    /// The record's API shape; without `api`, the one its method and endpoint name, as the
+    /// proxy would have classed it (the path names the shape; a generating path asked with a
+    /// method other than POST generates nothing).
+    pub fn api(&self) -> Api {
+        match self.api {
+            Some(a) => a,
+            None => {
+                let a = Api::from_path(self.endpoint.as_str());
+                let method = self.method.as_str();
+                if a.generates() && !method.is_empty() && !method.eq_ignore_ascii_case("POST") {
+                    Api::Other
+                } else {
+                    a
+                }
+            }
+        }
+    }
+
     /// What the record is to the report: see [`Class`].
     pub fn class(&self) -> Class {
-        if !self.api.generates() {
+        if !self.api().generates() {
             return Class::Other;
         }
         match self.status {

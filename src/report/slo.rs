@@ -21,20 +21,67 @@ impl Slos {
     }
 }
 
-/// The SLOs (by name) that some cell misses.
-pub fn missed(report: &Report, names: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    for c in &report.cells {
-        for n in names {
-            if c.slo.get(n.as_str()) == Some(&false) {
+/// What `--fail-on-slo` found for one SLO: the cells judged, those that miss, and those with
+/// nothing to judge (nothing streamed: no TTFT, no TPOT, and no failed stream).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SloGate {
+    pub name: String,
+    pub judged: usize,
+    /// Cells that miss, named `balanced [gateway] C=8`.
+    pub missed: Vec<String>,
+    pub not_judged: Vec<String>,
+}
+
+/// How the gate ends: the first that holds of a miss (1), an SLO no cell could judge (3), met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateVerdict {
+    Met,
+    Missed,
+    NotJudged,
+}
+
+impl SloGate {
+    /// The gate over every named SLO: a miss anywhere fails it; an SLO no cell could judge
+    /// fails it closed (not judged). Cells not judged beside judged ones do not fail it.
+    pub fn verdict(gates: &[SloGate]) -> GateVerdict {
+        if gates.iter().any(|g| !g.missed.is_empty()) {
+            GateVerdict::Missed
+        } else if gates.iter().any(|g| g.judged == 0) {
+            GateVerdict::NotJudged
+        } else {
+            GateVerdict::Met
+        }
+    }
+}
+
+/// Each named SLO over the report's cells.
+pub fn gate(report: &Report, names: &[String]) -> Vec<SloGate> {
+    names
+        .iter()
+        .map(|n| {
+            let mut g = SloGate {
+                name: n.clone(),
+                judged: 0,
+                missed: Vec::new(),
+                not_judged: Vec::new(),
+            };
+            for c in &report.cells {
                 let arm = c
                     .arm
                     .as_deref()
                     .map(|a| format!(" [{a}]"))
                     .unwrap_or_default();
-                out.push(format!("{n}: {}{arm} C={}", c.bucket, c.concurrency));
+                let cell = format!("{}{arm} {}", c.bucket, super::words::at(c));
+                match c.slo.get(n.as_str()) {
+                    Some(true) => g.judged += 1,
+                    Some(false) => {
+                        g.judged += 1;
+                        g.missed.push(cell);
+                    }
+                    None => g.not_judged.push(cell),
+                }
             }
-        }
-    }
-    out
+            g
+        })
+        .collect()
 }

@@ -39,34 +39,9 @@ pub struct Query {
     pub sql: String,
 }
 
-const CLIENT: &str = "ifNull(tap_side, '') != 'inner'";
-const OK: &str = "outcome = 'ok'";
-const ERROR: &str = "outcome NOT IN ('ok', 'client_cancelled')
-            AND NOT (status >= 400 AND status < 500 AND status != 429)";
-/// A generation: a generating shape the service answered or failed (docs/report.md).
-const GEN: &str = "api IN ('chat', 'completions', 'responses', 'messages')
-            AND NOT (status >= 400 AND status < 500 AND status != 429)";
-/// A generation served to its end (`Class::Served`).
-const SERVED: &str = "outcome = 'ok' AND status != 429
-            AND NOT (status >= 400 AND status < 500)";
-/// What a record is to the report (`report::Class`).
-const CLASS: &str = "multiIf(api NOT IN ('chat', 'completions', 'responses', 'messages'), 'other',
-            status = 429, 'throttled',
-            status >= 400 AND status < 500, 'client_error',
-            outcome = 'ok', 'served',
-            outcome = 'client_cancelled', 'cancelled', 'failed')";
-/// A cell's arm: the experiment's, else the route.
-const ARM: &str = "if(isNotNull(experiment_arm), experiment_arm, nullIf(route, ''))";
-const BUCKET: &str = "ifNull(bucket, 'unknown')";
-const LEVEL: &str = "if(isNotNull(request_rate) AND assumeNotNull(request_rate) > 0,
-           toUInt64(round(assumeNotNull(request_rate) * 1000)),
-           if(isNotNull(concurrency), assumeNotNull(concurrency),
-           if(greatest(in_flight, 1) <= 2, greatest(in_flight, 1),
-              toUInt64(pow(2, ceil(log2(greatest(in_flight, 1))))))))";
-/// An open-loop record (the load generator's offered rate): its level is that rate.
-const RATE: &str = "toUInt8(isNotNull(request_rate) AND assumeNotNull(request_rate) > 0)";
-/// Live traffic: neither a load generator's concurrency nor its rate.
-const LIVE: &str = "isNull(concurrency) AND isNull(request_rate)";
+use super::sqlterms::{
+    API, ARM, BUCKET, CLASS, CLIENT, ERROR, GEN, GENERATES, LEVEL, LIVE, OK, RATE, SERVED,
+};
 
 /// A string literal.
 fn lit(s: &str) -> String {
@@ -104,6 +79,17 @@ fn dist(x: &str, name: &str) -> String {
         at(x, "0.5"),
         at(x, "0.95"),
         at(x, "0.99"),
+    )
+}
+
+/// The p95 an SLO judges (`report::SloP95`): the sorted served values `x` with the cell's
+/// `failed_streams` ranked above them all, as `{name}_slo_beyond` (1: the p95 falls on a
+/// failure) and `{name}_slo_p95` (null when it does, or when there is nothing to judge).
+fn slo_at(x: &str, name: &str) -> String {
+    let total = format!("(length({x}) + failed_streams)");
+    let r = format!("toUInt64(greatest(1, ceil(0.95 * {total})))");
+    format!(
+        "toUInt8({total} > 0 AND {r} > length({x})) AS {name}_slo_beyond,\n    if({total} = 0 OR {r} > length({x}), NULL, {x}[{r}]) AS {name}_slo_p95"
     )
 }
 
@@ -160,9 +146,11 @@ fn cells(p: &Params) -> String {
         .collect();
     format!(
         "SELECT
-    bucket_, arm, level, live_, rate_, requests, errors, throttled, good, start_ns, end_ns, last_sent_ns,
-    scheduled_n, scheduled_min, scheduled_max, out_tokens,
+    bucket_, arm, level, live_, rate_, requests, errors, throttled, cancelled, failed_streams, good,
+    start_ns, end_ns, last_sent_ns, scheduled_n, scheduled_min, scheduled_max, out_tokens,
     {ttft},
+    {ttft_slo},
+    {tpot_slo},
     {tpot},
     {e2e},
     {tps},
@@ -183,6 +171,8 @@ FROM
         count() AS requests,
         countIf({ERROR}) AS errors,
         countIf(status = 429) AS throttled,
+        countIf(outcome = 'client_cancelled' AND status != 429) AS cancelled,
+        countIf(stream = 1 AND (status = 429 OR outcome NOT IN ('ok', 'client_cancelled'))) AS failed_streams,
         countIf({OK}
             AND (isNull(ttft_ms) OR assumeNotNull(ttft_ms) <= {gt})
             AND (isNull(tpot_ms) OR assumeNotNull(tpot_ms) <= 0 OR 1000 / assumeNotNull(tpot_ms) >= {gs})) AS good,
@@ -209,6 +199,8 @@ FROM
 )
 ORDER BY bucket_, arm, rate_, level, live_",
         ttft = dist("ttft", "ttft"),
+        ttft_slo = slo_at("ttft", "ttft"),
+        tpot_slo = slo_at("tpot", "tpot"),
         tpot = dist("tpot", "tpot"),
         e2e = dist("e2e", "e2e"),
         tps = dist("tps", "tok_s"),
@@ -259,7 +251,7 @@ FROM
         {s_tpot},
         arraySort(groupArrayIf(e2e_ms, {SERVED})) AS e2e
     FROM {t}
-    WHERE {CLIENT} AND api IN ('chat', 'completions', 'responses', 'messages')
+    WHERE {CLIENT} AND {GENERATES}
     GROUP BY {group}
 )
 ORDER BY {order}
@@ -509,7 +501,7 @@ pub fn queries(p: &Params) -> Vec<Query> {
         q("cells", "cells[]: per bucket × arm × concurrency level (`live_`: a live in-flight range rather than a bench level; `rate_`: an open-loop cell, its level the offered rate in thousandths of a request a second): counts, goodput (the report's goodput SLO pair), wall time, percentiles, medians of tokens and of the TTFT split, client queue and lag times", true, cells(p)),
         q("keys", "keys[]: per API key (by arm with --by-arm), the top ones by requests, then by key", true, keys(p)),
         q("traffic", "traffic and other_traffic: every client-facing record by endpoint, method, status and class (served, cancelled, failed, throttled, client_error, other)", true, traffic(t)),
-        q("by_api", "by_api: per API shape", true, shapes(t, "if(api = '', 'other', api)", "1")),
+        q("by_api", "by_api: per API shape", true, shapes(t, API, "1")),
         q("by_bucket", "by_bucket: per prompt-shape bucket, pooled over levels and arms (generations)", true, shapes(t, BUCKET, GEN)),
         q("in_flight", "in_flight: the live in-flight counts", true, in_flight(t)),
         q("prefix_cache", "prefix_cache: TTFT by prefix-cache hit (cached_tokens > 0) and miss, overall ('all') and per bucket", true, prefix_cache(t)),

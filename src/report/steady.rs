@@ -6,7 +6,7 @@
 //! not counted as steady. When the plateau holds at least [`STEADY_MIN_REQUESTS`], the cell's
 //! latency figures are the plateau's (`cells[].figures`); the whole cell's stay beside them.
 
-use super::model::{dist, Dist};
+use super::model::{dist, Dist, SloP95};
 pub use super::model::{Figures, WholeCell, STEADY_MIN_REQUESTS};
 
 /// One request of a closed-loop cell, as the plateau needs it (ms on the wall clock).
@@ -16,6 +16,8 @@ pub(super) struct Span {
     pub end_ms: f64,
     /// Ended well: only these give latency figures.
     pub ok: bool,
+    /// A stream the service failed or throttled: a miss for every latency SLO.
+    pub failed_stream: bool,
     pub good: bool,
     pub ttft: Option<f64>,
     pub tpot: Option<f64>,
@@ -29,6 +31,10 @@ pub(super) struct Plateau {
     pub from_ms: f64,
     pub to_ms: f64,
     pub requests: usize,
+    /// Streams the service failed or throttled that started on the plateau.
+    pub failed: usize,
+    /// The SLO p95s of TTFT and TPOT, the failures ranked in.
+    pub slo: [SloP95; 2],
     pub ttft: Dist,
     pub tpot: Dist,
     pub e2e: Dist,
@@ -74,10 +80,23 @@ pub(super) fn plateau(spans: &[Span], target: usize) -> Option<Plateau> {
     if inside.is_empty() {
         return None;
     }
+    let failed = spans
+        .iter()
+        .filter(|s| s.failed_stream && s.start_ms >= from && s.start_ms <= to)
+        .count();
+    let slo = |v: Vec<f64>| {
+        let v = crate::stats::sorted(v);
+        SloP95::of(v.len(), failed, |r| v.get(r).copied())
+    };
     Some(Plateau {
         from_ms: from,
         to_ms: to,
         requests: inside.len(),
+        failed,
+        slo: [
+            slo(inside.iter().filter_map(|s| s.ttft).collect()),
+            slo(inside.iter().filter_map(|s| s.tpot).collect()),
+        ],
         ttft: dist(inside.iter().filter_map(|s| s.ttft)),
         tpot: dist(inside.iter().filter_map(|s| s.tpot)),
         e2e: dist(inside.iter().map(|s| s.e2e)),
@@ -95,6 +114,7 @@ mod tests {
             start_ms,
             end_ms: start_ms + e2e,
             ok: true,
+            failed_stream: false,
             good: true,
             ttft: Some(e2e / 10.0),
             tpot: None,

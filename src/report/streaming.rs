@@ -1,12 +1,14 @@
 //! "Is it really streaming?": how each route's (and arm's) streams arrived — event by event,
 //! coalesced, or buffered — and, through a gateway tap, the streams the gateway held. Read from
-//! the records' `delivery` and `gateway_tap.relay_verdict`; rules in docs/streaming.md.
+//! the records' `delivery` and `gateway_tap.relay_verdict`; rules in docs/streaming.md. Each
+//! request counts once: the client's served streams, and apart from them the inner sides of a
+//! tap (the gateway's own requests); `report --tap` records add only what the tap saw.
 
 use std::collections::BTreeMap;
 
 pub use super::model::StreamRow;
 use super::names::{Names, NONE};
-use super::row::Row;
+use super::row::{Class, Row};
 use crate::meter::delivery::Verdict;
 use crate::meter::{RelayVerdict, TapSide};
 
@@ -27,10 +29,33 @@ pub struct StreamingAcc {
 }
 
 impl StreamingAcc {
+    /// A record of the traffic reported: a served stream the client asked for, or the inner
+    /// side of a gateway tap (the gateway's own request: its own row, never counted among the
+    /// client's streams).
     pub(super) fn add(&mut self, r: &Row<'_>, names: &mut Names) {
+        let inner = r.tap_side() == Some(TapSide::Inner);
+        let served_stream = r.stream && r.class() == Class::Served;
+        if inner || served_stream {
+            self.count(r, names, true);
+        }
+    }
+
+    /// A record of `report --tap`: the same requests as the client-side records, so only what
+    /// the tap adds — the inner side's streams, the outer side's held streams — never a
+    /// stream counted twice.
+    pub(super) fn add_tap_only(&mut self, r: &Row<'_>, names: &mut Names) {
+        match r.tap_side() {
+            Some(TapSide::Inner) => self.count(r, names, true),
+            Some(TapSide::Outer) => self.count(r, names, false),
+            None => {}
+        }
+    }
+
+    fn count(&mut self, r: &Row<'_>, names: &mut Names, delivery: bool) {
         let tap = r.gateway_tap.as_ref();
         let relay = tap.and_then(|g| g.relay_verdict);
-        if r.delivery.is_none() && relay.is_none() {
+        let delivery = r.delivery.as_ref().filter(|_| delivery);
+        if delivery.is_none() && relay.is_none() {
             return;
         }
         let arm = r.arm().map_or(NONE, |a| names.id(a));
@@ -39,7 +64,7 @@ impl StreamingAcc {
             .entry((names.id(r.route.as_str()), arm))
             .or_default();
         c.side = c.side.or(tap.map(|g| g.side));
-        if let Some(d) = &r.delivery {
+        if let Some(d) = delivery {
             c.by[d.verdict as usize] += 1;
             c.max_events = c.max_events.max(d.max_events_per_read);
         }

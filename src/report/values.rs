@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-pub use super::model::{Method, PercentileMethod};
+pub use super::model::{Method, PercentileMethod, SloP95};
 use super::Dist;
 use crate::stats::{pct, rank};
 
@@ -170,6 +170,28 @@ impl Sketch {
         self.n
     }
 
+    /// The value at 0-based rank `r` of the recorded values, as its bucket's midpoint (never
+    /// above the exact maximum), as [`Sketch::pcts`] reads a percentile.
+    fn at_rank(&self, r: usize) -> Option<f64> {
+        if r >= self.n {
+            return None;
+        }
+        let r = r as u64;
+        let mut seen = self.zeros;
+        if seen > r {
+            return Some(0.0_f64.min(self.max));
+        }
+        for (i, c) in self.counts.iter().enumerate() {
+            let b = u64::from(self.lo) + i as u64;
+            seen += u64::from(*c) + self.carries.get(&(b as u32)).copied().unwrap_or(0);
+            if seen > r {
+                let (lo, hi) = (f64::from_bits(b << SHIFT), f64::from_bits((b + 1) << SHIFT));
+                return Some(((lo + hi) / 2.0).min(self.max));
+            }
+        }
+        None
+    }
+
     /// Nearest-rank values at each `q`, ascending, in one pass: the recorded value at rank
     /// ⌈q·n⌉, as its bucket's midpoint (never above the exact maximum).
     fn pcts<const K: usize>(&self, qs: [f64; K]) -> [Option<f64>; K] {
@@ -271,6 +293,23 @@ impl Values {
                 }
             }
             Values::Known(d) => d,
+        }
+    }
+
+    /// The p95 an SLO judges: these values with `failed` failures ranked above them all
+    /// ([`SloP95`]). Known figures (ClickHouse's) have only their own p95, so no failures.
+    pub fn slo_p95(&mut self, failed: usize) -> SloP95 {
+        match self {
+            Values::Exact(xs) => {
+                xs.sort_by(f64::total_cmp);
+                SloP95::of(xs.len(), failed, |r| xs.get(r).copied())
+            }
+            Values::Sketch(s) => {
+                s.flush();
+                SloP95::of(s.len(), failed, |r| s.at_rank(r))
+            }
+            Values::Known(d) if failed == 0 => SloP95::of(d.n, 0, |_| d.p95),
+            Values::Known(_) => SloP95::NotJudged,
         }
     }
 

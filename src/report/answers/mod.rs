@@ -8,7 +8,7 @@ mod streaming;
 
 pub use super::model::Answer;
 use super::model::{
-    Axis, Cell, FailureMode, NoTokensPerDay, Provision, Report, SplitCell,
+    Axis, Cell, Class, FailureMode, NoTokensPerDay, Provision, Report, SplitCell,
     TOKENS_PER_DAY_MIN_REQUESTS,
 };
 use super::words::{at, ceiling_words, cell_name as name, level_key};
@@ -57,7 +57,46 @@ fn per_arm(r: &Report, clause: impl Fn(&[&Cell]) -> String) -> String {
         .join(" ")
 }
 
+/// The short form of [`nothing_judged`], for the answers after the first.
+const NOTHING_JUDGED: &str =
+    "Not judged: no generation request in these records (the first answer says why).";
+
+/// When no generation was read, why, with counts by reason: every answer that judges says this
+/// instead of a verdict, and no advice about levels the records never reached.
+fn nothing_judged(r: &Report) -> Option<String> {
+    if !r.cells.is_empty() {
+        return None;
+    }
+    let t = &r.traffic;
+    let mut by_status: std::collections::BTreeMap<u16, usize> = Default::default();
+    for o in r
+        .other_traffic
+        .iter()
+        .filter(|o| o.class == Class::ClientError)
+    {
+        *by_status.entry(o.status).or_default() += o.requests;
+    }
+    let statuses: Vec<String> = by_status
+        .iter()
+        .map(|(s, n)| format!("{n} × {s}"))
+        .collect();
+    let client = match t.client_errors {
+        0 => "no client error".to_owned(),
+        n => format!(
+            "{n} refused as the client's fault ({}: a bad key, an unknown model or a malformed body)",
+            statuses.join(", ")
+        ),
+    };
+    Some(format!(
+        "Not judged: no generation request in these {} records; {client}; {} other requests (listings, probes, embeddings, other paths).",
+        r.records, t.other
+    ))
+}
+
 fn one_user(r: &Report) -> String {
+    if let Some(s) = nothing_judged(r) {
+        return s;
+    }
     if !r.cells.iter().any(single_user) {
         return "No cell at concurrency 1 in these records: run bench with --concurrency 1 (or read live traffic at an idle hour).".into();
     }
@@ -102,6 +141,9 @@ fn split_name(p: &Provision) -> (&str, Option<&str>) {
 }
 
 fn ceiling(r: &Report) -> String {
+    if r.cells.is_empty() {
+        return NOTHING_JUDGED.into();
+    }
     let axes: [(Option<Axis>, &str); 3] = [
         (None, "Highest concurrency whose TTFT p95 stays ≤ {slo} ms at it and every level below"),
         (Some(Axis::InFlight), "Live traffic, highest in-flight level whose TTFT p95 stays ≤ {slo} ms at it and every level below"),
@@ -149,6 +191,9 @@ fn ceiling(r: &Report) -> String {
 }
 
 fn hurts(r: &Report) -> String {
+    if r.cells.is_empty() {
+        return NOTHING_JUDGED.into();
+    }
     let missed: Vec<String> = r
         .cells
         .iter()
@@ -180,8 +225,19 @@ fn hurts(r: &Report) -> String {
             _ => "nowhere measurable: no cell is slower than its shape at its lowest level.".into(),
         }
     });
-    if missed.is_empty() {
+    let unjudged = r
+        .cells
+        .iter()
+        .filter(|c| !c.slo.contains_key("interactive"))
+        .count();
+    if missed.is_empty() && unjudged == 0 {
         s.push_str(" Every cell meets the interactive SLO.");
+    } else if missed.is_empty() {
+        s.push_str(&format!(
+            " {} of {} cells meet the interactive SLO; {unjudged} not judged (nothing streamed).",
+            r.cells.len() - unjudged,
+            r.cells.len()
+        ));
     } else {
         s.push_str(&format!(
             " Cells over the interactive SLO: {}.",
@@ -192,6 +248,9 @@ fn hurts(r: &Report) -> String {
 }
 
 fn failure_mode(r: &Report) -> String {
+    if let Some(s) = nothing_judged(r) {
+        return s;
+    }
     per_arm(r, |cs| {
         let (errors, throttled, n) = cs.iter().fold((0, 0, 0), |(e, t, n), c| {
             (e + c.errors, t + c.throttled, n + c.requests)
@@ -354,7 +413,7 @@ pub fn answers(r: &Report) -> Vec<Answer> {
         },
         Answer {
             question: "Is it really streaming?",
-            answer: streaming::answer(&r.streaming, &r.cells),
+            answer: streaming::answer(&r.streaming, &r.cells, &r.traffic),
         },
         Answer {
             question: "What was judged?",

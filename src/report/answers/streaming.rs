@@ -1,18 +1,33 @@
 //! "Is it really streaming?" in sentences: which routes buffered or held streams, and which
 //! cells' TPOT a held stream would pass for a fast decode.
 
-use crate::report::model::{Cell, StreamRow};
+use crate::report::model::{Cell, StreamRow, Traffic};
 use crate::report::words::{at, cell_name};
 
-/// The answer to "Is it really streaming?"; `cells` are named where buffered streams sit.
-pub fn answer(rows: &[StreamRow], cells: &[Cell]) -> String {
-    let streams: usize = rows.iter().map(|r| r.streams).sum();
-    if streams == 0 {
+/// The answer to "Is it really streaming?"; `cells` are named where buffered streams sit. Its
+/// "of N streams" counts the client's served streams that say how they arrived; with those
+/// that do not, they add up to `traffic.streams_served`. A tap's inner side (the gateway's own
+/// requests) is not among them.
+pub fn answer(rows: &[StreamRow], cells: &[Cell], traffic: &Traffic) -> String {
+    let client = |r: &&StreamRow| r.side != Some("inner");
+    let streams: usize = rows.iter().filter(client).map(|r| r.streams).sum();
+    let held_any = rows.iter().any(|r| r.gateway_held > 0);
+    if streams == 0 && !held_any {
         return "No record says how its stream arrived: no streams, records from before tokentap measured delivery, or a report read from ClickHouse (its table has no delivery columns yet).".into();
     }
-    let name = |r: &StreamRow| match &r.arm {
-        Some(a) if *a != r.route => format!("{} [{a}]", r.route),
-        _ => r.route.clone(),
+    let unsaid = match traffic.streams_served.saturating_sub(streams) {
+        0 => String::new(),
+        k => format!(" ({k} more served streams say nothing of how they arrived: records from before tokentap measured delivery)"),
+    };
+    let name = |r: &StreamRow| {
+        let n = match &r.arm {
+            Some(a) if *a != r.route => format!("{} [{a}]", r.route),
+            _ => r.route.clone(),
+        };
+        match r.side {
+            Some("inner") => format!("{n} (inside the gateway, not among the client's streams)"),
+            _ => n,
+        }
     };
     let buffered: Vec<String> = rows
         .iter()
@@ -39,17 +54,17 @@ pub fn answer(rows: &[StreamRow], cells: &[Cell]) -> String {
             )
         })
         .collect();
-    let coalesced: usize = rows.iter().map(|r| r.coalesced).sum();
+    let coalesced: usize = rows.iter().filter(client).map(|r| r.coalesced).sum();
     if buffered.is_empty() && held.is_empty() {
         return format!(
-            "Yes: none of {streams} streams came buffered ({coalesced} coalesced: a few events per read, or several tokens per event)."
+            "Yes: none of {streams} streams came buffered ({coalesced} coalesced: a few events per read, or several tokens per event){unsaid}."
         );
     }
     let mut s = if buffered.is_empty() {
-        format!("Not everywhere: none of {streams} streams came buffered to tokentap, but")
+        format!("Not everywhere: none of {streams} streams came buffered to tokentap{unsaid}, but")
     } else {
         format!(
-            "Not everywhere: of {streams} streams, {}.",
+            "Not everywhere: of {streams} streams{unsaid}, {}.",
             buffered.join("; ")
         )
     };

@@ -24,7 +24,7 @@ pub use gateway::{
     SplitStats, TapSet, UnjoinedBy,
 };
 pub use shapes::{CacheBucket, CacheSplit, Method, PercentileMethod, ShapeRow, StreamRow, TurnRow};
-pub use slo::{SloKind, Slos};
+pub use slo::{SloKind, SloP95, Slos};
 pub use steady::{Figures, WholeCell, STEADY_MIN_REQUESTS};
 
 #[derive(Debug, Clone, Serialize)]
@@ -43,6 +43,12 @@ pub struct Cell {
     pub errors: usize,
     /// Of `errors`, those throttled (429).
     pub throttled: usize,
+    /// Generations the client cancelled: counted apart, never held against the service (not
+    /// in `goodput`'s share, not in the SLO verdicts).
+    pub cancelled: usize,
+    /// Streams the service failed or throttled among the requests the figures are of (the
+    /// plateau's or the whole cell's): each is a miss for every latency SLO (`slo`).
+    pub failed_streams: usize,
     /// Streams that came buffered: their TTFT includes a hop's hold and their TPOT is not a
     /// decode speed (docs/streaming.md). Absent when none.
     #[serde(skip_serializing_if = "is_zero")]
@@ -59,10 +65,12 @@ pub struct Cell {
     pub output_tokens_median: Option<f64>,
     /// How the TTFT tail reads: see [`Tail`].
     pub tail: Tail,
-    /// SLO name → met at p95; an SLO the cell has no value for (no served request with a
-    /// TTFT, or with a TPOT) is absent: not judged.
+    /// SLO name → met at p95, over the served requests with the figure and the failed streams,
+    /// each failure beyond every threshold (a cell where every stream failed misses); an SLO
+    /// with nothing to judge (nothing streamed) is absent: not judged.
     pub slo: BTreeMap<&'static str, bool>,
-    /// Share of requests meeting the goodput SLO pair.
+    /// Share of requests meeting the goodput SLO pair, of those the service served or failed
+    /// (the client's cancels left out).
     pub goodput: f64,
     /// Where `ttft_ms`, `tpot_ms`, `e2e_ms`, `tok_s_per_stream`, `slo`, `goodput` and `tail`
     /// come from: the cell's plateau (`steady_state`, when it holds at least

@@ -1,0 +1,444 @@
+//! The verdict truth table (docs/report.md "What each verdict needs"): adversarial runs made
+//! over real sockets — the sim, a scripted upstream, tokentap in between — and every gate's
+//! verdict and exit status on each, from the binary as a user runs it: `bench`'s exit status,
+//! `report --fail-on-slo`, and what the report says when it has nothing to judge.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokentap::sim::Profile;
+use tokentap_test_support as support;
+
+use support::load::sim_on;
+use support::{Script, Upstream};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tokentap"))
+}
+
+/// Run the binary to its end, off the runtime's threads (the servers it talks to are on them).
+async fn run(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || bin().args(&args).output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// `bench` at one cell (balanced, C=1, 6 requests, no warm-up), quiet about probes and scrapes.
+async fn bench(target: &str, out: &Path, extra: &[&str]) -> Output {
+    let mut a = strs(&[
+        "bench",
+        "--target",
+        target,
+        "--out",
+        &out.display().to_string(),
+        "--concurrency",
+        "1",
+        "--requests",
+        "6",
+        "--warmup",
+        "0",
+        "--buckets",
+        "balanced",
+        "--no-estimate",
+        "--no-calibrate",
+        "--scrape",
+        "off",
+    ]);
+    a.extend(strs(extra));
+    run(a).await
+}
+
+async fn report(path: &Path, extra: &[&str]) -> Output {
+    let mut a = strs(&["report", &path.display().to_string()]);
+    a.extend(strs(extra));
+    run(a).await
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn run_json(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap()
+}
+
+async fn report_json(path: &Path) -> Value {
+    let o = report(path, &["--format", "json"]).await;
+    assert!(o.status.success(), "{}", err(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Every request refused (an unknown model: 404): bench fails and says why; the report has
+/// nothing to judge and says so in every answer; its SLO gate fails closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_404_fails_bench_and_leaves_nothing_judged() {
+    let sim = sim_on(Profile::instant());
+    let dir = support::scratch("verdict-404");
+    let target = format!("http://{}", sim.engine);
+    let o = bench(&target, &dir, &["--model", "nope"]).await;
+    let e = err(&o);
+    assert_eq!(code(&o), 1, "{e}");
+    assert!(
+        e.contains("failed: balanced C=1: none of 6 requests served: 6 × status 404"),
+        "{e}"
+    );
+    assert!(e.contains("type NotFoundError"), "{e}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("not served in balanced C=1: 6 × status 404"),
+        "{stdout}"
+    );
+    let rj = run_json(&dir);
+    assert_eq!(rj["verdict"]["status"], "failed");
+    assert_eq!(rj["cells"][0]["served"], 0);
+    assert_eq!(rj["cells"][0]["failures"][0]["status"], 404);
+    assert_eq!(rj["cells"][0]["failures"][0]["error_type"], "NotFoundError");
+
+    let gate = report(&dir, &["--fail-on-slo", "interactive"]).await;
+    assert_eq!(code(&gate), 3, "{}", err(&gate));
+    assert!(
+        err(&gate).contains("SLO interactive: not judged"),
+        "{}",
+        err(&gate)
+    );
+    let r = report_json(&dir).await;
+    assert_eq!(r["traffic"]["generation"], 0);
+    assert_eq!(r["traffic"]["client_errors"], 6);
+    for a in r["answers"].as_array().unwrap().iter().take(4) {
+        let text = a["answer"].as_str().unwrap();
+        assert!(text.starts_with("Not judged"), "{text}");
+        assert!(
+            !text.contains("--concurrency 1"),
+            "no advice for a C=1 run: {text}"
+        );
+        assert!(!text.contains("meets"), "{text}");
+    }
+    let first = r["answers"][0]["answer"].as_str().unwrap();
+    assert!(first.contains("6 × 404"), "{first}");
+}
+
+/// Every request 502 (tokentap in front of an upstream that is down): bench fails, naming the
+/// status; every cell misses every SLO (its streams failed), so the SLO gate fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_502_fails_bench_and_misses_every_slo() {
+    // A port that was just free: nothing listens there.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let proxy = support::proxy(&format!("http://{dead}"), "").await;
+    let dir = support::scratch("verdict-502");
+    let o = bench(&proxy.url(""), &dir, &["--model", "m"]).await;
+    let e = err(&o);
+    assert_eq!(code(&o), 1, "{e}");
+    assert!(
+        e.contains("none of 6 requests served: 6 × status 502"),
+        "{e}"
+    );
+    let gate = report(&dir, &["--fail-on-slo", "interactive,reading_speed"]).await;
+    assert_eq!(code(&gate), 1, "{}", err(&gate));
+    let g = err(&gate);
+    assert!(g.contains("SLO missed: interactive: balanced C=1"), "{g}");
+    assert!(g.contains("SLO missed: reading_speed: balanced C=1"), "{g}");
+    let r = report_json(&dir).await;
+    let cell = &r["cells"][0];
+    assert_eq!(cell["failed_streams"], 6);
+    assert_eq!(cell["slo"]["interactive"], false);
+    assert_eq!(cell["slo"]["agents"], false);
+    assert_eq!(cell["goodput"], 0.0);
+}
+
+/// Half the requests fail (an upstream that answers every other request with 500): bench
+/// passes without a bound and fails with `--max-error-rate`; the SLO gate fails (a failure is
+/// beyond every threshold, and half is more than 5 %).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_failed_fails_the_error_bound_and_the_slo() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let up = Upstream::spawn(move |r| {
+        if r.request_line().contains("/v1/models") {
+            return Script::json(200, r#"{"data":[{"id":"m"}]}"#);
+        }
+        match n.fetch_add(1, Ordering::Relaxed) % 2 {
+            0 => Script::chat_stream(Duration::from_millis(5), Duration::from_millis(1), 8, true),
+            _ => Script::json(
+                500,
+                r#"{"error":{"type":"InternalServerError","code":500}}"#,
+            ),
+        }
+    })
+    .await;
+    let dir = support::scratch("verdict-half");
+    let o = bench(&up.url(), &dir.join("plain"), &[]).await;
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let rj = run_json(&dir.join("plain"));
+    assert_eq!(rj["verdict"]["status"], "ok");
+    assert_eq!(rj["cells"][0]["served"], 3);
+    assert_eq!(rj["cells"][0]["failures"][0]["requests"], 3);
+
+    let o = bench(&up.url(), &dir.join("bound"), &["--max-error-rate", "10%"]).await;
+    let e = err(&o);
+    assert_eq!(code(&o), 1, "{e}");
+    assert!(
+        e.contains("3 of 6 requests failed (50.0 %), above --max-error-rate 10.0 %"),
+        "{e}"
+    );
+    assert!(
+        e.contains("3 × status 500 upstream_error (type InternalServerError, code 500)"),
+        "{e}"
+    );
+
+    let gate = report(&dir.join("plain"), &["--fail-on-slo", "agents"]).await;
+    assert_eq!(code(&gate), 1, "{}", err(&gate));
+    let r = report_json(&dir.join("plain")).await;
+    assert_eq!(r["cells"][0]["failed_streams"], 3);
+    // Three served streams of a few ms: their own p95 meets every bound.
+    assert!(r["cells"][0]["ttft_ms"]["p95"].as_f64().unwrap() < 100.0);
+    assert_eq!(r["cells"][0]["slo"]["agents"], false);
+}
+
+/// Nothing sent: `--buckets balanced` on prompts that all fall in short-long. bench is not
+/// judged (3) and names where the prompts fall; a report of the empty folder is not judged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_measured_nothing_is_not_judged() {
+    let sim = sim_on(Profile::instant());
+    let dir = support::scratch("verdict-nothing");
+    let target = format!("http://{}", sim.engine);
+    let o = bench(&target, &dir, &["--synthetic", "100,100,100"]).await;
+    let e = err(&o);
+    assert_eq!(code(&o), 3, "{e}");
+    assert!(
+        e.contains("not judged: bucket balanced: no prompt falls in it"),
+        "{e}"
+    );
+    assert!(
+        e.contains("balanced takes 200 to 700 estimated prompt tokens"),
+        "{e}"
+    );
+    assert!(e.contains("in short-long (100 tokens)"), "{e}");
+    assert!(e.contains("not judged: nothing measured"), "{e}");
+    assert_eq!(run_json(&dir)["verdict"]["status"], "not_judged");
+    let o = report(&dir, &["--fail-on-slo", "interactive"]).await;
+    assert_eq!(code(&o), 3, "{}", err(&o));
+}
+
+/// A healthy run passes every gate: bench 0, the SLO gate 0 (the sim answers in a few ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_run_passes() {
+    let sim = sim_on(Profile::instant());
+    let dir = support::scratch("verdict-healthy");
+    let target = format!("http://{}", sim.engine);
+    let o = bench(&target, &dir, &["--max-error-rate", "0"]).await;
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    assert_eq!(run_json(&dir)["verdict"]["status"], "ok");
+    let o = report(&dir, &["--fail-on-slo", "interactive,agents"]).await;
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    // A second run into the same folder is refused (it may be a comparison's baseline)…
+    let again = bench(&target, &dir, &[]).await;
+    assert_eq!(code(&again), 64, "{}", err(&again));
+    assert!(
+        err(&again).contains("already holds a run"),
+        "{}",
+        err(&again)
+    );
+    // … unless asked.
+    let forced = bench(&target, &dir, &["--force"]).await;
+    assert_eq!(code(&forced), 0, "{}", err(&forced));
+}
+
+/// Flags a load would not read are refused, never dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flag_the_load_would_drop_is_refused() {
+    let dir = support::scratch("verdict-flags");
+    let out = dir.display().to_string();
+    let base = [
+        "bench",
+        "--target",
+        "http://127.0.0.1:9",
+        "--out",
+        out.as_str(),
+    ];
+    let mut a = strs(&base);
+    a.extend(strs(&["--request-rate", "4", "--concurrency", "2"]));
+    let o = run(a).await;
+    assert_eq!(code(&o), 64);
+    assert!(err(&o).contains("--max-concurrency"), "{}", err(&o));
+    let mut a = strs(&base);
+    a.extend(strs(&["--until", "errors", "--max-error-rate", "5%"]));
+    let o = run(a).await;
+    assert_eq!(code(&o), 64, "{}", err(&o));
+}
+
+/// Records written by hand: a healthy cell of 40 streams with two the client cancelled, and an
+/// old log's records without `api`.
+fn write_records(dir: &Path) -> PathBuf {
+    let mut lines = Vec::new();
+    for i in 0..42 {
+        let outcome = if i < 2 { "client_cancelled" } else { "ok" };
+        lines.push(format!(
+            r#"{{"ts":"2026-12-01T00:00:{:02}.000Z","method":"POST","endpoint":"/v1/chat/completions","status":200,"stream":true,"outcome":"{outcome}","ttft_ms":80.0,"tpot_ms":20.0,"e2e_ms":900.0,"output_tokens":40,"input_tokens":300,"in_flight":1}}"#,
+            i % 60
+        ));
+    }
+    lines.push(
+        r#"{"method":"GET","endpoint":"/v1/models","status":200,"outcome":"ok","e2e_ms":1.0}"#
+            .into(),
+    );
+    let p = dir.join("old.jsonl");
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    p
+}
+
+/// The client's cancels are not held against the service; a record without `api` is classed by
+/// its method and endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancels_are_not_the_services_and_old_records_are_judged() {
+    let dir = support::scratch("verdict-cancel");
+    let log = write_records(&dir);
+    let r = report_json(&log).await;
+    let t = &r["traffic"];
+    assert_eq!(t["generation"], 42, "{t}");
+    assert_eq!(t["cancelled"], 2);
+    assert_eq!(t["other"], 1, "the listing is other traffic");
+    let cell = &r["cells"][0];
+    assert_eq!(cell["cancelled"], 2);
+    assert_eq!(cell["goodput"], 1.0, "{cell}");
+    assert_eq!(cell["slo"]["interactive"], true);
+    let o = report(&log, &["--fail-on-slo", "interactive"]).await;
+    assert_eq!(code(&o), 0, "{}", err(&o));
+}
+
+/// Every command ends quietly on a closed stdout: no panic, no message, status 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_quietly() {
+    let dir = support::scratch("verdict-pipe");
+    let log = write_records(&dir);
+    let log = log.display().to_string();
+    for args in [
+        vec!["report", log.as_str()],
+        vec!["report", log.as_str(), "--format", "html"],
+        vec!["compare", log.as_str(), log.as_str()],
+        vec!["sim", "--print-profile"],
+    ] {
+        let args: Vec<String> = strs(&args);
+        let o = tokio::task::spawn_blocking(move || {
+            // The reader is gone before the command writes a byte, as with `| true`.
+            let (reader, writer) = std::io::pipe().unwrap();
+            drop(reader);
+            bin()
+                .args(&args)
+                .stdout(writer)
+                .stderr(Stdio::piped())
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(code(&o), 0, "{}", err(&o));
+        assert!(err(&o).is_empty(), "nothing on stderr: {}", err(&o));
+    }
+}
+
+/// One stream's record, as a client-side (bench) or proxy record carries it.
+fn stream_line(route: &str, arm: &str, tap: Option<(&str, Option<&str>)>, i: u32) -> String {
+    let tap = match tap {
+        None => String::new(),
+        Some((side, verdict)) => {
+            let v = verdict.map_or(String::new(), |v| {
+                format!(r#","relay_verdict":"{v}","relay_max_ms":70.0"#)
+            });
+            format!(r#","gateway_tap":{{"side":"{side}"{v}}}"#)
+        }
+    };
+    format!(
+        r#"{{"ts":"2026-12-01T00:00:{:02}.000Z","route":"{route}","experiment":{{"arm":"{arm}","pair_id":"p{i}"}},"api":"chat","method":"POST","endpoint":"/v1/chat/completions","status":200,"stream":true,"outcome":"ok","ttft_ms":80.0,"tpot_ms":20.0,"e2e_ms":900.0,"output_tokens":40,"input_tokens":300,"concurrency":1,"bucket":"balanced","delivery":{{"content_reads":40,"max_events_per_read":1,"first_read_events":1,"coalesced_share":0.0,"verdict":"streamed"}}{tap}}}"#,
+        i % 60
+    )
+}
+
+/// `report BENCH --tap PROXYLOG` (the README's command): each request is counted once. The
+/// proxy's records of bench's requests add only what the tap saw — the inner side, the held
+/// streams — so the streaming answer's "of N streams" is the client's served streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tap_log_beside_its_client_records_counts_each_request_once() {
+    let dir = support::scratch("verdict-tap");
+    let mut client = Vec::new();
+    let mut proxy = Vec::new();
+    for i in 0..12 {
+        let arm = if i % 2 == 0 { "direct" } else { "gateway" };
+        client.push(stream_line("bench", arm, None, i));
+        if arm == "direct" {
+            proxy.push(stream_line("direct", arm, None, i));
+        } else {
+            let held = (i == 1).then_some("held");
+            proxy.push(stream_line(
+                "gateway",
+                arm,
+                Some(("outer", held.or(Some("relayed")))),
+                i,
+            ));
+            proxy.push(stream_line("inner", arm, Some(("inner", None)), i));
+        }
+    }
+    let bench = dir.join("bench.jsonl");
+    let tap = dir.join("proxy.jsonl");
+    std::fs::write(&bench, client.join("\n") + "\n").unwrap();
+    std::fs::write(&tap, proxy.join("\n") + "\n").unwrap();
+    let o = run(strs(&[
+        "report",
+        &bench.display().to_string(),
+        "--tap",
+        &tap.display().to_string(),
+        "--format",
+        "json",
+    ]))
+    .await;
+    assert!(o.status.success(), "{}", err(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["traffic"]["streams_served"], 12);
+    let rows = r["streaming"].as_array().unwrap();
+    let client_streams: u64 = rows
+        .iter()
+        .filter(|r| r["side"] != "inner")
+        .map(|r| r["streams"].as_u64().unwrap())
+        .sum();
+    assert_eq!(client_streams, 12, "{rows:?}");
+    let mut names: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| (r["route"].to_string(), r["arm"].to_string()))
+        .collect();
+    let n = names.len();
+    names.dedup();
+    assert_eq!(names.len(), n, "a (route, arm) once: {rows:?}");
+    assert!(
+        !rows.iter().any(|r| r["route"] == "direct"),
+        "the proxy's direct records are bench's requests again: {rows:?}"
+    );
+    let held: u64 = rows
+        .iter()
+        .map(|r| r["gateway_held"].as_u64().unwrap())
+        .sum();
+    assert_eq!(held, 1);
+    let answer = r["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["question"] == "Is it really streaming?")
+        .unwrap()["answer"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(answer.contains("none of 12 streams"), "{answer}");
+}
