@@ -6,6 +6,8 @@
 //! A/B and tap side by side. Everything it measures is real; the engine is SIMULATED, and the
 //! output says so.
 
+mod reading;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -117,9 +119,10 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
         bench_cfg.out.display(),
         proxy_log.display()
     );
-    crate::outln!("\nReading it like the write-up: TTFT grows with prompt length and with concurrency (prefill");
-    crate::outln!("competes for compute); per-stream tok/s barely moves (decode is bandwidth-bound); E2E is set by");
-    crate::outln!("how much was asked for. The gateway hop taxes the front of the request (TTFT), not the body (TPOT).");
+    crate::outln!("\nReading it like the write-up, from the figures above (the direct arm):");
+    for line in reading::lines(&rep) {
+        crate::outln!("  {line}");
+    }
     Ok(())
 }
 

@@ -1,7 +1,9 @@
 //! The engine's telemetry during bench, over real sockets: the sim's `/metrics` in vLLM's
 //! names, bench scraping it every cell (raw samples in scrape.jsonl, summaries in run.json), a
 //! long-prompt sweep that fills the sim's KV cache (queueing, preemptions) against a
-//! short-prompt one that does not, a DCGM exporter's page, a scrape that fails (counted, the
+//! short-prompt one held by its batch limit, prompts waiting for a cache not full, the binding
+//! constraint named only when measured (per-step overhead, memory bandwidth, not identified),
+//! a DCGM exporter's page, a scrape that fails (counted, the
 //! run goes on) and credentials in a scrape URL (used, never written).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -243,8 +245,108 @@ async fn a_long_prompt_sweep_is_kv_bound_a_short_one_is_not() {
     let t = &run["cells"][1]["scrape"]["telemetry"];
     assert!(t["kv_cache_usage"]["peak"].as_f64().unwrap() < 0.6, "{t}");
     assert_eq!(t["preemptions"], 0.0, "{t}");
+    // The cache's size, from vllm:cache_config_info: 200 blocks of 16 tokens.
+    assert_eq!(t["kv_cache_tokens"], 3200.0, "{t}");
+    assert_eq!(t["running_waiting"]["peak"], 2.0, "{t}");
     let (b, rep) = binding(&dir.join("short"));
-    assert!(b == "queueing" || b == "compute", "{}", rep["binding"]);
+    assert_eq!(b, "batch_limit", "{}", rep["binding"]);
+    assert_eq!(rep["binding"][0]["figures"]["running_limit"], 2.0);
+}
+
+/// A KV cache of 4,000 tokens and 1,000-token prompts: three run, the fourth waits for a
+/// cache that is three-quarters full, and nothing is preempted. Decode steps of 3 ms: the last
+/// of eight waits two rounds of about 100 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompts_waiting_for_a_cache_not_full_are_kv_bound() {
+    let s = sim_on(Profile {
+        kv_tokens: 4000,
+        step_base_ms: 3.0,
+        ..small_kv()
+    });
+    let dir = scratch("telemetry-kv-admission");
+    let cfg = BenchConfig {
+        outputs: [32, 32, 32],
+        ..sweep(1000, dir.clone(), &s)
+    };
+    run_bench(&cfg).await;
+    let run = run_json(&dir);
+    let t = &run["cells"][1]["scrape"]["telemetry"];
+    assert_eq!(t["kv_cache_tokens"], 4000.0, "{t}");
+    assert_eq!(t["preemptions"], 0.0, "{t}");
+    assert!(t["kv_cache_usage"]["peak"].as_f64().unwrap() < 0.9, "{t}");
+    let (b, rep) = binding(&dir);
+    let f = &rep["binding"][0]["figures"];
+    assert_eq!(b, "kv_cache", "{}", rep["binding"]);
+    assert_eq!(f["kv_cache_tokens"], 4000.0);
+    let free = f["kv_free_tokens_waiting"].as_f64().unwrap();
+    assert!(free < f["prompt_tokens_median"].as_f64().unwrap(), "{f}");
+    let text = rep["binding"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("of 4000 KV tokens free while requests waited"),
+        "{text}"
+    );
+}
+
+/// Decode steps of 6 ms, 5 of them kernel launches (CUDA graphs off), 0.1 ms more a sequence;
+/// prefill cheap but for 20 ms a prompt, so eight at once make a knee (about 180 ms against
+/// 30); a small model, so the bytes read stay far below a V100's bandwidth.
+fn eager() -> Profile {
+    Profile {
+        prefill_base_ms: 1.0,
+        prefill_per_token_ms: 0.002,
+        prefill_per_seq_ms: 20.0,
+        step_base_ms: 6.0,
+        launch_overhead_ms: 5.0,
+        cuda_graphs: false,
+        step_per_seq_ms: 0.1,
+        params_b: 0.25,
+        gpus: 1,
+        ..Profile::v100()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_and_the_step_name_a_cause_only_when_measured() {
+    let s = sim_on(eager());
+    let dir = scratch("telemetry-step");
+    let v100 = tokentap::bench::gpu::lookup("v100").unwrap();
+    let run = |name: &str, peaks: Option<(f64, f64)>| BenchConfig {
+        outputs: [64, 64, 64],
+        peak_bandwidth: peaks.map(|p| p.0),
+        peak_flops: peaks.map(|p| p.1),
+        ..sweep(1000, dir.join(name), &s)
+    };
+    // No card peaks: no MBU or MFU, nothing waits. No cause is shown, and none is named.
+    run_bench(&run("blind", None)).await;
+    let (b, rep) = binding(&dir.join("blind"));
+    assert_eq!(b, "not_identified", "{}", rep["binding"]);
+    let text = rep["binding"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("not identified") && text.contains("bench --gpu"),
+        "{text}"
+    );
+
+    // A V100's peaks: MBU and MFU far from them, the step time flat while the batch grew.
+    run_bench(&run("v100", Some((v100.bandwidth, v100.flops)))).await;
+    let (b, rep) = binding(&dir.join("v100"));
+    let f = &rep["binding"][0]["figures"];
+    assert_eq!(b, "step_overhead", "{}", rep["binding"]);
+    assert_eq!(rep["binding"][0]["at"], "C=8");
+    assert_eq!(f["lowest_at"], "C=1");
+    assert!(f["mbu"].as_f64().unwrap() < 0.3 && f["mfu"].as_f64().unwrap() < 0.2);
+    let (t, t0) = (f["tpot_ms_p50"].as_f64(), f["tpot_ms_p50_lowest"].as_f64());
+    assert!(t.unwrap() <= 1.5 * t0.unwrap(), "{f}");
+
+    // A card whose bandwidth the same engine's reads come near: memory bandwidth.
+    let reads = run_json(&dir.join("v100"))["cells"][1]["scrape"]["telemetry"]
+        ["read_bytes_per_s_per_gpu"]
+        .as_f64()
+        .unwrap();
+    run_bench(&run("narrow", Some((reads / 0.8, v100.flops)))).await;
+    let (b, rep) = binding(&dir.join("narrow"));
+    assert_eq!(b, "memory_bandwidth", "{}", rep["binding"]);
+    let mbu = rep["binding"][0]["figures"]["mbu"].as_f64().unwrap();
+    assert!((0.6..=1.0).contains(&mbu), "{mbu}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -271,7 +271,8 @@ pub async fn run(
         }
         engine.drop_abandoned();
         let (admitted, prefill_tokens) = engine.admit();
-        engine.publish_queue();
+        // The admitted run from their prefill on, as vLLM counts them.
+        engine.publish_queue(admitted.len());
         if !admitted.is_empty() {
             engine.prefill(admitted, prefill_tokens).await;
         } else if !engine.running.is_empty() {
@@ -284,11 +285,7 @@ pub async fn run(
             // Nothing running and the head does not fit: it can never fit. Refuse it.
             drop(s);
         }
-        engine
-            .stats
-            .running
-            .store(engine.running.len() as u64, Relaxed);
-        engine.publish_queue();
+        engine.publish_queue(0);
     }
 }
 
@@ -413,8 +410,11 @@ impl Engine {
         });
     }
 
-    /// The queue and KV figures for `/metrics`.
-    fn publish_queue(&self) {
+    /// The running, queue and KV figures for `/metrics`: `prefilling` admitted sequences run
+    /// besides `running`.
+    fn publish_queue(&self, prefilling: usize) {
+        let running = self.running.len() + prefilling;
+        self.stats.running.store(running as u64, Relaxed);
         self.stats.waiting.store(self.waiting.len() as u64, Relaxed);
         self.stats.kv_used.store(self.kv_used, Relaxed);
     }

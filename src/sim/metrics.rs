@@ -1,6 +1,7 @@
 //! The simulated engine's `/metrics`: its own `tokentap_sim_*` lines and vLLM's names for the
 //! same state (KV-cache usage, running, waiting, preemptions, prefix-cache queries and hits,
-//! estimated FLOPs and bytes per GPU), so bench scrapes the sim as it scrapes vLLM.
+//! estimated FLOPs and bytes per GPU, the KV cache's size in `vllm:cache_config_info`), so bench
+//! scrapes the sim as it scrapes vLLM.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
@@ -80,5 +81,42 @@ pub fn page(profile: &Profile, model: &str, s: &EngineStats) -> String {
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{labels} {v:?}\n"
         );
     }
+    let (blocks, block_size) = kv_blocks(profile.kv_tokens);
+    let _ = write!(
+        text,
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size=\"{block_size}\",engine=\"0\",num_gpu_blocks=\"{blocks}\"}} 1.0\n"
+    );
     text
+}
+
+/// The KV cache as vLLM states it: (`num_gpu_blocks`, `block_size`), whose product is the
+/// profile's `kv_tokens` exactly: vLLM's default 16-token blocks when they divide it, else
+/// blocks of one token.
+fn kv_blocks(kv_tokens: u64) -> (u64, u64) {
+    if kv_tokens % 16 == 0 {
+        (kv_tokens / 16, 16)
+    } else {
+        (kv_tokens, 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_config_states_the_profiles_kv_tokens() {
+        for kv in [16_384, 200_000, 3_201, 0] {
+            let (blocks, size) = kv_blocks(kv);
+            assert_eq!(blocks * size, kv);
+        }
+        let profile = Profile {
+            kv_tokens: 4000,
+            ..Profile::v100()
+        };
+        let page = page(&profile, "m", &EngineStats::default());
+        assert!(page.contains(
+            "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"250\"} 1.0\n"
+        ));
+    }
 }

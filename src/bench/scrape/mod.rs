@@ -329,9 +329,9 @@ async fn scrape_round(
             } else if out.write_error.is_none() {
                 out.write_error = Some("scrape.jsonl: write failed".into());
             }
-            if !smp.value.is_finite() {
+            let Some(value) = names::value_of(smp).filter(|v| v.is_finite()) else {
                 continue;
-            }
+            };
             let (kind, fold) = match names::known(&smp.name) {
                 Some(k) => (k.kind, k.fold),
                 None if s.extra.contains(&smp.name) => match page.kind_of(&smp.name) {
@@ -344,7 +344,7 @@ async fn scrape_round(
                 .entry(smp.name.as_str())
                 .or_insert_with(|| (Vec::new(), kind, fold))
                 .0
-                .push(smp.value);
+                .push(value);
         }
         for (name, (values, kind, fold)) in folded {
             let v = fold_values(fold, &values);

@@ -8,6 +8,9 @@
 pub enum Role {
     /// KV-cache usage, a fraction (1 = full).
     KvUsage,
+    /// The KV cache's size, tokens: `num_gpu_blocks` × `block_size` of vLLM's
+    /// `vllm:cache_config_info` (an info gauge: the figures are its labels).
+    KvCapacity,
     Running,
     Waiting,
     Preemptions,
@@ -96,6 +99,14 @@ pub const KNOWN: &[Known] = &[
         Mean,
         Role::KvUsage,
         true,
+    ),
+    k(
+        CACHE_CONFIG_INFO,
+        "vllm",
+        Gauge,
+        Mean,
+        Role::KvCapacity,
+        false,
     ),
     k(
         "vllm:num_requests_running",
@@ -283,6 +294,26 @@ pub const KNOWN: &[Known] = &[
     ),
 ];
 
+/// vLLM's info gauge of its cache config: value 1, the figures in its labels.
+pub const CACHE_CONFIG_INFO: &str = "vllm:cache_config_info";
+
+/// The value a sample feeds its figure: its own, but for `vllm:cache_config_info`, whose
+/// figure is the KV cache's size in tokens, `num_gpu_blocks` × `block_size` (none before vLLM
+/// has sized the cache: `num_gpu_blocks="None"`).
+pub fn value_of(s: &super::prom::Sample) -> Option<f64> {
+    if s.name != CACHE_CONFIG_INFO {
+        return Some(s.value);
+    }
+    let label = |k: &str| {
+        s.labels
+            .iter()
+            .find(|(n, _)| n == k)
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+    };
+    let tokens = label("num_gpu_blocks")?.checked_mul(label("block_size")?)?;
+    Some(tokens as f64)
+}
+
 /// The known metric of this name.
 pub fn known(name: &str) -> Option<&'static Known> {
     KNOWN.iter().find(|k| k.name == name)
@@ -315,6 +346,14 @@ mod tests {
             assert_eq!(declared, want, "{}", k.name);
         }
         assert!(is_engine_page(&p));
+        // The KV cache's size: 1,024 blocks of 128 tokens (the page's own
+        // kv_cache_size_tokens says the same).
+        let info = p.samples.iter().find(|s| s.name == CACHE_CONFIG_INFO);
+        assert_eq!(info.and_then(value_of), Some(131_072.0));
+        let no_size = super::super::prom::parse(
+            "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"None\"} 1.0\n",
+        );
+        assert_eq!(value_of(&no_size.samples[0]), None);
     }
 
     #[test]

@@ -77,9 +77,20 @@ pub fn cell(c: &Collected, from_ms: f64, to_ms: f64, f: &CellFacts) -> CellScrap
         (v.len() >= 2).then(|| increase(&v))
     };
     let rate = |r: Role| inc(r).filter(|_| span_s > 0.0).map(|d| d / span_s);
+    // The rounds where a request waited: what the cache and the batch were while it did.
+    let waited = |r: Role| -> Vec<f64> {
+        rounds
+            .iter()
+            .filter(|x| x.roles.get(&Role::Waiting).is_some_and(|w| *w >= 1.0))
+            .filter_map(|x| x.roles.get(&r).copied())
+            .collect()
+    };
     let mut t = Telemetry {
         kv_cache_usage: Gauge::of(&role(Role::KvUsage)),
+        kv_cache_tokens: Gauge::of(&role(Role::KvCapacity)).map(|g| g.mean),
+        kv_cache_usage_waiting: Gauge::of(&waited(Role::KvUsage)),
         running: Gauge::of(&role(Role::Running)),
+        running_waiting: Gauge::of(&waited(Role::Running)),
         waiting: Gauge::of(&role(Role::Waiting)),
         preemptions: inc(Role::Preemptions),
         admission_rejections: inc(Role::AdmissionRejections),
@@ -202,5 +213,45 @@ mod tests {
             ("vllm:num_preemptions_total", Some(2.0), Some(1.0))
         );
         assert!(s.telemetry.power_w.is_none() && s.telemetry.j_per_token.is_none());
+        // Nothing waited, no cache size scraped: no figures of either.
+        assert!(s.telemetry.kv_cache_usage_waiting.is_none());
+        assert!(s.telemetry.kv_cache_tokens.is_none());
+    }
+
+    #[test]
+    fn the_cache_and_the_batch_while_requests_waited() {
+        let mut rounds = Vec::new();
+        for (i, (kv, running, waiting)) in [(0.2, 1.0, 0.0), (0.8, 3.0, 2.0), (0.7, 3.0, 1.0)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut r = Round {
+                t_ms: i as f64 * 1000.0,
+                ..Default::default()
+            };
+            r.roles.insert(Role::KvUsage, kv);
+            r.roles.insert(Role::Running, running);
+            r.roles.insert(Role::Waiting, waiting);
+            r.roles.insert(Role::KvCapacity, 4000.0);
+            rounds.push(r);
+        }
+        let c = Collected {
+            rounds,
+            ..Default::default()
+        };
+        let f = CellFacts {
+            requests: 4,
+            output_tokens: 100,
+            wall_s: 2.0,
+            peak_bandwidth: None,
+            peak_flops: None,
+        };
+        let t = cell(&c, 0.0, 2000.0, &f).telemetry;
+        assert_eq!(t.kv_cache_tokens, Some(4000.0));
+        let kv = t.kv_cache_usage_waiting.unwrap();
+        assert!((kv.mean - 0.75).abs() < 1e-9 && kv.samples == 2, "{kv:?}");
+        let run = t.running_waiting.unwrap();
+        assert_eq!((run.mean, run.peak, run.samples), (3.0, 3.0, 2));
+        assert_eq!(t.running.unwrap().samples, 3);
     }
 }

@@ -1,7 +1,9 @@
 //! The binding constraint in sentences: each bucket's verdict with its figures, and how close
 //! the engine came to the card's limits.
 
-use crate::report::model::{Answer, BindPoint, Binding, BindingFigures as Figures, Report};
+use crate::report::model::{
+    Answer, BindPoint, Binding, BindingFigures as Figures, Constraint, Report,
+};
 use crate::report::words::{at, cell_name};
 
 fn pct(v: f64) -> String {
@@ -13,6 +15,13 @@ fn describe(f: &Figures) -> String {
     if let Some(k) = f.kv_cache_usage_peak {
         parts.push(format!("KV cache peak {}", pct(k)));
     }
+    if let (Some(free), Some(size)) = (f.kv_free_tokens_waiting, f.kv_cache_tokens) {
+        parts.push(format!(
+            "{free:.0} of {size:.0} KV tokens free while requests waited{}",
+            f.prompt_tokens_median
+                .map_or_else(String::new, |p| format!(" (prompts {p:.0} tokens)"))
+        ));
+    }
     if let Some(p) = f.preemptions_per_request {
         parts.push(format!("{p:.2} preemptions a request"));
     }
@@ -22,8 +31,19 @@ fn describe(f: &Figures) -> String {
     if let Some(r) = f.running_mean {
         parts.push(format!("running {r:.1} mean"));
     }
+    if let (Some(r), Some(limit)) = (f.running_waiting_mean, f.running_limit) {
+        parts.push(format!(
+            "running {r:.1} while requests waited, at most {limit:.0} at any level"
+        ));
+    }
     if let Some(m) = f.mbu {
         parts.push(format!("MBU {}", pct(m)));
+    }
+    if let Some(m) = f.mfu {
+        parts.push(format!("MFU {}", pct(m)));
+    }
+    if let (Some(t0), Some(t), Some(low)) = (f.tpot_ms_p50_lowest, f.tpot_ms_p50, &f.lowest_at) {
+        parts.push(format!("TPOT p50 {t0:.1} ms at {low}, {t:.1} ms here"));
     }
     if let Some(l) = f.client_lag_p99_ms {
         parts.push(format!("client lag p99 {l:.1} ms"));
@@ -32,6 +52,24 @@ fn describe(f: &Figures) -> String {
         parts.push(format!("{} of TTFT outside the engine", pct(s)));
     }
     parts.join(", ")
+}
+
+/// For a verdict that names no cause: the figures that would have let one be named.
+fn missing(f: &Figures) -> String {
+    let mut m = Vec::new();
+    if f.mbu.is_none() || f.mfu.is_none() {
+        m.push(
+            "MBU and MFU need the card's peaks (bench --gpu, or --peak-bandwidth and --peak-flops)",
+        );
+    }
+    if f.waiting_mean.is_some_and(|w| w > 0.0) && f.kv_cache_tokens.is_none() {
+        m.push("the KV cache's size was not scraped (vLLM's vllm:cache_config_info)");
+    }
+    if m.is_empty() {
+        "no figure crosses a rule's threshold".into()
+    } else {
+        m.join("; ")
+    }
 }
 
 /// A bucket's verdict in a sentence, with its figures.
@@ -43,8 +81,12 @@ pub fn binding_text(b: &Binding) -> String {
         BindPoint::Top => format!("no knee or SLO failure up to {at}"),
     };
     let figs = describe(&b.figures);
+    let unnamed = match b.constraint {
+        Constraint::NotIdentified => format!(" — no cause shown: {}", missing(&b.figures)),
+        _ => String::new(),
+    };
     format!(
-        "{}: {} ({why}{}{figs})",
+        "{}: {} ({why}{}{figs}){unnamed}",
         b.bucket,
         b.constraint.as_str(),
         if figs.is_empty() { "" } else { ": " },

@@ -2,15 +2,29 @@
 
 use serde::Serialize;
 
-/// What binds.
+/// What binds. Each cause is named only when its own figures show it (docs/report.md's "The
+/// binding constraint"); otherwise `NotIdentified`, with the figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Constraint {
     Client,
     Gateway,
+    /// Preemptions, or admission blocked: requests waited while the free KV cache was smaller
+    /// than a waiting prompt.
     KvCache,
-    Queueing,
+    /// The running batch flat at the bucket's plateau while requests waited, the KV cache with
+    /// room for them.
+    BatchLimit,
+    /// MFU near the card's peak.
     Compute,
+    /// MBU near the card's peak.
+    MemoryBandwidth,
+    /// Neither MBU nor MFU near the peak, the decode step's time flat while the batch grew.
+    StepOverhead,
+    /// Requests waited, the KV cache had room, and nothing above explains the wait.
+    Queueing,
+    /// The engine was scraped, but its figures show no cause.
+    NotIdentified,
     /// Neither a knee nor an SLO failure in the levels measured.
     NotReached,
     /// A knee, but no engine figures to say why (`bench --scrape`).
@@ -23,8 +37,12 @@ impl Constraint {
             Constraint::Client => "client",
             Constraint::Gateway => "gateway",
             Constraint::KvCache => "KV cache",
-            Constraint::Queueing => "queueing",
+            Constraint::BatchLimit => "batch limit",
             Constraint::Compute => "compute",
+            Constraint::MemoryBandwidth => "memory bandwidth",
+            Constraint::StepOverhead => "per-step overhead",
+            Constraint::Queueing => "queueing",
+            Constraint::NotIdentified => "not identified",
             Constraint::NotReached => "not reached",
             Constraint::Unknown => "unknown",
         }
@@ -43,6 +61,26 @@ pub struct Figures {
     pub client_lag_p99_ms: Option<f64>,
     /// Time outside the engine ÷ TTFT (medians).
     pub outside_engine_share: Option<f64>,
+    /// The KV cache's size, tokens per engine (vLLM's `vllm:cache_config_info`).
+    pub kv_cache_tokens: Option<f64>,
+    /// KV-cache usage, mean of the scrapes where a request waited.
+    pub kv_cache_usage_waiting: Option<f64>,
+    /// Free KV-cache tokens while requests waited: (1 − that usage) × the cache's size.
+    pub kv_free_tokens_waiting: Option<f64>,
+    /// What a waiting prompt needs: the cell's median prompt tokens (and its median output, which
+    /// an engine that reserves the output at admission needs too).
+    pub prompt_tokens_median: Option<f64>,
+    pub output_tokens_median: Option<f64>,
+    /// Requests running while requests waited (mean of those scrapes).
+    pub running_waiting_mean: Option<f64>,
+    /// The most requests running at any scrape of any of the bucket's levels: its plateau.
+    pub running_limit: Option<f64>,
+    /// The decode step's time, TPOT p50, here and at the bucket's lowest level (`lowest_at`),
+    /// with the batch (running mean) there.
+    pub tpot_ms_p50: Option<f64>,
+    pub lowest_at: Option<String>,
+    pub tpot_ms_p50_lowest: Option<f64>,
+    pub running_mean_lowest: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]

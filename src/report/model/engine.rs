@@ -33,9 +33,19 @@ pub struct Telemetry {
     /// KV-cache usage, a fraction (1 = full).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_cache_usage: Option<Gauge>,
+    /// The KV cache's size, tokens per engine: `num_gpu_blocks` × `block_size` of vLLM's
+    /// `vllm:cache_config_info` (mean over engines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache_tokens: Option<f64>,
+    /// KV-cache usage at the scrapes where at least one request waited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache_usage_waiting: Option<Gauge>,
     /// Requests in the engine's running batch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub running: Option<Gauge>,
+    /// Requests running at the scrapes where at least one request waited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running_waiting: Option<Gauge>,
     /// Requests waiting in the engine's queue.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Gauge>,

@@ -288,6 +288,7 @@ pub(super) fn binding_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Str
         "preempt/req",
         "waiting mean",
         "MBU %",
+        "MFU %",
     ];
     let rows = r
         .binding
@@ -303,6 +304,7 @@ pub(super) fn binding_rows(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<Str
                 n(f.preemptions_per_request, 2),
                 n(f.waiting_mean, 1),
                 n(f.mbu.map(|m| m * 100.0), 0),
+                n(f.mfu.map(|m| m * 100.0), 0),
             ]
         })
         .collect();
