@@ -52,10 +52,14 @@ impl StreamingAcc {
     }
 
     fn count(&mut self, r: &Row<'_>, names: &mut Names, delivery: bool) {
+        let delivery_kept = delivery;
         let tap = r.gateway_tap.as_ref();
         let relay = tap.and_then(|g| g.relay_verdict);
         let delivery = r.delivery.as_ref().filter(|_| delivery);
-        if delivery.is_none() && relay.is_none() {
+        // A tap-only outer record adds a held stream, or nothing: no row of zero streams.
+        if delivery.is_none()
+            && (relay.is_none() || (!delivery_kept && relay != Some(RelayVerdict::Held)))
+        {
             return;
         }
         let arm = r.arm().map_or(NONE, |a| names.id(a));
