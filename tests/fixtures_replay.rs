@@ -329,7 +329,74 @@ const EXPECT: &[Expect] = &[
         Some(8),
         Some(TokensSource::Usage),
     ),
+    // Servers stopped mid-stream (README: "Stopped mid-stream"). vLLM's designed ending (an
+    // empty chunk with `"finish_reason":"abort"`, then `[DONE]`): cut short, never ok.
+    (
+        "vllm-chat-stream-sigterm",
+        Outcome::Incomplete,
+        None,
+        Some(37),
+        Some(TokensSource::Events),
+    ),
+    // vLLM's engine process died first: an error event, then `[DONE]`.
+    (
+        "vllm-chat-stream-usage-sigterm",
+        Outcome::StreamError,
+        None,
+        Some(30),
+        Some(TokensSource::Events),
+    ),
+    (
+        "vllm-chat-stream-usage-sigint",
+        Outcome::StreamError,
+        None,
+        Some(30),
+        Some(TokensSource::Events),
+    ),
+    // vLLM stalled (no byte more, no terminating chunk) until the client gave up; replayed as
+    // a close: a cut body.
+    (
+        "vllm-chat-stream-usage-sigterm-stall",
+        Outcome::UpstreamReset,
+        None,
+        Some(30),
+        Some(TokensSource::Events),
+    ),
+    // LiteLLM stopped with SIGTERM drains its streams: the whole stream, a finish reason.
+    (
+        "litellm-chat-stream-sigterm",
+        Outcome::Ok,
+        None,
+        Some(LITELLM_DRAINED),
+        Some(TokensSource::Events),
+    ),
+    // LiteLLM forced down (a second SIGINT): the connection closed without the terminator.
+    (
+        "litellm-chat-stream-sigint-twice",
+        Outcome::UpstreamReset,
+        None,
+        Some(51),
+        Some(TokensSource::Events),
+    ),
+    // vLLM stopped behind LiteLLM: LiteLLM's error event without `[DONE]`, or the stall.
+    (
+        "litellm-chat-stream-vllm-sigterm",
+        Outcome::StreamError,
+        None,
+        Some(30),
+        Some(TokensSource::Events),
+    ),
+    (
+        "litellm-chat-stream-vllm-sigterm-stall",
+        Outcome::UpstreamReset,
+        None,
+        Some(30),
+        Some(TokensSource::Events),
+    ),
 ];
+
+/// Tokens of the LiteLLM stream drained at its SIGTERM (its `max_tokens`, `ignore_eos`).
+const LITELLM_DRAINED: u64 = 48;
 
 /// Index of the first chunk carrying generated text, read with a plain substring test that is
 /// independent of the proxy's parser.
@@ -413,7 +480,11 @@ async fn every_fixture_is_forwarded_byte_exact_and_measured() {
         .await
         .unwrap();
         assert_eq!(got.status, f.status, "{}: status", f.name);
-        assert!(!got.body_error, "{}: body cut", f.name);
+        assert_eq!(
+            got.body_error, !f.terminated,
+            "{}: the body is cut exactly when the server cut it",
+            f.name
+        );
         assert_eq!(got.body, f.body, "{}: bytes out != bytes in", f.name);
         let recorded_ct = f
             .headers
@@ -437,6 +508,19 @@ async fn every_fixture_is_forwarded_byte_exact_and_measured() {
         let r = &recs[i];
         let (_, outcome, input, output, source) = EXPECT.iter().find(|e| e.0 == f.name).unwrap();
         assert_eq!(r.outcome, *outcome, "{}: outcome {r:?}", f.name);
+        if f.stopped {
+            // A server stopped mid-stream: served only when the stream still said it finished
+            // (read here by a plain substring test, apart from the proxy's parser).
+            let body = String::from_utf8_lossy(&f.body);
+            let finished = body.contains(r#""finish_reason":"length""#);
+            let class = tokentap::report::row::Row::of(r).class();
+            assert_eq!(
+                class == tokentap::report::row::Class::Served,
+                finished,
+                "{}: {class:?}",
+                f.name
+            );
+        }
         assert_eq!(r.status, f.status);
         assert_eq!(r.input_tokens, *input, "{}: input tokens", f.name);
         assert_eq!(r.output_tokens, *output, "{}: output tokens", f.name);
@@ -506,6 +590,8 @@ async fn every_fixture_is_forwarded_byte_exact_and_measured() {
                 assert_eq!(r.ttfo_ms, r.ttft_ms, "{}: ttfo", f.name);
                 if *outcome == Outcome::Ok {
                     assert_eq!(r.done, Some(true), "{}: the stream's end marker", f.name);
+                    // Every real stream that finished says why.
+                    assert!(r.finish_reason.is_some(), "{}: finish reason", f.name);
                 }
                 let n = r.output_tokens.unwrap();
                 // TPOT is computed from the record's own E2E and TTFT, per the definition.

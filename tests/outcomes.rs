@@ -194,7 +194,8 @@ async fn upstream_reset_mid_stream_cuts_the_client_stream() {
         "the client sees the stream end as the upstream's did"
     );
     assert!(
-        got.body.ends_with(b"t3 \"}}]}\n\n"),
+        got.body
+            .ends_with(b"t3 \"},\"finish_reason\":\"stop\"}]}\n\n"),
         "everything sent before the reset arrived"
     );
     let r = &px.records(1).await[0];

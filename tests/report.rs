@@ -54,6 +54,7 @@ fn rec(i: usize, bucket: &str, c: u64, ttft: f64, tpot: f64, key: &str) -> Reque
         events: 66,
         content_events: 64,
         done: Some(true),
+        finish_reason: None,
         bucket: Some(bucket.into()),
         parse_errors: 0,
         oversize_events: 0,

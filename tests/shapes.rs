@@ -34,7 +34,7 @@ fn chat_reasoning_then_answer() {
         "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
         "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":{\"reasoning_content\":\"Let me\"}}]}\n\n",
         "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":{\"reasoning_content\":\" think\"}}]}\n\n",
-        "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+        "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n",
         "data: {\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":700,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":640},\"completion_tokens_details\":{\"reasoning_tokens\":2}}}\n\n",
         "data: [DONE]\n\n",
     ]);
@@ -44,6 +44,7 @@ fn chat_reasoning_then_answer() {
     assert_eq!((u.prompt_tokens, u.completion_tokens), (Some(700), Some(3)));
     assert_eq!((u.cached_tokens, u.reasoning_tokens), (Some(640), Some(2)));
     assert_eq!(m.api, Some(Api::Chat));
+    assert_eq!(m.finish_reason.as_deref(), Some("stop"));
     assert_eq!(m.clean_end(200).0, Outcome::Ok);
 }
 

@@ -341,7 +341,7 @@ async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection()
     // The openai client closes as soon as it has `data: [DONE]`; the terminator comes later.
     let wire = concat!(
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
-        "31\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"one\"}}]}\n\n\r\n",
+        "48\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"one\"},\"finish_reason\":\"stop\"}]}\n\n\r\n",
         "e\r\ndata: [DONE]\n\n\r\n",
     );
     let up = raw_upstream(vec![Act::AnswerLateEnd(wire, MS(300))]).await;
@@ -366,7 +366,7 @@ async fn a_client_that_leaves_after_done_does_not_cost_the_upstream_connection()
         (
             concat!(
                 "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
-                "31\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"one\"}}]}\n\n\r\n",
+                "48\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"one\"},\"finish_reason\":\"stop\"}]}\n\n\r\n",
             ),
             Duration::from_millis(30),
         ),

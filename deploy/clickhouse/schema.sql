@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS requests
     events UInt64,
     content_events UInt64,
     done Nullable(UInt8),
+    finish_reason Nullable(String),             -- why it ended, in the response's word (bounded)
     bucket Nullable(String),
     parse_errors UInt64,
     oversize_events UInt64,

@@ -219,6 +219,7 @@ impl Target {
         };
         let mut meter = meter;
         meter.timeline.headers = Some(Instant::now());
+        meter.path_api = crate::openai::Api::from_path(path);
         let status = resp.status().as_u16();
         meter.expect_body(
             resp.headers()

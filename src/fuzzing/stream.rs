@@ -138,9 +138,9 @@ fn verdict(info: &ChunkInfo) -> ChunkInfo {
 /// is taken off, so an SSE body is an input as it is), and the line is also put, unescaped, as
 /// the text of vLLM's chat and completions token events. The per-stream shape cache (carried
 /// from event to event, as in a stream) never changes a verdict of the stateless path; the fast
-/// path never hides usage, an error, engine timings or an end marker the full parse finds; and
-/// on token events of the engines' shapes that are JSON, every path gives the full parse's
-/// verdict.
+/// path never hides usage, an error, engine timings, an end marker or a finish reason the full
+/// parse finds; and on token events of the engines' shapes that are JSON, every path gives the
+/// full parse's verdict.
 pub fn event_verdict(data: &[u8]) {
     let mut shape = Shape::default();
     let mut check = |p: &[u8], templated: bool| {
@@ -157,7 +157,11 @@ pub fn event_verdict(data: &[u8]) {
         if fast_content(p).is_some() {
             if let Some(f) = &full {
                 assert!(
-                    f.usage.is_none() && f.error.is_none() && f.timings.is_empty() && !f.end,
+                    f.usage.is_none()
+                        && f.error.is_none()
+                        && f.timings.is_empty()
+                        && !f.end
+                        && f.finish.is_none(),
                     "the fast path hid {f:?}: {}",
                     text()
                 );

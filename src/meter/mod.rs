@@ -9,6 +9,7 @@
 
 pub mod body;
 mod bucket;
+mod cut;
 pub mod decode;
 pub mod delivery;
 mod gateway;
@@ -81,6 +82,11 @@ pub struct Meter {
     pub events: u64,
     pub content_events: u64,
     pub done: bool,
+    /// Why the generation ended, as the response said (`openai::ChunkInfo::finish`): the last
+    /// one seen, or the first that says it was cut (`abort`) once one did.
+    pub finish_reason: Option<String>,
+    /// The shape the request's path names: what a stream is judged as when no event said.
+    pub path_api: openai::Api,
     pub usage: Option<Usage>,
     pub timings: ServerTimings,
     pub error_event: Option<String>,
@@ -136,6 +142,8 @@ impl Meter {
             events: 0,
             content_events: 0,
             done: false,
+            finish_reason: None,
+            path_api: openai::Api::Other,
             usage: None,
             timings: ServerTimings::default(),
             error_event: None,
@@ -395,6 +403,7 @@ impl Meter {
                     }
                 }
                 self.note_usage(info.usage);
+                self.note_finish(info.finish);
                 if !info.timings.is_empty() {
                     self.timings = info.timings;
                 }
@@ -445,6 +454,7 @@ impl Meter {
             match openai::inspect_chunk(buf) {
                 Ok(info) => {
                     self.note_usage(info.usage);
+                    self.note_finish(info.finish);
                     if self.api.is_none() {
                         self.api = info.api;
                     }
@@ -511,7 +521,8 @@ impl Meter {
     }
 
     /// What a stream that ended cleanly says of its request, given the status sent: an upstream
-    /// error status, an in-band error event, a stream cut short of `[DONE]`, or ok.
+    /// error status, an in-band error event, a stream cut short of its end marker or of a finish
+    /// reason ([`Meter::cut_short`]), or ok.
     pub fn clean_end(&self, status: u16) -> (Outcome, Option<String>) {
         if status >= 400 {
             (
@@ -525,6 +536,8 @@ impl Meter {
                 Outcome::Incomplete,
                 Some("stream ended without [DONE]".into()),
             )
+        } else if let Some(why) = self.cut_short() {
+            (Outcome::Incomplete, Some(why))
         } else {
             (Outcome::Ok, None)
         }

@@ -28,7 +28,9 @@ pub enum Outcome {
     UpstreamError,
     /// Status 200, but the stream carried an in-band `{"error": …}` event.
     StreamError,
-    /// An SSE stream that ended cleanly without `[DONE]` and without an error event.
+    /// A stream cut short that ended cleanly, without an error event: without its end marker
+    /// (`[DONE]`), or, for a generating shape, without a finish reason or with one that says it
+    /// was cut (`abort`). See `Meter::cut_short`.
     Incomplete,
     /// The upstream connection broke mid-body (the client's stream was cut the same way).
     UpstreamReset,
@@ -224,6 +226,12 @@ pub struct RequestRecord {
     /// Whether `data: [DONE]` was seen (streams only).
     #[serde(default)]
     pub done: Option<bool>,
+    /// Why the generation ended, in the response's own word (bounded): a choice's
+    /// `finish_reason` (`stop`, `length`, `tool_calls`, `abort`), a Responses status or
+    /// `incomplete_details.reason`, a Messages `stop_reason`. Absent when it said none: a stream
+    /// of a generating shape without one is `incomplete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
     /// Prompt-shape bucket from observed token counts: `long-short`, `balanced`, `short-long`,
     /// `other`; null when token counts are unknown.
     #[serde(default)]
@@ -470,6 +478,7 @@ impl RequestRecord {
             events: meter.events,
             content_events: meter.content_events,
             done: meter.is_sse().then_some(meter.done),
+            finish_reason: meter.finish_reason.take(),
             bucket: facts
                 .load
                 .bucket

@@ -1,7 +1,8 @@
 //! What one SSE `data:` payload (or one non-streaming JSON body) says, in every API shape:
 //! whether it carries generated output and whether that output is reasoning or the answer, its
 //! usage (with cached and reasoning tokens), an in-band error (type and code, never the message),
-//! the shape's end marker, and vLLM's per-request timings.
+//! the shape's end marker, why the generation ended (its finish reason), and vLLM's per-request
+//! timings.
 //!
 //! OpenAI chat and completions chunks carry `choices`; the Responses API's events and Anthropic
 //! Messages' carry a top-level `type` (`response.output_text.delta`, `content_block_delta`, …).
@@ -13,6 +14,7 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 
 use super::api::Api;
+use super::finish::{finish_is_cut, finish_of, finish_word, lenient_finish, responses_finish};
 use super::raw_as;
 
 /// Token usage as an engine reports it, in any shape, in OpenAI's terms.
@@ -74,6 +76,10 @@ pub struct ChunkInfo {
     pub usage: Option<Usage>,
     /// An in-band error object: its `type` and `code`, never its message (it can echo a key).
     pub error: Option<String>,
+    /// Why the generation ended, when the payload says ([`finish_word`]): a chat or completions
+    /// choice's `finish_reason`; a Responses end event's `incomplete_details.reason`, else its
+    /// `status`; a Messages `message_delta`'s `delta.stop_reason` (a whole body's `stop_reason`).
+    pub finish: Option<String>,
     pub timings: ServerTimings,
 }
 
@@ -96,6 +102,14 @@ pub(super) struct RawChunk<'a> {
     response: Option<&'a RawValue>,
     #[serde(borrow)]
     message: Option<&'a RawValue>,
+    /// A whole Responses body's `status` and `incomplete_details`; a whole Messages body's
+    /// `stop_reason`. Raw: an odd value loses the field, never the event.
+    #[serde(borrow)]
+    status: Option<&'a RawValue>,
+    #[serde(borrow)]
+    incomplete_details: Option<&'a RawValue>,
+    #[serde(borrow)]
+    stop_reason: Option<&'a RawValue>,
 }
 
 // NB: the per-event path. The views below decide "does this carry output?" while parsing,
@@ -107,6 +121,8 @@ struct RawChoice {
     delta: Option<RawDelta>,
     text: Option<NonEmpty>,
     message: Option<RawDelta>,
+    #[serde(default, deserialize_with = "lenient_finish")]
+    finish_reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -137,9 +153,15 @@ impl RawDelta {
     }
 }
 
-/// Whether any choice of the event carries output, whether any carries answer output, and
-/// which OpenAI shape the choices have (a `delta`/`message`: chat; only `text`: completions).
-pub(super) struct ChoicesOutput(pub(super) bool, pub(super) bool, pub(super) Option<Api>);
+/// Whether any choice of the event carries output, whether any carries answer output, which
+/// OpenAI shape the choices have (a `delta`/`message`: chat; only `text`: completions), and a
+/// choice's finish reason (a cut one first, else the last).
+pub(super) struct ChoicesOutput(
+    pub(super) bool,
+    pub(super) bool,
+    pub(super) Option<Api>,
+    pub(super) Option<String>,
+);
 
 impl<'de> Deserialize<'de> for ChoicesOutput {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -154,6 +176,7 @@ impl<'de> Deserialize<'de> for ChoicesOutput {
                 mut seq: A,
             ) -> Result<ChoicesOutput, A::Error> {
                 let (mut any, mut answer, mut api) = (false, false, None);
+                let mut finish: Option<String> = None;
                 while let Some(c) = seq.next_element::<RawChoice>()? {
                     if c.delta.is_some() || c.message.is_some() {
                         api = Some(Api::Chat);
@@ -167,8 +190,11 @@ impl<'de> Deserialize<'de> for ChoicesOutput {
                     answer |= c.delta.as_ref().is_some_and(RawDelta::has_answer)
                         || text
                         || c.message.as_ref().is_some_and(RawDelta::has_answer);
+                    if c.finish_reason.is_some() && !finish.as_deref().is_some_and(finish_is_cut) {
+                        finish = c.finish_reason;
+                    }
                 }
-                Ok(ChoicesOutput(any, answer, api))
+                Ok(ChoicesOutput(any, answer, api, finish))
             }
         }
         d.deserialize_seq(V)
@@ -307,6 +333,10 @@ struct Envelope<'a> {
     usage: Option<RawUsage>,
     #[serde(borrow)]
     error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    status: Option<&'a RawValue>,
+    #[serde(borrow)]
+    incomplete_details: Option<&'a RawValue>,
 }
 
 fn envelope(v: Option<&RawValue>) -> Option<Envelope<'_>> {
@@ -327,7 +357,12 @@ fn typed(kind: &str, raw: &RawChunk<'_>) -> Option<ChunkInfo> {
             info.answer = text && !rest.starts_with("reasoning");
         } else if matches!(rest, "completed" | "incomplete" | "failed") {
             info.end = true;
-            if let Some(env) = envelope(raw.response) {
+            let env = envelope(raw.response);
+            info.finish = env
+                .as_ref()
+                .and_then(|e| responses_finish(e.status, e.incomplete_details))
+                .or_else(|| finish_word(rest));
+            if let Some(env) = env {
                 info.usage = env.usage.as_ref().map(RawUsage::usage);
                 if rest == "failed" {
                     info.error = Some(
@@ -365,10 +400,24 @@ fn typed(kind: &str, raw: &RawChunk<'_>) -> Option<ChunkInfo> {
                 info.answer = answer;
             }
         }
-        "message_delta" => info.usage = raw.usage.as_ref().map(RawUsage::usage),
+        "message_delta" => {
+            #[derive(Deserialize)]
+            struct Stop<'a> {
+                #[serde(borrow)]
+                stop_reason: Option<&'a RawValue>,
+            }
+            info.usage = raw.usage.as_ref().map(RawUsage::usage);
+            info.finish = raw
+                .delta
+                .and_then(|d| serde_json::from_str::<Stop<'_>>(d.get()).ok())
+                .and_then(|d| finish_of(d.stop_reason));
+        }
         "message_stop" => info.end = true,
         // A whole (non-streaming) Messages body.
-        "message" => info.usage = raw.usage.as_ref().map(RawUsage::usage),
+        "message" => {
+            info.usage = raw.usage.as_ref().map(RawUsage::usage);
+            info.finish = finish_of(raw.stop_reason);
+        }
         "error" => {
             info.api = None;
             info.error = Some(
@@ -398,6 +447,14 @@ pub(crate) fn inspect_chunk_full(payload: &[u8]) -> Result<ChunkInfo, serde_json
         }
     }
     let (content, answer) = raw.choices.as_ref().map_or((false, false), |c| (c.0, c.1));
+    let finish = match &raw.choices {
+        Some(c) => c.3.clone(),
+        // A whole Responses body.
+        None if raw.object.as_deref() == Some("response") => {
+            responses_finish(raw.status, raw.incomplete_details)
+        }
+        None => None,
+    };
     let api = match raw.object.as_deref() {
         Some("chat.completion.chunk" | "chat.completion") => Some(Api::Chat),
         Some("text_completion") => Some(Api::Completions),
@@ -413,6 +470,7 @@ pub(crate) fn inspect_chunk_full(payload: &[u8]) -> Result<ChunkInfo, serde_json
         api,
         usage: raw.usage.as_ref().map(RawUsage::usage),
         error: raw.error.map(|e| describe_error(e.get())),
+        finish,
         timings: raw
             .metrics
             .map(|m| server_timings(m.get()))

@@ -10,8 +10,9 @@ use super::chunk::{inspect_chunk_full, ChunkInfo};
 /// NB: sound because in valid JSON a string followed by `:` is an object key, and inside a
 /// string every `"` is escaped. A `content` or `text` key whose value starts `"` + a non-`"`
 /// byte has non-empty text. Events with a `usage`, `error` or `metrics` key (at any depth, any
-/// spacing), an escaped key, other spacing after `content`, only empty text, or unbalanced
-/// braces take the full parse.
+/// spacing), a `finish_reason` that is not `null` (vLLM's last token event carries it), an
+/// escaped key, other spacing after `content`, only empty text, or unbalanced braces take the
+/// full parse.
 pub(crate) fn fast_content(p: &[u8]) -> Option<ChunkInfo> {
     fast_content_span(p).map(|_| ChunkInfo {
         content: true,
@@ -71,6 +72,9 @@ fn fast_content_span(p: &[u8]) -> Option<(usize, usize)> {
                     }
                     match s {
                         b"usage" | b"error" | b"metrics" => return None,
+                        b"finish_reason" if !p[k + 1..].trim_ascii_start().starts_with(b"null") => {
+                            return None
+                        }
                         // The Responses API's events repeat the text in `*.done` events: only
                         // the full parse tells a delta from them.
                         b"type" if p[k + 1..].trim_ascii_start().starts_with(b"\"response.") => {
@@ -229,6 +233,8 @@ mod tests {
             br#"{"id":"x","choices":[{"index":0,"delta":{"content":"a\"}}],"created":1}"#,
             // Empty text.
             br#"{"id":"x","choices":[{"index":0,"delta":{"content":""}}],"created":1}"#,
+            // The last token: its finish reason must be read.
+            br#"{"id":"x","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}],"created":1}"#,
             // Other suffix (a usage object).
             br#"{"id":"x","choices":[{"index":0,"delta":{"content":"a"}}],"created":1,"usage":{"completion_tokens":2}}"#,
         ] {
@@ -270,6 +276,8 @@ mod tests {
                         assert!(
                             full.usage.is_none() && full.error.is_none() && full.metrics.is_none()
                         );
+                        let info = inspect_chunk_full(v.as_bytes()).unwrap();
+                        assert_eq!(info.finish, None, "fast path hid a finish reason: {v}");
                     }
                     checked += 1;
                 }
@@ -290,6 +298,8 @@ mod tests {
             br#"{"choices":[{"delta":{"content":"x"}}],"us\u0061ge":{"completion_tokens":1}}"#,
             br#"{"choices":[{"delta":{"content":"x"}}],"error":null}"#,
             br#"{"choices":[{"delta":{"content":"x"}}]}}"#,
+            br#"{"choices":[{"delta":{"content":"x"},"finish_reason":"length"}]}"#,
+            br#"{"choices":[{"delta":{"content":"x"},"finish_reason" : "abort"}]}"#,
         ] {
             assert!(
                 fast_content(bail).is_none(),
@@ -298,5 +308,9 @@ mod tests {
             );
         }
         assert!(fast_content(br#"{"choices":[{"delta":{"content":"a \"q\" {"}}]}"#).is_some());
+        assert!(
+            fast_content(br#"{"choices":[{"delta":{"content":"x"},"finish_reason": null}]}"#)
+                .is_some()
+        );
     }
 }

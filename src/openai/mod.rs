@@ -11,12 +11,14 @@
 //! - [`chunk`]: what one event or JSON body says, in every shape (output and whether it is
 //!   reasoning, usage with cached and reasoning tokens, errors, the end marker, engine timings).
 //! - [`fast`]: the per-event fast path (a plain token event classified without a parse).
+//! - [`finish`]: finish reasons: bounded, and which ones say a generation was cut.
 //! - [`fingerprint`]: a hash of what a gateway forwards unchanged (text, sampling, length).
 
 pub mod api;
 pub mod chunk;
 pub mod fast;
 pub mod fingerprint;
+pub mod finish;
 pub mod request;
 pub mod splice;
 
@@ -27,6 +29,7 @@ pub use api::Api;
 pub use chunk::{describe_error, served, ChunkInfo, Served, ServerTimings, Usage};
 pub use fast::{inspect_chunk, inspect_chunk_in, Shape};
 pub use fingerprint::fingerprint;
+pub use finish::{finish_is_cut, finish_word};
 pub use request::{peek_request, RequestInfo};
 pub use splice::{insert_field, rewrite_model};
 

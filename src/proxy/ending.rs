@@ -94,6 +94,7 @@ mod tests {
 
     fn stream(events: &[&str]) -> Meter {
         let mut m = Meter::new(Instant::now());
+        m.path_api = crate::openai::Api::Chat;
         m.expect_body(Some(b"text/event-stream"), 1 << 20, 1 << 20);
         for e in events {
             m.defer(
@@ -106,6 +107,7 @@ mod tests {
     }
 
     const TOKEN: &str = r#"{"choices":[{"delta":{"content":"hi"}}]}"#;
+    const LAST: &str = r#"{"choices":[{"delta":{"content":"!"},"finish_reason":"stop"}]}"#;
 
     fn v(
         e: &Ending<'_>,
@@ -119,7 +121,7 @@ mod tests {
 
     #[test]
     fn every_ending_has_one_verdict() {
-        let done = [TOKEN, "[DONE]"];
+        let done = [TOKEN, LAST, "[DONE]"];
         let ok = (200, Outcome::Ok, None);
         assert_eq!(
             v(&Ending::Body(BodyEnd::Complete), Some(200), &done, false),
@@ -150,6 +152,26 @@ mod tests {
             v(&Ending::Body(BodyEnd::Complete), Some(200), &[TOKEN], false).1,
             Outcome::Incomplete
         );
+        // `[DONE]` without a finish reason, or after one that says the engine aborted it (vLLM
+        // stopped with SIGTERM): cut short, even when the client hangs up after `[DONE]`.
+        let abort = r#"{"choices":[{"delta":{"content":""},"finish_reason":"abort"}]}"#;
+        for (events, why) in [
+            (
+                &[TOKEN, "[DONE]"][..],
+                "stream ended without a finish reason",
+            ),
+            (
+                &[TOKEN, abort, "[DONE]"][..],
+                "stream ended with finish reason abort",
+            ),
+        ] {
+            for end in [BodyEnd::Complete, BodyEnd::Dropped] {
+                assert_eq!(
+                    v(&Ending::Body(end), Some(200), events, false),
+                    (200, Outcome::Incomplete, Some(why.into()))
+                );
+            }
+        }
         assert_eq!(
             v(&Ending::Body(BodyEnd::Complete), Some(503), &done, false),
             (

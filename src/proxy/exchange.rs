@@ -214,6 +214,7 @@ impl Exchange {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|v| v.is_finite());
+        inner.meter.path_api = crate::openai::Api::from_path(&inner.facts.endpoint);
         inner.meter.expect_body(
             parts
                 .headers

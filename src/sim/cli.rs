@@ -1,4 +1,5 @@
-//! `tokentap sim` on the command line: the engine (and optionally the hop) until Ctrl-C.
+//! `tokentap sim` on the command line: the engine (and optionally the hop) until SIGTERM or
+//! Ctrl-C, when it stops as vLLM does (every stream in flight ends aborted).
 
 use std::path::PathBuf;
 
@@ -60,7 +61,11 @@ pub struct Args {
     pub print_profile: bool,
 }
 
-/// Serve the simulated engine (and hop) until SIGTERM or Ctrl-C.
+/// How long a stopped sim waits for its connections to write their aborted answers and close.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serve the simulated engine (and hop) until SIGTERM or Ctrl-C; then end every answer in
+/// flight as vLLM ends it when stopped (`"finish_reason":"abort"`, `[DONE]`) and exit.
 pub fn cli(a: Args) -> Exit {
     let profile = match chosen_profile(&a) {
         Ok(p) => p,
@@ -120,6 +125,8 @@ pub fn cli(a: Args) -> Exit {
             Ok(sim) => {
                 announce(&sim, &profile, &a, hold, delay);
                 crate::cli::shutdown_signal().await;
+                // As vLLM: every stream in flight ends aborted, then the process is gone.
+                sim.stop(STOP_GRACE).await;
                 Exit::Ok
             }
             Err(e) => Exit::Failed(format!("sim: {e}")),

@@ -2,7 +2,8 @@
 //! chunk (chat), one content chunk per token, `finish_reason` on the last content chunk, a
 //! `"choices":[]` usage chunk when asked (with vLLM's `--enable-per-request-metrics` object,
 //! `metrics`, as if that flag were on), then `data: [DONE]`. Headers go out at once, as vLLM
-//! sends them; tokens follow as the engine produces them.
+//! sends them; tokens follow as the engine produces them. Stopped, it ends every answer in
+//! flight as vLLM does (`Wire::abort`: `"finish_reason":"abort"`, then `[DONE]`).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -17,10 +18,11 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::engine::{EngineStats, Job, Out, Profile};
+use super::times::EngineTimes;
 use super::wire::{Counts, Wire};
 use crate::openai::Api;
 use crate::tokens::estimate_tokens;
@@ -41,6 +43,8 @@ pub struct SimState {
     pub stats: Arc<EngineStats>,
     pub seed: u64,
     pub counter: AtomicU64,
+    /// Set when the sim is stopped: every answer in flight ends as vLLM's do (aborted).
+    pub stop: watch::Receiver<bool>,
 }
 
 /// Response bodies: a whole JSON, or a stream fed by the request's task.
@@ -271,6 +275,7 @@ async fn generate(state: Arc<SimState>, req: Request<Incoming>, api: Api) -> Res
         rng,
         counts,
         stop_reason,
+        stop: state.stop.clone(),
     };
     if !r.stream.unwrap_or(false) {
         return reply.whole().await;
@@ -423,19 +428,48 @@ struct Reply {
     rng: fastrand::Rng,
     counts: Counts,
     stop_reason: &'static str,
+    /// The sim's stop: once set, the answer ends aborted.
+    stop: watch::Receiver<bool>,
 }
 
 impl Reply {
-    /// A non-streaming request: every token, then one JSON body.
+    /// The engine's next token, or `None` once the sim is stopped (or its engine is gone).
+    async fn next(&mut self) -> Option<(u32, bool, Option<Instant>)> {
+        let out = tokio::select! {
+            biased;
+            // A dropped sender (the sim itself dropped) is a stop too.
+            _ = self.stop.wait_for(|s| *s) => None,
+            out = self.tokens.recv() => out,
+        };
+        out.map(
+            |Out::Token {
+                 index,
+                 last,
+                 scheduled,
+             }| (index, last, scheduled),
+        )
+    }
+
+    /// The counts of an answer stopped after `made` tokens.
+    fn cut_at(&self, made: u32) -> Counts {
+        Counts {
+            output: made,
+            reasoning: self.counts.reasoning.min(made),
+            ..self.counts
+        }
+    }
+
+    /// A non-streaming request: every token, then one JSON body (stopped: what it has, with
+    /// finish reason `abort`, as vLLM answers one it aborts).
     async fn whole(mut self) -> Response<SimBody> {
         let reasoning = self.counts.reasoning;
-        while let Some(Out::Token {
-            index,
-            last,
-            scheduled,
-        }) = self.tokens.recv().await
-        {
+        let mut made = 0;
+        let finished = loop {
+            let Some((index, last, scheduled)) = self.next().await else {
+                break false;
+            };
             self.times.token(scheduled, Instant::now());
+            made = index + 1;
             let _ = self.wire.token(
                 index,
                 WORDS[self.rng.usize(..WORDS.len())],
@@ -443,16 +477,19 @@ impl Reply {
                 Value::Null,
             );
             if last {
-                break;
+                break true;
             }
-        }
+        };
+        let (counts, stop) = if finished {
+            (self.counts, self.stop_reason)
+        } else {
+            (self.cut_at(made), super::wire::ABORT)
+        };
         json_response(
             StatusCode::OK,
-            &self.wire.body(
-                &self.counts,
-                self.stop_reason,
-                self.times.metrics(self.counts.output),
-            ),
+            &self
+                .wire
+                .body(&counts, stop, self.times.metrics(counts.output)),
         )
     }
 
@@ -466,13 +503,13 @@ impl Reply {
                     return;
                 }
             }
-            while let Some(Out::Token {
-                index,
-                last,
-                scheduled,
-            }) = self.tokens.recv().await
-            {
+            let mut made = 0;
+            let finished = loop {
+                let Some((index, last, scheduled)) = self.next().await else {
+                    break false;
+                };
                 self.times.token(scheduled, Instant::now());
+                made = index + 1;
                 let finish = if last {
                     Value::from(stop_reason)
                 } else {
@@ -488,11 +525,18 @@ impl Reply {
                     }
                 }
                 if last {
-                    break;
+                    break true;
                 }
-            }
-            let metrics = self.times.metrics(counts.output);
-            for b in self.wire.end(&counts, stop_reason, include_usage, metrics) {
+            };
+            let tail = if finished {
+                let metrics = self.times.metrics(counts.output);
+                self.wire.end(&counts, stop_reason, include_usage, metrics)
+            } else {
+                let cut = self.cut_at(made);
+                let metrics = self.times.metrics(cut.output);
+                self.wire.abort(&cut, include_usage, metrics)
+            };
+            for b in tail {
                 let _ = btx.send(b).await;
             }
         });
@@ -502,60 +546,5 @@ impl Reply {
             header::HeaderValue::from_static("text/event-stream; charset=utf-8"),
         );
         resp
-    }
-}
-
-/// The engine-side instants of one request, reported as vLLM does with
-/// `--enable-per-request-metrics` (`PerRequestMetrics`, milliseconds, unknown fields left out).
-struct EngineTimes {
-    queued: Instant,
-    scheduled: Option<Instant>,
-    first: Option<Instant>,
-    last: Option<Instant>,
-}
-
-impl EngineTimes {
-    fn new(queued: Instant) -> Self {
-        EngineTimes {
-            queued,
-            scheduled: None,
-            first: None,
-            last: None,
-        }
-    }
-
-    fn token(&mut self, scheduled: Option<Instant>, now: Instant) {
-        if scheduled.is_some() {
-            self.scheduled = scheduled;
-        }
-        self.first.get_or_insert(now);
-        self.last = Some(now);
-    }
-
-    fn metrics(&self, tokens: u32) -> Value {
-        let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1000.0;
-        let mut m = serde_json::Map::new();
-        if let (Some(s), Some(f)) = (self.scheduled, self.first) {
-            m.insert("time_to_first_token_ms".into(), ms(s, f).into());
-        }
-        if let (Some(f), Some(l)) = (self.first, self.last) {
-            m.insert("generation_time_ms".into(), ms(f, l).into());
-            if tokens > 1 {
-                m.insert(
-                    "mean_itl_ms".into(),
-                    (ms(f, l) / f64::from(tokens - 1)).into(),
-                );
-            }
-        }
-        if let Some(s) = self.scheduled {
-            m.insert("queue_time_ms".into(), ms(self.queued, s).into());
-            if let Some(l) = self.last.filter(|l| *l > s) {
-                m.insert(
-                    "tokens_per_second".into(),
-                    (f64::from(tokens) / l.duration_since(s).as_secs_f64()).into(),
-                );
-            }
-        }
-        Value::Object(m)
     }
 }

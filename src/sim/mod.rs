@@ -1,6 +1,10 @@
 //! `tokentap sim`: a simulated OpenAI-compatible engine (continuous-batching cost model) and an
 //! optional simulated gateway hop in front of it. For demos, tests and dry runs — docs/bench.md and
 //! every output say it is a simulation.
+//!
+//! Stopped ([`Sim::stop`], or SIGTERM / Ctrl-C to `tokentap sim`), it does what vLLM does: it
+//! takes no new connection, ends every answer in flight as aborted (`"finish_reason":"abort"`,
+//! then `[DONE]`), lets each connection write that and close, and is gone.
 
 mod cache;
 pub mod cli;
@@ -9,17 +13,20 @@ pub mod hold;
 pub mod hop;
 pub mod http;
 mod metrics;
+mod times;
 mod wire;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
 
 pub use cli::{cli, Args};
 pub use engine::Profile;
@@ -31,38 +38,70 @@ pub struct Sim {
     pub engine: SocketAddr,
     pub hop: Option<SocketAddr>,
     tasks: Vec<JoinHandle<()>>,
+    /// The accept loops (engine, hops): each ends once its connections have, after a stop.
+    servers: Vec<JoinHandle<()>>,
+    stop: watch::Sender<bool>,
 }
 
 impl Drop for Sim {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in self.tasks.iter().chain(&self.servers) {
             t.abort();
         }
     }
 }
 
-async fn accept_loop<F, Fut, B>(listener: TcpListener, handler: F)
+/// Serve connections until `stop` is set (or its sender is gone), then take no more and wait
+/// for the open ones: each finishes the answer it is writing (the engine ends it aborted) and
+/// closes; an idle keep-alive connection closes at once.
+async fn accept_loop<F, Fut, B>(listener: TcpListener, handler: F, mut stop: watch::Receiver<bool>)
 where
     F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<hyper::Response<B>, std::convert::Infallible>>
-        + Send
-        + 'static,
+    Fut: Future<Output = Result<hyper::Response<B>, std::convert::Infallible>> + Send + 'static,
     B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let mut conns = JoinSet::new();
     loop {
-        let Ok((s, _)) = listener.accept().await else {
+        while conns.try_join_next().is_some() {}
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => break,
+            a = listener.accept() => a,
+        };
+        let Ok((s, _)) = accepted else {
             continue;
         };
         let _ = s.set_nodelay(true);
-        let h = handler.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(h);
-            let _ = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(s), svc)
-                .await;
-        });
+        conns.spawn(serve_conn(s, handler.clone(), stop.clone()));
     }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+}
+
+/// Serve one connection to its end; once `stop` is set, finish the answer in flight and close.
+async fn serve_conn<F, Fut, B>(s: TcpStream, handler: F, mut stop: watch::Receiver<bool>)
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<hyper::Response<B>, std::convert::Infallible>> + Send + 'static,
+    B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection(TokioIo::new(s), hyper::service::service_fn(handler));
+    let mut conn = std::pin::pin!(conn);
+    let mut stopping = std::pin::pin!(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    });
+    let mut draining = false;
+    let _ = std::future::poll_fn(|cx| {
+        if !draining && stopping.as_mut().poll(cx).is_ready() {
+            draining = true;
+            conn.as_mut().graceful_shutdown();
+        }
+        conn.as_mut().poll(cx)
+    })
+    .await;
 }
 
 impl Sim {
@@ -88,9 +127,10 @@ impl Sim {
         hop_upstream: Option<::http::Uri>,
     ) -> std::io::Result<Sim> {
         let engine_addr = engine_listener.local_addr()?;
+        let (stop, stopped) = watch::channel(false);
         let (jobs_tx, jobs_rx) = mpsc::channel(4096);
         let stats = Arc::new(engine::EngineStats::default());
-        let mut tasks = vec![tokio::spawn(engine::run(
+        let tasks = vec![tokio::spawn(engine::run(
             profile.clone(),
             jobs_rx,
             stats.clone(),
@@ -103,11 +143,16 @@ impl Sim {
             stats,
             seed,
             counter: AtomicU64::new(0),
+            stop: stopped.clone(),
         });
-        tasks.push(tokio::spawn(accept_loop(engine_listener, move |req| {
-            let st = state.clone();
-            async move { Ok::<_, std::convert::Infallible>(http::handle(st, req).await) }
-        })));
+        let mut servers = vec![tokio::spawn(accept_loop(
+            engine_listener,
+            move |req| {
+                let st = state.clone();
+                async move { Ok::<_, std::convert::Infallible>(http::handle(st, req).await) }
+            },
+            stopped.clone(),
+        ))];
         let mut hop_addr = None;
         if let Some((l, delay)) = hop {
             hop_addr = Some(l.local_addr()?);
@@ -118,15 +163,33 @@ impl Sim {
                     .map_err(std::io::Error::other)?,
             };
             let h = Arc::new(hop::Hop::new(engine_uri, delay, seed ^ 0x5eed));
-            tasks.push(tokio::spawn(accept_loop(l, move |req| {
-                h.clone().handle(req)
-            })));
+            servers.push(tokio::spawn(accept_loop(
+                l,
+                move |req| h.clone().handle(req),
+                stopped,
+            )));
         }
         Ok(Sim {
             engine: engine_addr,
             hop: hop_addr,
             tasks,
+            servers,
+            stop,
         })
+    }
+
+    /// Stop as vLLM stops on SIGTERM: no new connection; every answer in flight ends aborted
+    /// (`"finish_reason":"abort"`, the usage chunk when asked, `[DONE]`) and its connection
+    /// closes once that is written. Waits for that, at most `grace`; then what is left is cut.
+    pub async fn stop(mut self, grace: Duration) {
+        let _ = self.stop.send(true);
+        let servers = std::mem::take(&mut self.servers);
+        let all = async {
+            for s in servers {
+                let _ = s.await;
+            }
+        };
+        let _ = tokio::time::timeout(grace, all).await;
     }
 
     /// Add a hop on `listener` that holds answers as `hold` says (a buffering proxy), relaying
@@ -142,10 +205,11 @@ impl Sim {
         let addr = listener.local_addr()?;
         let h = Arc::new(hop::Hop::new(upstream, delay, seed ^ 0x5eed).holding(hold));
         let truth = h.truth.clone();
-        self.tasks
-            .push(tokio::spawn(accept_loop(listener, move |req| {
-                h.clone().handle(req)
-            })));
+        self.servers.push(tokio::spawn(accept_loop(
+            listener,
+            move |req| h.clone().handle(req),
+            self.stop.subscribe(),
+        )));
         self.hop = Some(addr);
         Ok((addr, truth))
     }
@@ -161,10 +225,11 @@ impl Sim {
     ) -> std::io::Result<SocketAddr> {
         let addr = listener.local_addr()?;
         let h = Arc::new(hop::Hop::new(upstream, delay, seed ^ 0x5eed));
-        self.tasks
-            .push(tokio::spawn(accept_loop(listener, move |req| {
-                h.clone().handle(req)
-            })));
+        self.servers.push(tokio::spawn(accept_loop(
+            listener,
+            move |req| h.clone().handle(req),
+            self.stop.subscribe(),
+        )));
         self.hop = Some(addr);
         Ok(addr)
     }

@@ -1,7 +1,8 @@
 //! What the simulated engine sends, per API shape, in vLLM's formats (as recorded in
 //! `tests/fixtures/sse/`): chat and completions chunks with `[DONE]`; the Responses API's
 //! `event:`/`data:` pairs ending in `response.completed`; Anthropic Messages' events ending in
-//! `message_stop`. Reasoning tokens go where each shape puts them.
+//! `message_stop`. Reasoning tokens go where each shape puts them. A stream stopped mid-way ends
+//! as vLLM ends it when stopped ([`Wire::abort`]).
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -213,11 +214,7 @@ impl Wire {
                 ]
             }
             Api::Messages => {
-                let stop_reason = if stop == "length" {
-                    "max_tokens"
-                } else {
-                    "end_turn"
-                };
+                let stop_reason = messages_stop(stop);
                 vec![
                     self.typed("content_block_stop", json!({"index": self.block})),
                     self.typed(
@@ -230,6 +227,35 @@ impl Wire {
             }
             Api::Embeddings | Api::Models | Api::Other => Vec::new(),
         }
+    }
+
+    /// The end of a stream stopped after `c.output` tokens, as vLLM 0.32 ends every stream in
+    /// flight when it is stopped (SIGTERM, its default `--shutdown-timeout 0`: abort): chat and
+    /// completions get one more chunk with empty text and `"finish_reason":"abort"` (a chat
+    /// stream not begun gets its role chunk first), then the usage chunk when asked and
+    /// `[DONE]`; the Responses API ends as if completed (`status: completed`, vLLM's own
+    /// reading of an abort); Messages with `message_delta` whose `stop_reason` is null, and
+    /// `message_stop`.
+    pub fn abort(&mut self, c: &Counts, include_usage: bool, metrics: Value) -> Vec<Bytes> {
+        let (id, created, model) = (self.id.clone(), self.created, self.model.clone());
+        let mut out = Vec::new();
+        match self.api {
+            Api::Chat => {
+                if c.output == 0 {
+                    out.push(sse(&json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]})));
+                }
+                out.push(sse(&json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                    "choices": [{"index": 0, "delta": {"content": ""}, "logprobs": null, "finish_reason": ABORT, "stop_reason": null}]})));
+            }
+            Api::Completions => {
+                out.push(sse(&json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                    "choices": [{"index": 0, "text": "", "logprobs": null, "finish_reason": ABORT, "stop_reason": null}]})));
+            }
+            _ => {}
+        }
+        out.extend(self.end(c, ABORT, include_usage, metrics));
+        out
     }
 
     /// A whole (non-streaming) body.
@@ -267,13 +293,26 @@ impl Wire {
                 }
                 content.push(json!({"type": "text", "text": text}));
                 json!({"id": id, "type": "message", "role": "assistant", "content": content, "model": model,
-                    "stop_reason": if stop == "length" { "max_tokens" } else { "end_turn" },
+                    "stop_reason": messages_stop(stop),
                     "usage": messages_usage(c)})
             }
             _ => json!({"id": id, "object": "text_completion", "created": created, "model": model,
                 "choices": [{"index": 0, "text": text, "finish_reason": stop}],
                 "usage": openai_usage(c), "metrics": metrics}),
         }
+    }
+}
+
+/// The finish reason of a sequence the engine aborted (vLLM's `FinishReason.ABORT`).
+pub const ABORT: &str = "abort";
+
+/// Messages' `stop_reason` for a finish reason: vLLM maps `length` to `max_tokens`, `stop` to
+/// `end_turn`, and anything else (an abort) to null.
+fn messages_stop(stop: &str) -> Value {
+    match stop {
+        "length" => "max_tokens".into(),
+        "stop" => "end_turn".into(),
+        _ => Value::Null,
     }
 }
 

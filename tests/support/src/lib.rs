@@ -59,6 +59,12 @@ pub struct Fixture {
     pub body: Vec<u8>,
     /// Payload lengths of the HTTP chunks as they came off the socket.
     pub chunk_lens: Vec<usize>,
+    /// A capture of a server stopped mid-stream: it has a `NAME.end` (the signal, and how the
+    /// connection ended).
+    pub stopped: bool,
+    /// The chunked body ended with its terminating chunk (`NAME.end` says when it did not: the
+    /// server closed the connection first, or the client gave up on a stalled stream).
+    pub terminated: bool,
     /// The request: method, path, headers, body.
     pub method: String,
     pub path: String,
@@ -104,6 +110,11 @@ impl Fixture {
             body.len(),
             "{name}: timing lengths"
         );
+        let end = std::fs::read_to_string(dir.join(format!("{name}.end")))
+            .ok()
+            .map(|t| serde_json::from_str::<serde_json::Value>(&t).unwrap());
+        let stopped = end.is_some();
+        let terminated = end.is_none_or(|e| e["terminating_chunk"].as_bool().unwrap());
         let req = std::fs::read(dir.join(format!("{name}.request"))).unwrap();
         let split = req.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
         let req_head = String::from_utf8_lossy(&req[..split]).to_string();
@@ -123,6 +134,8 @@ impl Fixture {
             headers,
             body,
             chunk_lens,
+            stopped,
+            terminated,
             method,
             path,
             req_headers,
@@ -154,7 +167,8 @@ impl Fixture {
         out
     }
 
-    /// A script replaying this fixture: headers at once, first chunk after `first`, then `gap`.
+    /// A script replaying this fixture: headers at once, first chunk after `first`, then `gap`;
+    /// then the terminating chunk, or, when the server closed the connection before it, a close.
     pub fn script(&self, first: Duration, gap: Duration) -> Script {
         let headers = self
             .headers
@@ -179,6 +193,11 @@ impl Fixture {
             headers,
             chunks,
             chunked,
+            finish: if self.terminated {
+                Finish::Clean
+            } else {
+                Finish::Stall(Duration::ZERO)
+            },
             ..Script::default()
         }
     }
@@ -225,8 +244,8 @@ impl Default for Script {
 }
 
 impl Script {
-    /// An OpenAI chat stream: role chunk, `n` content chunks `gap` apart (first after `ttft`),
-    /// optional usage chunk, `[DONE]`.
+    /// An OpenAI chat stream as vLLM sends it: role chunk, `n` content chunks `gap` apart (first
+    /// after `ttft`; the last carries `"finish_reason":"stop"`), optional usage chunk, `[DONE]`.
     pub fn chat_stream(ttft: Duration, gap: Duration, n: usize, usage: bool) -> Script {
         let ev = |j: String| Bytes::from(format!("data: {j}\n\n"));
         let mut chunks = vec![(
@@ -235,10 +254,15 @@ impl Script {
         )];
         for i in 0..n {
             let d = if i == 0 { ttft } else { gap };
+            let finish = if i + 1 == n {
+                r#","finish_reason":"stop""#
+            } else {
+                ""
+            };
             chunks.push((
                 d,
                 ev(format!(
-                    r#"{{"choices":[{{"index":0,"delta":{{"content":"t{i} "}}}}]}}"#
+                    r#"{{"choices":[{{"index":0,"delta":{{"content":"t{i} "}}{finish}}}]}}"#
                 )),
             ));
         }

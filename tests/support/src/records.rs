@@ -160,6 +160,7 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
         events: output_tokens + 2,
         content_events: output_tokens,
         done: Some(ok),
+        finish_reason: None,
         bucket: Some(bucket.into()),
         parse_errors: 0,
         oversize_events: 0,
