@@ -442,3 +442,102 @@ async fn a_tap_log_beside_its_client_records_counts_each_request_once() {
         .to_owned();
     assert!(answer.contains("none of 12 streams"), "{answer}");
 }
+
+/// The first binding word the report names, and its `--fail-on-slo interactive` status.
+async fn binding_of(dir: &Path) -> (String, i32) {
+    let r = report_json(dir).await;
+    let word = r["binding"][0]["constraint"]
+        .as_str()
+        .unwrap_or("-")
+        .to_owned();
+    let gate = report(dir, &["--fail-on-slo", "interactive"]).await;
+    (word, code(&gate))
+}
+
+/// A slow gateway hop (600 ms of admission before the sim's engine): C=1 already misses the
+/// interactive SLO, and what binds there is the gateway — most of TTFT is outside the engine,
+/// by the engine's own per-request timings — never the engine's queue or compute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_gateway_hop_is_named_the_gateway() {
+    let (el, hl) = (
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    );
+    let hop = "600".parse::<tokentap::sim::HopDelay>().unwrap();
+    let sim = tokentap::sim::Sim::start(Profile::v100(), "sim", 7, el, Some((hl, hop)))
+        .await
+        .unwrap();
+    let dir = support::scratch("verdict-hop");
+    let target = format!("http://{}", sim.hop.unwrap());
+    let scrape = format!("http://{}/metrics", sim.engine);
+    let mut a = strs(&[
+        "bench",
+        "--target",
+        &target,
+        "--out",
+        &dir.display().to_string(),
+        "--concurrency",
+        "1",
+        "--requests",
+        "4",
+        "--warmup",
+        "0",
+        "--buckets",
+        "short-long",
+        "--outputs",
+        "8,8,8",
+        "--no-estimate",
+        "--no-calibrate",
+        "--scrape",
+        &scrape,
+    ]);
+    a.extend(strs(&["--scrape-interval", "200ms"]));
+    let o = run(a).await;
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let (word, gate) = binding_of(&dir).await;
+    assert_eq!(word, "gateway");
+    assert_eq!(gate, 1, "C=1 misses 500 ms");
+}
+
+/// A lagging client: an open loop whose sender fell 40 ms behind its schedule at the higher
+/// rate, where TTFT tripled. bench set the pace there, not the server: the binding word is
+/// `client`. (Records and run.json are written here: a client cannot be made to lag on cue.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_client_is_named_the_client() {
+    let dir = support::scratch("verdict-lag");
+    let mut lines = Vec::new();
+    for (rate, ttft, lag) in [(2.0, 100.0, 0.5), (8.0, 320.0, 40.0)] {
+        for i in 0..30 {
+            lines.push(format!(
+                r#"{{"ts":"2026-12-01T00:{:02}:{:02}.000Z","method":"POST","endpoint":"/v1/chat/completions","api":"chat","status":200,"stream":true,"outcome":"ok","ttft_ms":{ttft},"tpot_ms":20.0,"e2e_ms":900.0,"output_tokens":40,"input_tokens":300,"bucket":"balanced","request_rate":{rate},"client_lag_ms":{lag},"client_queue_ms":0.0}}"#,
+                rate as u32,
+                i
+            ));
+        }
+    }
+    std::fs::write(dir.join("requests.jsonl"), lines.join("\n") + "\n").unwrap();
+    let gauge = |v: f64| format!(r#"{{"mean":{v},"peak":{v},"p95":{v},"samples":10}}"#);
+    let telemetry = format!(
+        r#"{{"kv_cache_usage":{},"running":{},"waiting":{},"preemptions_per_request":0.0}}"#,
+        gauge(0.1),
+        gauge(2.0),
+        gauge(0.0)
+    );
+    let cells: Vec<String> = [2.0, 8.0]
+        .iter()
+        .map(|r| {
+            format!(r#"{{"bucket":"balanced","open_loop":{{"offered_rate":{r}}},"scrape":{{"telemetry":{telemetry}}}}}"#)
+        })
+        .collect();
+    std::fs::write(
+        dir.join("run.json"),
+        format!(r#"{{"cells":[{}]}}"#, cells.join(",")),
+    )
+    .unwrap();
+    let (word, gate) = binding_of(&dir).await;
+    assert_eq!(word, "client");
+    assert_eq!(
+        gate, 0,
+        "every cell meets 500 ms: the knee is not an SLO miss"
+    );
+}
