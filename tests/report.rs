@@ -760,3 +760,52 @@ fn saturation_ceilings_and_tokens_per_day_follow_their_rules() {
         .unwrap()
         .contains("fewer than 20"));
 }
+
+/// The views format one list of sections: every view shows every section the report holds,
+/// under the same title, in the same order, and nothing else.
+#[test]
+fn every_view_shows_every_section() {
+    use support::records::{record, Mix};
+    let mut recs: Vec<RequestRecord> = (0..3000).map(|i| record(i, 7, Mix::Everything)).collect();
+    recs.extend((0..600).map(|i| record(i, 11, Mix::Load)));
+    let r = report::compute(&recs, &Slos::default(), 20, false);
+    let titles = report::section_titles(&r);
+    assert!(titles.len() >= 12, "{titles:?}");
+    let text = report::render(&r, report::Format::Table);
+    let md = report::render(&r, report::Format::Md);
+    let html = report::render(&r, report::Format::Html);
+    let (mut at_t, mut at_m, mut at_h) = (0, 0, 0);
+    for t in &titles {
+        let esc = t
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;");
+        for (view, at, needle) in [
+            ("text", &mut at_t, format!("\n{t}\n")),
+            ("md", &mut at_m, format!("\n## {t}\n")),
+            ("html", &mut at_h, format!("<h2>{esc}</h2>")),
+        ] {
+            let doc = match view {
+                "text" => &text,
+                "md" => &md,
+                _ => &html,
+            };
+            let found = doc[*at..].find(&needle);
+            assert!(
+                found.is_some(),
+                "{view}: section {t:?} missing or out of order"
+            );
+            *at += found.unwrap_or(0) + needle.len();
+        }
+    }
+    assert_eq!(
+        md.matches("\n## ").count(),
+        titles.len(),
+        "md: a heading outside the list"
+    );
+    assert_eq!(
+        html.matches("<h2>").count(),
+        titles.len(),
+        "html: a heading outside the list"
+    );
+}

@@ -46,7 +46,7 @@ pub use model::*;
 pub use cli::{cli, Args};
 pub use read::load;
 pub use slo::{gate, GateVerdict, SloGate};
-pub use view::{render, Format};
+pub use view::{render, section_titles, Format};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {

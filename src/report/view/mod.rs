@@ -11,6 +11,7 @@ mod streaming;
 pub(crate) mod svg;
 mod tables;
 mod text;
+mod toc;
 
 use crate::report::model::Report;
 
@@ -20,6 +21,12 @@ pub enum Format {
     Md,
     Json,
     Html,
+}
+
+/// The titles of the sections the report holds, in the order every view shows them (the
+/// views' one list, `toc.rs`).
+pub fn section_titles(r: &Report) -> Vec<String> {
+    toc::sections(r).into_iter().map(|s| s.title).collect()
 }
 
 pub fn render(r: &Report, f: Format) -> String {
