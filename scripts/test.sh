@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: format, lints, then every test target (benches run in
-# test mode, once each). Needs only the Rust toolchain; the opt-in suites against real software
-# are scripts/rig-test.sh and scripts/rig-tap.sh (vLLM + LiteLLM), scripts/report-screenshot.sh
-# (Chromium), scripts/prometheus-test.sh and scripts/grafana-test.sh (Prometheus),
-# scripts/kubernetes-test.sh (kubernetes-validate), scripts/cluster-test.sh (all three, plus
-# stdout records, OTLP, reload and kill -9), scripts/container-test.sh (buildah),
-# scripts/clickhouse-test.sh (chdb and clickhouse-server), scripts/report-layout-test.sh
-# (Chromium), scripts/record-live-logs.sh (the rig), scripts/fuzz.sh (nightly, cargo-fuzz) and
-# scripts/soak.sh (the sim, 30 minutes) and scripts/nginx-stream-test.sh (nginx between a tap's
-# routes, with and without gzip).
+# test mode, once each). Every test binary runs even when one fails (--no-fail-fast), so one
+# failure never hides another. Needs only the Rust toolchain.
+#
+# Opt-in suites against real software (each installs what it needs and stops what it starts):
+# - scripts/rig-test.sh, scripts/rig-tap.sh, scripts/record-live-logs.sh: the rig's vLLM + LiteLLM;
+# - scripts/kernel-stamps.sh: the rig and tcpdump (records against a packet capture);
+# - scripts/capture-shapes.sh, scripts/capture-stops.sh: re-record the rig's SSE fixtures;
+# - scripts/report-screenshot.sh, scripts/report-layout-test.sh: Chromium;
+# - scripts/prometheus-test.sh, scripts/grafana-test.sh: Prometheus (promtool);
+# - scripts/kubernetes-test.sh: kubernetes-validate and promtool;
+# - scripts/cluster-test.sh: all three, plus stdout records, OTLP, reload and kill -9;
+# - scripts/container-test.sh: buildah;
+# - scripts/clickhouse-test.sh: chdb and clickhouse-server;
+# - scripts/nginx-stream-test.sh: nginx between a tap's routes, with and without gzip;
+# - scripts/overhead.sh, scripts/overhead-gate.sh, scripts/overhead-trace.sh: the proxy's own
+#   cost beside nginx and HAProxy (release builds, a quiet machine);
+# - scripts/fuzz.sh (and scripts/fuzz-seeds.sh, its seed corpus): nightly and cargo-fuzz;
+# - scripts/soak.sh: the sim, 30 minutes.
+# The checks of these that need no outside software are in the suite (e.g. tests/deploy.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
@@ -16,7 +26,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --locked --all-targets 2>&1 | tee "$log"
+cargo test --locked --all-targets --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 passed=$(grep -E '^test result:' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
