@@ -576,3 +576,102 @@ fn the_reports_queries_name_columns_of_the_table() {
     }
     assert!(seen > 10, "{seen} flattened columns read by the queries");
 }
+
+/// The backticked names in the first cell of every row of the tables from the top of `doc` to the
+/// end of the section `heading` (the next `## `), e.g. `| \`method\`, \`endpoint\` |` names
+/// two.
+fn doc_fields(doc: &str, heading: &str) -> BTreeSet<String> {
+    let at = doc.find(heading).unwrap() + heading.len();
+    let end = doc[at..].find("\n## ").map_or(doc.len(), |e| at + e);
+    let section = &doc[..end];
+    let mut out = BTreeSet::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let cell = line[1..].split(" | ").next().unwrap_or("");
+        for (i, part) in cell.split('`').enumerate() {
+            if i % 2 == 1 && !part.contains(' ') {
+                out.insert(part.to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// docs/records.md's field table names every field the record writes, and no other.
+#[test]
+fn the_records_doc_names_every_field() {
+    let (_, rec) = record();
+    let fields: BTreeSet<String> = top(&rec).iter().map(|s| s.to_string()).collect();
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/records.md"))
+            .unwrap();
+    let named = doc_fields(&doc, "## The record");
+    // `itl_*` names the three ITL fields together.
+    let named: BTreeSet<String> = named
+        .into_iter()
+        .flat_map(|n| match n.strip_suffix('*') {
+            Some(prefix) => fields
+                .iter()
+                .filter(|f| f.starts_with(prefix))
+                .cloned()
+                .collect::<Vec<_>>(),
+            None => vec![n],
+        })
+        .collect();
+    let missing: Vec<&String> = fields.difference(&named).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/records.md does not describe: {missing:?}"
+    );
+    let unknown: Vec<&String> = named.difference(&fields).collect();
+    assert!(
+        unknown.is_empty(),
+        "docs/records.md names fields the record lacks: {unknown:?}"
+    );
+}
+
+/// The README's example record carries every field the record always writes (the fields a
+/// record may leave out are absent only when they would be empty).
+#[test]
+fn the_readmes_record_carries_every_field() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("{\"ts\":"))
+        .expect("an example record in the README");
+    let example: Value = serde_json::from_str(line).unwrap();
+    let (rec, _) = record();
+    let full = serde_json::to_value(&rec).unwrap();
+    let want: BTreeSet<&String> = full.as_object().unwrap().keys().collect();
+    let got: BTreeSet<&String> = example.as_object().unwrap().keys().collect();
+    let missing: Vec<&&String> = want.difference(&got).collect();
+    // Each of these is written only when it has a value; the README's request had none.
+    const OPTIONAL: &[&str] = &[
+        "endpoint_api",
+        "content_encoding",
+        "decode_error",
+        "trace_id",
+        "span_id",
+        "request_rate",
+        "scheduled_ms",
+        "client_queue_ms",
+        "client_lag_ms",
+        "turn",
+        "run",
+        "prompt_index",
+        "request_id",
+    ];
+    let missing: Vec<&&String> = missing
+        .into_iter()
+        .filter(|f| !OPTIONAL.contains(&f.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the README's example record lacks {missing:?}"
+    );
+    let unknown: Vec<&&String> = got.difference(&want).collect();
+    assert!(
+        unknown.is_empty(),
+        "the README's example record has {unknown:?}, not record fields"
+    );
+}
