@@ -665,3 +665,29 @@ fn a_cell_in_one_run_only_is_not_judged_by_the_gate() {
     assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("(the cell is in NEW only)"), "{err}");
 }
+
+#[test]
+fn runs_with_no_cell_or_no_record_are_not_judged_even_when_unjudged_cells_are_allowed() {
+    let slos = Slos::default();
+    let empty = side::of_records("empty".into(), None, &[], &slos);
+    let mut c = compare::compare(&empty, &empty, 42, false);
+    assert!(c.cells.is_empty() && c.verdicts.is_empty());
+    let t = compare::gate::parse("tpot_p50:+3%").unwrap();
+    compare::gate_with(&mut c, &t, true);
+    let g = c.gate.unwrap();
+    assert_eq!(g.verdict, compare::gate::Outcome::NotJudged);
+    assert_eq!((g.thresholds[0].judged, g.thresholds[0].cells), (0, 0));
+    // A run folder without a record measured nothing: not judged (3), with or without a gate.
+    let dir = support::scratch("compare-empty");
+    std::fs::write(dir.join("requests.jsonl"), "").unwrap();
+    for gate in [
+        &[][..],
+        &[os("--fail-on-regression"), os("tpot_p50:+3%")][..],
+    ] {
+        let mut args = vec![dir.as_os_str(), dir.as_os_str()];
+        args.extend_from_slice(gate);
+        let (code, _, err) = tokentap(&args);
+        assert_eq!(code, Some(3), "{err}");
+        assert!(err.contains("nothing measured to compare"), "{err}");
+    }
+}

@@ -275,7 +275,11 @@ pub fn widen(d: &mut Diff, alike: [Option<bool>; 2]) {
 }
 
 /// The evidence of a difference with enough values: an interval, a relative one for what reads
-/// relative, and a zero-width one only from enough values (`needed_flat`).
+/// relative, and a zero-width one only from enough values (`needed_flat`). A bootstrap interval
+/// is zero-width below [`FLAT`] (no resample can pass its sample's values, so requests that
+/// did not vary give one however the population varies); a t-interval over runs only when the
+/// runs' values did not vary at all (it is not bounded by its sample, and a narrow one is
+/// just precise).
 pub fn judged(d: &Diff) -> Option<NotJudged> {
     let share = d.unit == "share";
     let Some(abs) = d.abs_ci else {
@@ -286,8 +290,12 @@ pub fn judged(d: &Diff) -> Option<NotJudged> {
         (false, Some(r)) => r[1] - r[0],
         (false, None) => return Some(NotJudged::new(Why::ZeroBase, None)),
     };
+    let flat = match d.interval {
+        "runs" => abs[1] - abs[0] <= 0.0,
+        _ => width < FLAT,
+    };
     let flat_need = needed_flat(quantile(d.metric));
-    (width < FLAT && d.n[0].min(d.n[1]) < flat_need)
+    (flat && d.n[0].min(d.n[1]) < flat_need)
         .then(|| NotJudged::new(Why::NoVariation, Some(flat_need)))
 }
 
@@ -403,6 +411,34 @@ mod tests {
             Some(NotJudged::new(Why::TooFew, Some(9)))
         );
         assert_eq!(tpot_p50(&d).abs_ci, None);
+    }
+
+    #[test]
+    fn a_narrow_interval_over_runs_is_precise_a_bootstrap_one_flat() {
+        let runs = Diff {
+            metric: "tpot_p50",
+            unit: "ms",
+            base: Some(26.85),
+            abs_ci: Some([-4.01, -3.99]),
+            rel_ci: Some([-0.14935, -0.14925]),
+            interval: "runs",
+            n: [3, 3],
+            ..Diff::default()
+        };
+        assert_eq!(judged(&runs), None);
+        let boot = Diff {
+            interval: "bootstrap",
+            ..runs.clone()
+        };
+        assert_eq!(
+            judged(&boot),
+            Some(NotJudged::new(Why::NoVariation, Some(6)))
+        );
+        let still = Diff {
+            abs_ci: Some([-4.0, -4.0]),
+            ..runs
+        };
+        assert_eq!(judged(&still).map(|n| n.why), Some(Why::NoVariation));
     }
 
     #[test]

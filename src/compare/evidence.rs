@@ -5,8 +5,6 @@
 
 use serde::Serialize;
 
-use super::boot::Diff;
-
 /// Values a side every interval needs: the fewest for which the distribution-free 95 % interval
 /// of a median, order statistics x(2)…x(n−1), covers (1 − 2(n+1)/2ⁿ ≥ 0.95 from n = 9). With 8
 /// it needs the sample's extremes, which no bootstrap resample passes, so its interval is short.
@@ -71,7 +69,7 @@ impl NotJudged {
                 n[1]
             ),
             Why::NoVariation => format!(
-                "a zero-width interval: the {} did not vary, and {} needs {need} a side for that (rule of three): BASE {}, NEW {}",
+                "a zero-width interval: the {} did not vary, and {} needs {need} a side for that, the rule of three: BASE {}, NEW {}",
                 if runs { "runs" } else { "requests" },
                 pctl(metric),
                 n[0],
@@ -92,7 +90,7 @@ impl NotJudged {
                 if runs { "run" } else { "side" }
             ),
             Why::NoVariation => format!(
-                "zero-width: {} needs {need} a side for that (rule of three)",
+                "zero-width, and {} needs {need} values a side for that, the rule of three",
                 pctl(metric)
             ),
             Why::NoValues => "no value on a side".to_owned(),
@@ -208,10 +206,11 @@ impl Equivalence {
     }
 }
 
-/// A difference read against the margin: its verdict. `reading` is (value, interval, unit) in
-/// per cent or percentage points.
-pub fn change(d: &Diff, reading: Option<(f64, [f64; 2], &str)>, eq: &Equivalence) -> Change {
-    let Some((_, ci, u)) = reading.filter(|_| d.not_judged.is_none()) else {
+/// A difference read against the margin: its verdict. `evidence`: whether the difference is
+/// evidence (no `not_judged`); `reading` is (value, interval, unit) in per cent or percentage
+/// points.
+pub fn change(evidence: bool, reading: Option<(f64, [f64; 2], &str)>, eq: &Equivalence) -> Change {
+    let Some((_, ci, u)) = reading.filter(|_| evidence) else {
         return Change::NotJudged;
     };
     let m = eq.margin(u);
@@ -230,12 +229,22 @@ pub fn change(d: &Diff, reading: Option<(f64, [f64; 2], &str)>, eq: &Equivalence
     }
 }
 
+/// What a difference rests on, for [`settle`].
+#[derive(Debug, Clone, Copy)]
+pub struct Rests<'a> {
+    pub metric: &'a str,
+    /// Values a side (runs, for a run-level interval).
+    pub n: [usize; 2],
+    /// Its interval was widened by the rule of three (it narrows as 1/n).
+    pub rule_of_three: bool,
+}
+
 /// About how many values a side (runs, for run-level intervals) would settle an inconclusive
 /// difference: its interval taken to narrow around the same value as 1/√n (as 1/n where the
 /// rule of three widened it), each end keeping its distance's share, until it lies within the
 /// margin or wholly off 0. At least one more than it has, and what its percentile needs.
-/// `usize::MAX` when no narrowing would.
-pub fn settle(d: &Diff, value: f64, ci: [f64; 2], margin: f64) -> usize {
+/// `usize::MAX` when no narrowing would. `n`: the values each side has.
+pub fn settle(d: Rests<'_>, value: f64, ci: [f64; 2], margin: f64) -> usize {
     let n = d.n[0].min(d.n[1]).max(1);
     let touch = FLAT * 100.0;
     let (up, down) = ((ci[1] - value).max(0.0), (value - ci[0]).max(0.0));
@@ -298,19 +307,18 @@ mod tests {
         assert!(Equivalence::parse("5%,").is_err());
     }
 
-    fn diff(n: usize) -> Diff {
-        Diff {
+    fn diff(n: usize) -> Rests<'static> {
+        Rests {
             metric: "ttft_p50",
             n: [n, n],
-            ..Diff::default()
+            rule_of_three: false,
         }
     }
 
     #[test]
     fn a_difference_reads_against_the_margin() {
         let eq = Equivalence::default();
-        let d = diff(20);
-        let read = |v: f64, lo: f64, hi: f64| change(&d, Some((v, [lo, hi], "%")), &eq);
+        let read = |v: f64, lo: f64, hi: f64| change(true, Some((v, [lo, hi], "%")), &eq);
         assert_eq!(read(0.5, -3.0, 4.9), Change::Unchanged);
         assert_eq!(
             read(0.2, 0.1, 0.3),
@@ -323,29 +331,26 @@ mod tests {
         // Bunched requests: an end a few thousandths of a per cent off 0 is no move.
         assert_eq!(read(-24.0, -24.0, -0.004), Change::Inconclusive);
         assert_eq!(read(-24.0, -24.0, -0.2), Change::Lower);
-        assert_eq!(change(&d, None, &eq), Change::NotJudged);
-        let nj = Diff {
-            not_judged: Some(NotJudged::new(Why::TooFew, Some(9))),
-            ..diff(8)
-        };
+        assert_eq!(change(true, None, &eq), Change::NotJudged);
         assert_eq!(
-            change(&nj, Some((0.0, [-1.0, 1.0], "%")), &eq),
-            Change::NotJudged
+            change(false, Some((0.0, [-1.0, 1.0], "%")), &eq),
+            Change::NotJudged,
+            "no evidence, whatever the interval"
         );
         // ±105.5 % from 10 requests: to ±5 % takes 10 × (211 ÷ 10)² ≈ 4,452 requests.
-        assert_eq!(settle(&diff(10), 0.0, [-105.5, 105.5], 5.0), 4453);
+        assert_eq!(settle(diff(10), 0.0, [-105.5, 105.5], 5.0), 4453);
         // An interval off centre: settled by lying wholly off 0, its low end 6 below the value
         // narrowed to 3.9: 20 × (6 ÷ 3.9)² = 47.3.
-        assert_eq!(settle(&diff(20), 4.0, [-2.0, 10.0], 5.0), 48);
+        assert_eq!(settle(diff(20), 4.0, [-2.0, 10.0], 5.0), 48);
         // The value at the end of a lumpy interval: more than it has, at least.
-        assert_eq!(settle(&diff(10), -24.0, [-24.0, -0.004], 5.0), 11);
+        assert_eq!(settle(diff(10), -24.0, [-24.0, -0.004], 5.0), 11);
         // A rate the rule of three widened narrows as 1/n: no error in 20 a side, ±15 pp, to
         // ±1 pp takes 300.
-        let rate = Diff {
+        let rate = Rests {
             metric: "error_rate",
             rule_of_three: true,
             ..diff(20)
         };
-        assert_eq!(settle(&rate, 0.0, [-15.0, 15.0], 1.0), 300);
+        assert_eq!(settle(rate, 0.0, [-15.0, 15.0], 1.0), 300);
     }
 }

@@ -246,9 +246,9 @@ pub fn judge(
             };
             match interval(t, d) {
                 Err(nj) => unjudged(&cell.cell, nj, nj.say(d.metric, d.n, d.interval == "runs")),
-                Ok(ci) => {
+                Ok(_) => {
                     k.judged += 1;
-                    if let Some(ci) = breached(t, d).filter(|_| ci[0].is_finite()) {
+                    if let Some(ci) = breached(t, d) {
                         k.beyond += 1;
                         regressions.push(format!(
                             "{}: {} [{:+.1}, {:+.1}] beyond {t}",
@@ -304,8 +304,11 @@ pub fn stderr_lines(c: &Comparison) -> Vec<String> {
     }
     for t in &g.thresholds {
         out.push(format!(
-            "{runs}: {} judged in {} of {} cells",
-            t.threshold, t.judged, t.cells
+            "{runs}: {} judged in {} of {} cell{}",
+            t.threshold,
+            t.judged,
+            t.cells,
+            if t.cells == 1 { "" } else { "s" }
         ));
     }
     if g.thresholds.iter().all(|t| t.cells == 0) {

@@ -198,7 +198,7 @@ pub fn compare_within(
         .filter_map(|b| Some(cell_diff(b, new_cells.get(&b.key)?, pair, seed)))
         .collect();
     for d in cells.iter_mut().flat_map(|c| c.metrics.iter_mut()) {
-        d.verdict = evidence::change(d, verdict::reading(d), &eq);
+        d.verdict = evidence::change(d.not_judged.is_none(), verdict::reading(d), &eq);
     }
     let (intervals, intervals_note) = runs::note(&cells);
     let mut c = Comparison {
@@ -389,6 +389,11 @@ pub fn cli(a: Args) -> Exit {
     for p in &a.paths {
         match side::read(p, &slos) {
             Ok(s) => sides.push(s),
+            // A run that measured nothing has nothing to compare: not judged, not failed.
+            Err(side::ReadError::Nothing(e)) => {
+                eprintln!("tokentap compare: not judged: {e}: nothing measured to compare");
+                return Exit::NotJudged;
+            }
             Err(e) => return Exit::Failed(format!("compare: {e}")),
         }
     }
@@ -438,10 +443,16 @@ pub fn cli(a: Args) -> Exit {
         return Exit::No;
     }
     if verdicts.contains(&gate::Outcome::NotJudged) {
-        eprintln!(
-            "tokentap compare: not judged: no regression beyond {spec} in the cells judged, but {unjudged} cell and threshold pair(s) could not be judged (exit {}; --allow-unjudged passes them)",
-            crate::cli::NOT_JUDGED
-        );
+        match unjudged {
+            0 => eprintln!(
+                "tokentap compare: not judged: nothing to judge against {spec} (exit {})",
+                crate::cli::NOT_JUDGED
+            ),
+            k => eprintln!(
+                "tokentap compare: not judged: no regression beyond {spec} in the cells judged, but {k} cell and threshold pair(s) could not be judged (exit {}; --allow-unjudged passes them)",
+                crate::cli::NOT_JUDGED
+            ),
+        }
         return Exit::NotJudged;
     }
     match unjudged {

@@ -147,6 +147,10 @@ pub(super) fn lines(c: &Comparison) -> Vec<(String, Vec<String>)> {
 fn gate_lines(g: &Gate) -> Vec<String> {
     let mut v = vec![match g.verdict {
         Outcome::Regression => "regression (exit 1)".to_owned(),
+        Outcome::NotJudged if g.not_judged.is_empty() => format!(
+            "not judged (exit {}): no cell to judge in either run",
+            crate::cli::NOT_JUDGED
+        ),
         Outcome::NotJudged => format!(
             "not judged (exit {}): {} cell and threshold pair(s) could not be judged; --allow-unjudged passes them",
             crate::cli::NOT_JUDGED,
@@ -160,8 +164,12 @@ fn gate_lines(g: &Gate) -> Vec<String> {
     }];
     for t in &g.thresholds {
         v.push(format!(
-            "{}: judged in {} of {} cells, beyond it in {}",
-            t.threshold, t.judged, t.cells, t.beyond
+            "{}: judged in {} of {} cell{}, beyond it in {}",
+            t.threshold,
+            t.judged,
+            t.cells,
+            if t.cells == 1 { "" } else { "s" },
+            t.beyond
         ));
     }
     for u in &g.not_judged {

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use super::boot::{unit, Diff, METRICS};
-use super::evidence::{settle, Change, Equivalence};
+use super::evidence::{settle, Change, Equivalence, Rests};
 use super::side::Side;
 use super::{CellDiff, Verdict};
 
@@ -171,7 +171,12 @@ fn verdict(metric: &'static str, shown: &[(&CellDiff, &Diff)], eq: &Equivalence)
                 "runs" => Of::Runs,
                 _ => Of::Requests,
             };
-            let n = settle(r.diff, r.value, r.ci, margin);
+            let rests = Rests {
+                metric: r.diff.metric,
+                n: r.diff.n,
+                rule_of_three: r.diff.rule_of_three,
+            };
+            let n = settle(rests, r.value, r.ci, margin);
             (Settle { n, of }, r.diff.rule_of_three)
         })
         .max_by_key(|s| s.0.n);
