@@ -61,7 +61,8 @@ pub struct Args {
     pub allow_unjudged: bool,
     /// The equivalence margin: a metric reads `unchanged` only when every cell's 95 % interval
     /// lies within ± this; otherwise `inconclusive` (or moved). `PCT%` for latencies and
-    /// throughputs (relative), `PP pp` for error_rate and goodput, or both: e.g. '3%,0.5pp'.
+    /// throughputs (relative), `Npp` for error_rate and goodput (percentage points), or both:
+    /// e.g. '3%,0.5pp'.
     #[arg(long, value_name = "MARGIN", default_value = "5%,1pp")]
     pub equivalence: String,
     /// Seed of the bootstrap: the same runs and seed give the same intervals.
