@@ -4,14 +4,12 @@
 
 use serde::Serialize;
 
+use super::evidence::{needed, needed_flat, quantile, Change, NotJudged, Why, FLAT, RULE_OF_THREE};
 use super::side::Req;
 use crate::stats::{pct, sorted};
 
 /// Resamples behind every interval.
 pub const RESAMPLES: usize = 2000;
-
-/// Values a side must have beyond a percentile for its interval.
-pub const BEYOND: f64 = 1.0;
 
 /// The metrics compared, in order: the names `--fail-on-regression` takes.
 pub const METRICS: [&str; 16] = [
@@ -48,7 +46,7 @@ pub fn higher_is_worse(metric: &str) -> bool {
 }
 
 /// One metric of one cell: both sides' figures and NEW − BASE with its intervals.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
 pub struct Diff {
     pub metric: &'static str,
     pub unit: &'static str,
@@ -63,6 +61,17 @@ pub struct Diff {
     /// Where the intervals come from: `bootstrap` (requests resampled) or `runs` (Welch's
     /// t-interval over the runs' values, with several runs a side).
     pub interval: &'static str,
+    /// Values each side's interval rests on (BASE, NEW): requests with a value of the metric
+    /// (the pairs, when paired), or runs for a run-level interval.
+    pub n: [usize; 2],
+    /// Why this difference is no evidence, when it is not (`evidence.rs`).
+    pub not_judged: Option<NotJudged>,
+    /// The difference read against the equivalence margin.
+    pub verdict: Change,
+    /// A rate whose side showed no event (or only events): its interval widened by the rule of
+    /// three, 3 ÷ n, in the direction it could move.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rule_of_three: bool,
 }
 
 /// How the two sides' requests are drawn.
@@ -170,35 +179,19 @@ pub fn compare(s: &Sample<'_>, aggregate: [Option<f64>; 2], seed: u64) -> Vec<Di
             }
         }
     }
-    // A percentile with no value beyond it on a side is that side's maximum, whose bootstrap
-    // interval does not cover (a resample never exceeds the sample): none is given. p95 needs
-    // 20 requests a side, p99 100.
-    let tail_ok = |m: usize| match m {
-        0..=11 => {
-            let q = [0.5, 0.95, 0.99][m % 3];
-            let n = |v: &[&Req], f: fn(&Req) -> Option<f64>| {
-                v.iter().filter(|r| f(r).is_some()).count()
-            };
-            let f: fn(&Req) -> Option<f64> = [
-                |r: &Req| r.ttft,
-                |r: &Req| r.ttfo,
-                |r: &Req| r.tpot,
-                |r: &Req| r.e2e,
-            ][m / 3];
-            [n(&bs, f), n(&ns, f)]
-                .iter()
-                .all(|k| *k as f64 * (1.0 - q) >= BEYOND - 1e-9)
-        }
-        _ => true,
-    };
     (0..16)
         .map(|m| {
             let (b, n) = (fb[m], fn_[m]);
-            if !tail_ok(m) {
+            let counts = [values(m, &bs), values(m, &ns)];
+            // Below the values a percentile needs, no interval is given: a percentile with no
+            // value beyond it is a side's maximum, which no resample passes.
+            let need = needed(quantile(METRICS[m]));
+            let short = counts[0].min(counts[1]) < need;
+            if short {
                 abs_draws[m].clear();
                 rel_draws[m].clear();
             }
-            Diff {
+            let mut d = Diff {
                 metric: METRICS[m],
                 unit: unit(METRICS[m]),
                 base: b,
@@ -211,9 +204,99 @@ pub fn compare(s: &Sample<'_>, aggregate: [Option<f64>; 2], seed: u64) -> Vec<Di
                     .map(|(b, n)| n / b - 1.0),
                 rel_ci: interval(std::mem::take(&mut rel_draws[m])),
                 interval: "bootstrap",
+                n: counts,
+                ..Diff::default()
+            };
+            if m >= 14 {
+                let flag: fn(&Req) -> bool = if m == 14 { |r| r.error } else { |r| r.good };
+                widen(&mut d, [all_alike(&bs, flag), all_alike(&ns, flag)]);
             }
+            d.not_judged = if b.is_none() || n.is_none() || counts.contains(&0) {
+                Some(NotJudged::new(Why::NoValues, None))
+            } else if short {
+                Some(NotJudged::new(Why::TooFew, Some(need)))
+            } else {
+                judged(&d)
+            };
+            d
         })
         .collect()
+}
+
+/// A side's requests with a value of metric `m` (index into [`METRICS`]); every request for the
+/// aggregate and the rates.
+fn values(m: usize, reqs: &[&Req]) -> usize {
+    let f: fn(&Req) -> bool = match m {
+        0..=2 => |r| r.ttft.is_some(),
+        3..=5 => |r| r.ttfo.is_some(),
+        6..=8 => |r| r.tpot.is_some(),
+        9..=11 => |r| r.e2e.is_some(),
+        12 => |r| r.tok_s.is_some(),
+        _ => |_| true,
+    };
+    reqs.iter().filter(|r| f(r)).count()
+}
+
+/// Whether a side's requests all agree on a flag: `Some(flag)` when they do.
+fn all_alike(reqs: &[&Req], flag: fn(&Req) -> bool) -> Option<bool> {
+    let first = flag(reqs.first()?);
+    reqs.iter().all(|r| flag(r) == first).then_some(first)
+}
+
+/// A rate's interval when a side showed no event (or only events): that side's rate may still be
+/// up to 3 ÷ n from what it showed (the rule of three, 95 %), so the interval is widened by it
+/// in the direction the side could move. `alike`: (BASE, NEW), each `Some(flag)` when every
+/// request agreed.
+pub fn widen(d: &mut Diff, alike: [Option<bool>; 2]) {
+    let (Some(ci), Some(base)) = (d.abs_ci, d.base) else {
+        return;
+    };
+    let bound = |k: usize| RULE_OF_THREE / d.n[k].max(1) as f64;
+    let (mut lo, mut hi) = (0.0, 0.0);
+    // BASE at 0 could be higher (NEW − BASE lower); at 1, lower. NEW the other way round.
+    match alike[0] {
+        Some(false) => lo += bound(0),
+        Some(true) => hi += bound(0),
+        None => {}
+    }
+    match alike[1] {
+        Some(false) => hi += bound(1),
+        Some(true) => lo += bound(1),
+        None => {}
+    }
+    if lo == 0.0 && hi == 0.0 {
+        return;
+    }
+    d.rule_of_three = true;
+    d.abs_ci = Some([(ci[0] - lo).max(-1.0), (ci[1] + hi).min(1.0)]);
+    if let (Some(r), true) = (d.rel_ci, base > 0.0) {
+        d.rel_ci = Some([r[0] - lo / base, r[1] + hi / base]);
+    }
+}
+
+/// The evidence of a difference with enough values: an interval, a relative one for what reads
+/// relative, and a zero-width one only from enough values (`needed_flat`). A bootstrap interval
+/// is zero-width below [`FLAT`] (no resample can pass its sample's values, so requests that
+/// did not vary give one however the population varies); a t-interval over runs only when the
+/// runs' values did not vary at all (it is not bounded by its sample, and a narrow one is
+/// just precise).
+pub fn judged(d: &Diff) -> Option<NotJudged> {
+    let share = d.unit == "share";
+    let Some(abs) = d.abs_ci else {
+        return Some(NotJudged::new(Why::NoInterval, None));
+    };
+    let width = match (share, d.rel_ci) {
+        (true, _) => abs[1] - abs[0],
+        (false, Some(r)) => r[1] - r[0],
+        (false, None) => return Some(NotJudged::new(Why::ZeroBase, None)),
+    };
+    let flat = match d.interval {
+        "runs" => abs[1] - abs[0] <= 0.0,
+        _ => width < FLAT,
+    };
+    let flat_need = needed_flat(quantile(d.metric));
+    (flat && d.n[0].min(d.n[1]) < flat_need)
+        .then(|| NotJudged::new(Why::NoVariation, Some(flat_need)))
 }
 
 /// The 2.5th and 97.5th percentiles of the draws; none from fewer than half the resamples.
@@ -275,8 +358,12 @@ mod tests {
         assert_eq!((agg.base, agg.new), (Some(100.0), Some(110.0)));
         let aci = agg.abs_ci.unwrap();
         assert!(aci[0] <= 10.0 && 10.0 <= aci[1], "{aci:?}");
-        // No errors on either side: exactly zero.
-        assert_eq!(a[14].abs_ci, Some([0.0, 0.0]));
+        // No errors on either side: zero, widened by the rule of three (3 ÷ 60 a side).
+        assert_eq!(a[14].abs, Some(0.0));
+        assert_eq!(a[14].abs_ci, Some([-0.05, 0.05]));
+        assert!(a[14].rule_of_three && a[14].not_judged.is_none());
+        // TPOT p50 an exact multiple on every prompt: a zero-width interval, from 60 pairs.
+        assert_eq!(d.not_judged, None);
     }
 
     #[test]
@@ -289,12 +376,20 @@ mod tests {
         assert_eq!(d[7].metric, "tpot_p95");
         assert!(d[7].abs.is_some() && d[7].abs_ci.is_none(), "{:?}", d[7]);
         assert!(d[6].abs_ci.is_some());
+        assert_eq!(d[7].not_judged, Some(NotJudged::new(Why::TooFew, Some(20))));
+        assert_eq!(d[7].n, [19, 19]);
         let a: Vec<Req> = (0..20).map(|i| req(10.0 + f64::from(i))).collect();
         let s = Sample::Paired(a.iter().zip(&a).collect());
-        assert!(
-            compare(&s, [None, None], 5)[7].abs_ci.is_some(),
-            "20: one value beyond"
+        let d = compare(&s, [None, None], 5);
+        assert!(d[7].abs_ci.is_some(), "20: one value beyond");
+        // The same requests on both sides: a zero-width interval, which a p50 may rest on from 6
+        // values a side, a p95 from 60 (the rule of three).
+        assert_eq!(d[7].abs_ci, Some([0.0, 0.0]));
+        assert_eq!(
+            d[7].not_judged,
+            Some(NotJudged::new(Why::NoVariation, Some(60)))
         );
+        assert_eq!(d[6].not_judged, None);
     }
 
     #[test]
@@ -304,7 +399,46 @@ mod tests {
         let d = compare(&s, [None, None], 1);
         assert_eq!(tpot_p50(&d).abs, Some(0.0));
         assert_eq!(tpot_p50(&d).abs_ci, None);
+        assert_eq!(tpot_p50(&d).not_judged.map(|n| n.why), Some(Why::TooFew));
         assert_eq!(d[13].base, None);
+        assert_eq!(d[13].not_judged.map(|n| n.why), Some(Why::NoValues));
+        // Eight a side: a p50 needs nine.
+        let eight: Vec<Req> = (0..8).map(|i| req(10.0 + f64::from(i))).collect();
+        let s = Sample::Paired(eight.iter().zip(&eight).collect());
+        let d = compare(&s, [None, None], 1);
+        assert_eq!(
+            tpot_p50(&d).not_judged,
+            Some(NotJudged::new(Why::TooFew, Some(9)))
+        );
+        assert_eq!(tpot_p50(&d).abs_ci, None);
+    }
+
+    #[test]
+    fn a_narrow_interval_over_runs_is_precise_a_bootstrap_one_flat() {
+        let runs = Diff {
+            metric: "tpot_p50",
+            unit: "ms",
+            base: Some(26.85),
+            abs_ci: Some([-4.01, -3.99]),
+            rel_ci: Some([-0.14935, -0.14925]),
+            interval: "runs",
+            n: [3, 3],
+            ..Diff::default()
+        };
+        assert_eq!(judged(&runs), None);
+        let boot = Diff {
+            interval: "bootstrap",
+            ..runs.clone()
+        };
+        assert_eq!(
+            judged(&boot),
+            Some(NotJudged::new(Why::NoVariation, Some(6)))
+        );
+        let still = Diff {
+            abs_ci: Some([-4.0, -4.0]),
+            ..runs
+        };
+        assert_eq!(judged(&still).map(|n| n.why), Some(Why::NoVariation));
     }
 
     #[test]
@@ -322,7 +456,13 @@ mod tests {
         let d = compare(&s, [None, None], 3);
         assert_eq!(d[14].abs, Some(0.25));
         assert_eq!(d[15].abs, Some(-0.25));
+        // BASE had no error in 40: its rate may be up to 3 ÷ 40, so the interval's low end
+        // falls by 7.5 pp.
         let ci = d[14].abs_ci.unwrap();
-        assert!(ci[0] > 0.0 && ci[0] <= 0.25 && ci[1] >= 0.25, "{ci:?}");
+        assert!(d[14].rule_of_three);
+        assert!(
+            ci[0] > -0.075 && ci[0] <= 0.25 - 0.075 && ci[1] >= 0.25,
+            "{ci:?}"
+        );
     }
 }

@@ -1,9 +1,13 @@
-//! `--fail-on-regression`: thresholds per metric (`ttft_p95:+5%,tpot_p50:+3%,error_rate:+0.5pp`)
-//! and the cells whose difference lies wholly beyond one, interval and all.
+//! `--fail-on-regression`: thresholds per metric (`ttft_p95:+5%,tpot_p50:+3%,error_rate:+0.5pp`),
+//! the cells whose difference lies wholly beyond one, interval and all, and the cells it could
+//! not judge. Fail closed: a cell without evidence is named and fails the gate with its own
+//! status (3), never read as "no regression".
 
 use serde::Serialize;
 
 use super::boot::{higher_is_worse, unit, Diff, METRICS};
+use super::evidence::{NotJudged, Why};
+use super::{Comparison, Which};
 
 /// How a threshold is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -119,23 +123,198 @@ pub fn parse(spec: &str) -> Result<Vec<Threshold>, SpecError> {
     Ok(out)
 }
 
-/// Whether a difference's interval lies wholly beyond the threshold, in its direction; the
-/// interval in the threshold's unit when it does.
-pub fn breached(t: &Threshold, d: &Diff) -> Option<[f64; 2]> {
-    if d.metric != t.metric {
-        return None;
+/// A difference's interval in the threshold's unit, or why the threshold cannot judge it: the
+/// difference is no evidence (`evidence.rs`), or has no interval in that unit (a relative one
+/// with BASE at 0).
+pub fn interval(t: &Threshold, d: &Diff) -> Result<[f64; 2], NotJudged> {
+    match d.not_judged {
+        // A relative reading's absence leaves the absolute interval judged.
+        Some(nj) if nj.why != Why::ZeroBase => return Err(nj),
+        _ => {}
     }
     let ci = match t.unit {
         Unit::Percent => d.rel_ci.map(|c| [c[0] * 100.0, c[1] * 100.0]),
         Unit::Pp => d.abs_ci.map(|c| [c[0] * 100.0, c[1] * 100.0]),
         Unit::Ms | Unit::TokS => d.abs_ci,
-    }?;
+    };
+    ci.ok_or(NotJudged::new(
+        match (t.unit, d.rel) {
+            (Unit::Percent, None) if d.abs.is_some() => Why::ZeroBase,
+            _ => Why::NoInterval,
+        },
+        None,
+    ))
+}
+
+/// Whether a difference's interval lies wholly beyond the threshold, in its direction; the
+/// interval in the threshold's unit when it does. `None` too when it cannot be judged.
+pub fn breached(t: &Threshold, d: &Diff) -> Option<[f64; 2]> {
+    if d.metric != t.metric {
+        return None;
+    }
+    let ci = interval(t, d).ok()?;
     let beyond = if t.value >= 0.0 {
         ci[0] > t.value
     } else {
         ci[1] < t.value
     };
     beyond.then_some(ci)
+}
+
+/// The gate's word over one comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every cell judged (or the unjudged ones allowed), none beyond a threshold: exit 0.
+    Pass,
+    /// A judged cell beyond a threshold: exit 1, whatever else.
+    Regression,
+    /// No regression in the cells judged, but a cell could not be judged (and
+    /// `--allow-unjudged` was not given), or there was no cell at all: exit 3.
+    NotJudged,
+}
+
+/// One threshold: in how many cells it was judged, of how many, and beyond it in how many.
+#[derive(Debug, Clone, Serialize)]
+pub struct Judged {
+    pub threshold: String,
+    pub metric: &'static str,
+    pub judged: usize,
+    pub cells: usize,
+    pub beyond: usize,
+}
+
+/// A cell and threshold the gate could not judge.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unjudged {
+    pub cell: String,
+    pub threshold: String,
+    pub metric: &'static str,
+    pub why: Why,
+    /// Values a side that would judge it, where more values would.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub need: Option<usize>,
+    /// `why` in words, with the values each side had.
+    pub reason: String,
+}
+
+/// `--fail-on-regression` over one comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct Gate {
+    pub verdict: Outcome,
+    pub allow_unjudged: bool,
+    pub thresholds: Vec<Judged>,
+    pub not_judged: Vec<Unjudged>,
+}
+
+/// Judge every cell (pooled rows aside, cells in one run only included) against every
+/// threshold: the regressions as lines (`regressions` in the output), and the gate.
+pub fn judge(
+    c: &Comparison,
+    thresholds: &[Threshold],
+    allow_unjudged: bool,
+) -> (Vec<String>, Gate) {
+    let (mut regressions, mut counts, mut not_judged) = (Vec::new(), Vec::new(), Vec::new());
+    let cells: Vec<_> = c.cells.iter().filter(|c| !c.pooled).collect();
+    let total = cells.len() + c.one_side.len();
+    for t in thresholds {
+        let mut k = Judged {
+            threshold: t.to_string(),
+            metric: t.metric,
+            judged: 0,
+            cells: total,
+            beyond: 0,
+        };
+        let mut unjudged = |cell: &str, nj: NotJudged, reason: String| {
+            not_judged.push(Unjudged {
+                cell: cell.to_owned(),
+                threshold: t.to_string(),
+                metric: t.metric,
+                why: nj.why,
+                need: nj.need,
+                reason,
+            })
+        };
+        for cell in &cells {
+            let Some(d) = cell.metrics.iter().find(|d| d.metric == t.metric) else {
+                unjudged(
+                    &cell.cell,
+                    NotJudged::new(Why::NoValues, None),
+                    "no value".into(),
+                );
+                continue;
+            };
+            match interval(t, d) {
+                Err(nj) => unjudged(&cell.cell, nj, nj.say(d.metric, d.n, d.interval == "runs")),
+                Ok(_) => {
+                    k.judged += 1;
+                    if let Some(ci) = breached(t, d) {
+                        k.beyond += 1;
+                        regressions.push(format!(
+                            "{}: {} [{:+.1}, {:+.1}] beyond {t}",
+                            cell.cell, d.metric, ci[0], ci[1]
+                        ));
+                    }
+                }
+            }
+        }
+        for o in &c.one_side {
+            let why = match o.side {
+                Which::Base => Why::BaseOnly,
+                Which::New => Why::NewOnly,
+            };
+            let nj = NotJudged::new(why, None);
+            unjudged(&o.cell, nj, nj.say(t.metric, [0, 0], false));
+        }
+        counts.push(k);
+    }
+    let verdict = if !regressions.is_empty() {
+        Outcome::Regression
+    } else if total == 0 || (!not_judged.is_empty() && !allow_unjudged) {
+        Outcome::NotJudged
+    } else {
+        Outcome::Pass
+    };
+    let gate = Gate {
+        verdict,
+        allow_unjudged,
+        thresholds: counts,
+        not_judged,
+    };
+    (regressions, gate)
+}
+
+/// The gate's lines for stderr: each regression, each cell not judged, and each threshold's
+/// count of judged cells.
+pub fn stderr_lines(c: &Comparison) -> Vec<String> {
+    let Some(g) = &c.gate else {
+        return Vec::new();
+    };
+    let runs = format!("{} → {}", c.base, c.new);
+    let mut out: Vec<String> = c
+        .regressions
+        .iter()
+        .map(|r| format!("regression: {runs}: {r}"))
+        .collect();
+    for u in &g.not_judged {
+        out.push(format!(
+            "not judged: {runs}: {}: {} ({})",
+            u.cell, u.metric, u.reason
+        ));
+    }
+    for t in &g.thresholds {
+        out.push(format!(
+            "{runs}: {} judged in {} of {} cell{}",
+            t.threshold,
+            t.judged,
+            t.cells,
+            if t.cells == 1 { "" } else { "s" }
+        ));
+    }
+    if g.thresholds.iter().all(|t| t.cells == 0) {
+        out.push(format!("{runs}: no cell to judge in either run"));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -189,6 +368,8 @@ mod tests {
             rel: Some(0.1),
             rel_ci: Some(rel_ci),
             interval: "bootstrap",
+            n: [20, 20],
+            ..Diff::default()
         };
         let t = &parse("tpot_p50:+3%").unwrap()[0];
         assert!(breached(t, &d([0.08, 0.12])).is_some());
@@ -203,5 +384,24 @@ mod tests {
         assert_eq!(breached(t, &d([0.0, 0.0])), Some([0.8, 1.2]));
         let t = &parse("ttft_p50:+1%").unwrap()[0];
         assert!(breached(t, &d([0.08, 0.12])).is_none(), "another metric");
+        // A difference that is no evidence is never breached, and says why.
+        let t = &parse("tpot_p50:+3%").unwrap()[0];
+        let few = Diff {
+            not_judged: Some(NotJudged::new(Why::TooFew, Some(9))),
+            n: [8, 8],
+            ..d([0.08, 0.12])
+        };
+        assert!(breached(t, &few).is_none());
+        assert_eq!(interval(t, &few).unwrap_err().why, Why::TooFew);
+        // BASE at 0: no relative interval, but an absolute one still judges.
+        let zero = Diff {
+            rel: None,
+            rel_ci: None,
+            not_judged: Some(NotJudged::new(Why::ZeroBase, None)),
+            ..d([0.0, 0.0])
+        };
+        assert_eq!(interval(t, &zero).unwrap_err().why, Why::ZeroBase);
+        let t = &parse("tpot_p50:+0.5ms").unwrap()[0];
+        assert_eq!(interval(t, &zero), Ok([0.8, 1.2]));
     }
 }

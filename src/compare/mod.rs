@@ -4,6 +4,7 @@
 //! and a regression gate whose failures are differences wholly beyond their threshold.
 
 pub mod boot;
+pub mod evidence;
 pub mod gate;
 mod html;
 mod render;
@@ -20,9 +21,11 @@ use serde::Serialize;
 use crate::cli::Exit;
 use crate::report::{Format, Slos};
 use boot::{Diff, Sample};
+use evidence::Equivalence;
 use side::{CellKey, Side};
 
 pub use render::render;
+pub use verdict::{reading, MetricChange, Of, Settle, Widest};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -47,9 +50,21 @@ pub struct Args {
     /// 'ttft_p95:+5%,tpot_p50:+3%,error_rate:+0.5pp'. % is relative (NEW ÷ BASE − 1), pp
     /// percentage points of a rate, ms and tok/s absolute. Without a sign, the metric's bad
     /// direction. Metrics: ttft_, ttfo_, tpot_, e2e_ p50/p95/p99, tok_s_per_stream_p50,
-    /// aggregate_tok_s, error_rate, goodput.
+    /// aggregate_tok_s, error_rate, goodput. A gated metric that cannot be judged in a cell (too
+    /// few values for its percentile, no interval, the cell in one run only) is named, and the
+    /// gate exits 3 unless --allow-unjudged; a regression (1) wins over that.
     #[arg(long, value_name = "SPEC")]
     pub fail_on_regression: Option<String>,
+    /// Let --fail-on-regression pass the cells it could not judge (they are still listed, and
+    /// the counts of judged cells printed). Without it, an unjudged cell exits 3.
+    #[arg(long, requires = "fail_on_regression")]
+    pub allow_unjudged: bool,
+    /// The equivalence margin: a metric reads `unchanged` only when every cell's 95 % interval
+    /// lies within ± this; otherwise `inconclusive` (or moved). `PCT%` for latencies and
+    /// throughputs (relative), `Npp` for error_rate and goodput (percentage points), or both:
+    /// e.g. '3%,0.5pp'.
+    #[arg(long, value_name = "MARGIN", default_value = "5%,1pp")]
+    pub equivalence: String,
     /// Seed of the bootstrap: the same runs and seed give the same intervals.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -86,15 +101,47 @@ pub struct CellDiff {
     pub slo: BTreeMap<&'static str, (bool, bool)>,
 }
 
-/// A verdict line for one metric over every cell.
+/// A verdict for one metric over every cell both runs have (pooled rows aside).
 #[derive(Debug, Clone, Serialize)]
 pub struct Verdict {
     pub metric: &'static str,
-    /// Cells whose interval lies wholly above 0, wholly below, and cells with an interval.
+    /// Cells judged higher (interval wholly above 0, not within the margin), lower, and cells
+    /// judged (an interval that is evidence).
     pub higher: usize,
     pub lower: usize,
     pub cells: usize,
     pub line: String,
+    /// The verdict's word.
+    pub verdict: MetricChange,
+    /// Cells both runs have, judged or not.
+    pub compared: usize,
+    /// Cells judged unchanged (within the margin) and inconclusive, and cells not judged.
+    pub unchanged: usize,
+    pub inconclusive: usize,
+    pub not_judged: usize,
+    /// The equivalence margin, in `margin_unit` (`%` or `pp`).
+    pub margin: f64,
+    pub margin_unit: &'static str,
+    /// The widest interval among the inconclusive cells (among all, when unchanged).
+    pub widest: Option<Widest>,
+    /// About how many requests a cell (runs a side) would settle an inconclusive cell.
+    pub settle: Option<Settle>,
+}
+
+/// A cell in one run only: never compared, never judged by the gate.
+#[derive(Debug, Clone, Serialize)]
+pub struct OneSide {
+    pub cell: String,
+    /// `base` or `new`.
+    pub side: Which,
+}
+
+/// A side of a comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Which {
+    Base,
+    New,
 }
 
 /// BASE against one NEW.
@@ -120,19 +167,40 @@ pub struct Comparison {
     pub cells: Vec<CellDiff>,
     /// `--fail-on-regression`: each cell and metric wholly beyond its threshold.
     pub regressions: Vec<String>,
+    /// The margin within which a metric reads `unchanged` (`--equivalence`).
+    pub equivalence: Equivalence,
+    /// Cells in one run only (pooled rows aside).
+    pub one_side: Vec<OneSide>,
+    /// `--fail-on-regression`'s verdict, its judged counts and the cells it could not judge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<gate::Gate>,
 }
 
-/// Compare BASE with NEW; `unpaired` forbids pairing.
+/// Compare BASE with NEW at the default equivalence margin; `unpaired` forbids pairing.
 pub fn compare(base: &Side, new: &Side, seed: u64, unpaired: bool) -> Comparison {
+    compare_within(base, new, seed, unpaired, Equivalence::default())
+}
+
+/// Compare BASE with NEW, each difference read against the margin `eq`.
+pub fn compare_within(
+    base: &Side,
+    new: &Side,
+    seed: u64,
+    unpaired: bool,
+    eq: Equivalence,
+) -> Comparison {
     let sets = [base.prompt_set(), new.prompt_set()];
     let (pair, note) = pairing(base, new, unpaired);
     let new_cells: BTreeMap<&CellKey, &side::SideCell> =
         new.cells.iter().map(|c| (&c.key, c)).collect();
-    let cells: Vec<CellDiff> = base
+    let mut cells: Vec<CellDiff> = base
         .cells
         .iter()
         .filter_map(|b| Some(cell_diff(b, new_cells.get(&b.key)?, pair, seed)))
         .collect();
+    for d in cells.iter_mut().flat_map(|c| c.metrics.iter_mut()) {
+        d.verdict = evidence::change(d.not_judged.is_none(), verdict::reading(d), &eq);
+    }
     let (intervals, intervals_note) = runs::note(&cells);
     let mut c = Comparison {
         base: base.path.clone(),
@@ -153,10 +221,37 @@ pub fn compare(base: &Side, new: &Side, seed: u64, unpaired: bool) -> Comparison
         slo_changes: Vec::new(),
         cells,
         regressions: Vec::new(),
+        equivalence: eq,
+        one_side: one_side(base, new),
+        gate: None,
     };
-    c.verdicts = verdict::verdicts(&c.cells);
+    c.verdicts = verdict::verdicts(&c.cells, &eq);
     c.slo_changes = verdict::slo_changes(&c.cells);
     c
+}
+
+/// The cells (pooled rows aside) one run has and the other has not.
+fn one_side(base: &Side, new: &Side) -> Vec<OneSide> {
+    fn keys(s: &Side) -> Vec<&CellKey> {
+        s.cells
+            .iter()
+            .filter(|c| !c.key.pooled())
+            .map(|c| &c.key)
+            .collect()
+    }
+    let (kb, kn) = (keys(base), keys(new));
+    let only = |a: &[&CellKey], b: &[&CellKey], side: Which| -> Vec<OneSide> {
+        a.iter()
+            .filter(|k| !b.contains(k))
+            .map(|k| OneSide {
+                cell: k.name(),
+                side,
+            })
+            .collect()
+    };
+    let mut out = only(&kb, &kn, Which::Base);
+    out.extend(only(&kn, &kb, Which::New));
+    out
 }
 
 /// Whether the two runs' requests pair by prompt, and the sentence that says why (or why not).
@@ -249,20 +344,16 @@ fn cell_diff(b: &side::SideCell, n: &side::SideCell, pair: bool, seed: u64) -> C
 }
 
 /// Apply the gate: each cell (not the pooled rows) and threshold whose interval lies wholly
-/// beyond it.
+/// beyond it, and the cells it could not judge (which fail it: see [`gate_with`]).
 pub fn gate(c: &mut Comparison, thresholds: &[gate::Threshold]) {
-    for cell in c.cells.iter().filter(|c| !c.pooled) {
-        for t in thresholds {
-            for d in &cell.metrics {
-                if let Some(ci) = gate::breached(t, d) {
-                    c.regressions.push(format!(
-                        "{}: {} [{:+.1}, {:+.1}] beyond {t}",
-                        cell.cell, d.metric, ci[0], ci[1]
-                    ));
-                }
-            }
-        }
-    }
+    gate_with(c, thresholds, false);
+}
+
+/// The gate, with `allow_unjudged` letting the cells it could not judge pass (still listed).
+pub fn gate_with(c: &mut Comparison, thresholds: &[gate::Threshold], allow_unjudged: bool) {
+    let (regressions, g) = gate::judge(c, thresholds, allow_unjudged);
+    c.regressions = regressions;
+    c.gate = Some(g);
 }
 
 fn short(sha: &str) -> String {
@@ -276,7 +367,8 @@ fn fnv(s: &str) -> u64 {
     })
 }
 
-/// Read, compare, render; exit 1 when the gate finds a regression.
+/// Read, compare, render; exit 1 when the gate finds a regression, 3 when it found none but
+/// could not judge a cell (unless `--allow-unjudged`).
 pub fn cli(a: Args) -> Exit {
     let slos = match &a.slo {
         None => Slos::default(),
@@ -290,10 +382,19 @@ pub fn cli(a: Args) -> Exit {
         Some(Ok(t)) => t,
         Some(Err(e)) => return Exit::Usage(e.to_string()),
     };
+    let eq = match Equivalence::parse(&a.equivalence) {
+        Ok(e) => e,
+        Err(e) => return Exit::Usage(e),
+    };
     let mut sides = Vec::new();
     for p in &a.paths {
         match side::read(p, &slos) {
             Ok(s) => sides.push(s),
+            // A run that measured nothing has nothing to compare: not judged, not failed.
+            Err(side::ReadError::Nothing(e)) => {
+                eprintln!("tokentap compare: not judged: {e}: nothing measured to compare");
+                return Exit::NotJudged;
+            }
             Err(e) => return Exit::Failed(format!("compare: {e}")),
         }
     }
@@ -302,9 +403,9 @@ pub fn cli(a: Args) -> Exit {
     };
     let mut all = Vec::new();
     for n in news {
-        let mut c = compare(base, n, a.seed, a.unpaired);
+        let mut c = compare_within(base, n, a.seed, a.unpaired, eq);
         if a.fail_on_regression.is_some() {
-            gate(&mut c, &thresholds);
+            gate_with(&mut c, &thresholds, a.allow_unjudged);
         }
         all.push(c);
     }
@@ -317,25 +418,49 @@ pub fn cli(a: Args) -> Exit {
         }
         None => crate::cli::out(&text),
     }
-    let failed: Vec<&String> = all.iter().flat_map(|c| &c.regressions).collect();
-    if !failed.is_empty() {
-        for (c, r) in all
-            .iter()
-            .flat_map(|c| c.regressions.iter().map(move |r| (c, r)))
-        {
-            eprintln!("tokentap compare: regression: {} → {}: {r}", c.base, c.new);
+    if a.fail_on_regression.is_none() {
+        return Exit::Ok;
+    }
+    let spec = thresholds
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    for c in &all {
+        for line in gate::stderr_lines(c) {
+            eprintln!("tokentap compare: {line}");
         }
+    }
+    let verdicts: Vec<gate::Outcome> = all
+        .iter()
+        .filter_map(|c| c.gate.as_ref().map(|g| g.verdict))
+        .collect();
+    let unjudged: usize = all
+        .iter()
+        .filter_map(|c| c.gate.as_ref())
+        .map(|g| g.not_judged.len())
+        .sum();
+    if verdicts.contains(&gate::Outcome::Regression) {
         return Exit::No;
     }
-    if a.fail_on_regression.is_some() {
-        eprintln!(
-            "tokentap compare: no regression beyond {}",
-            thresholds
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+    if verdicts.contains(&gate::Outcome::NotJudged) {
+        match unjudged {
+            0 => eprintln!(
+                "tokentap compare: not judged: nothing to judge against {spec} (exit {})",
+                crate::cli::NOT_JUDGED
+            ),
+            k => eprintln!(
+                "tokentap compare: not judged: no regression beyond {spec} in the cells judged, but {k} cell and threshold pair(s) could not be judged (exit {}; --allow-unjudged passes them)",
+                crate::cli::NOT_JUDGED
+            ),
+        }
+        return Exit::NotJudged;
+    }
+    match unjudged {
+        0 => eprintln!("tokentap compare: no regression beyond {spec} (every cell judged)"),
+        k => eprintln!(
+            "tokentap compare: no regression beyond {spec} in the cells judged; {k} cell and threshold pair(s) not judged, passed by --allow-unjudged"
+        ),
     }
     Exit::Ok
 }

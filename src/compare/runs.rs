@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::boot::Diff;
+use super::boot::{judged, Diff};
+use super::evidence::{needed, NotJudged, Why};
 use super::side::Req;
 use super::CellDiff;
 use crate::stats::{pct, sorted, spread, welch};
@@ -40,23 +41,32 @@ fn by_run(reqs: &[Req]) -> Option<BTreeMap<u32, Vec<&Req>>> {
     (m.len() >= 2).then_some(m)
 }
 
-/// Each run's value of a metric.
-fn values(runs: &BTreeMap<u32, Vec<&Req>>, f: Field, q: f64) -> Vec<f64> {
-    runs.values()
-        .filter_map(|rs| pct(&sorted(rs.iter().filter_map(|r| f(r))), q))
-        .collect()
+/// Each run's value of a metric, and the fewest values a run had.
+fn values(runs: &BTreeMap<u32, Vec<&Req>>, f: Field, q: f64) -> (Vec<f64>, usize) {
+    let mut fewest = usize::MAX;
+    let v = runs
+        .values()
+        .filter_map(|rs| {
+            let s = sorted(rs.iter().filter_map(|r| f(r)));
+            fewest = fewest.min(s.len());
+            pct(&s, q)
+        })
+        .collect();
+    (v, fewest)
 }
 
 /// When both sides of a cell have several runs, replace the metrics the runs cover with the
 /// runs' means and Welch's interval of their difference (the relative interval is the absolute
-/// one over BASE's mean). Returns the runs a side, or `None` (the bootstrap stays).
+/// one over BASE's mean). Returns the runs a side, or `None` (the bootstrap stays). A run's
+/// value is evidence only from the values its percentile needs (`evidence::needed`), and a
+/// zero-width interval only from the runs the rule of three asks (`evidence::needed_flat`).
 pub fn apply(base: &[Req], new: &[Req], metrics: &mut [Diff]) -> Option<[usize; 2]> {
     let (b, n) = (by_run(base)?, by_run(new)?);
     for d in metrics.iter_mut() {
         let Some((f, q)) = field(d.metric) else {
             continue;
         };
-        let (vb, vn) = (values(&b, f, q), values(&n, f, q));
+        let ((vb, fb), (vn, fn_)) = (values(&b, f, q), values(&n, f, q));
         let (Some(sb), Some(sn)) = (spread(&vb), spread(&vn)) else {
             continue;
         };
@@ -71,7 +81,14 @@ pub fn apply(base: &[Req], new: &[Req], metrics: &mut [Diff]) -> Option<[usize; 
             rel: base_mean.map(|m| abs / m),
             rel_ci: ci.zip(base_mean).map(|(c, m)| [c[0] / m, c[1] / m]),
             interval: "runs",
+            n: [vb.len(), vn.len()],
             ..d.clone()
+        };
+        let need = needed(q);
+        d.not_judged = if fb.min(fn_) < need {
+            Some(NotJudged::new(Why::TooFew, Some(need)))
+        } else {
+            judged(d)
         };
     }
     Some([b.len(), n.len()])
@@ -146,6 +163,7 @@ mod tests {
             rel: None,
             rel_ci: None,
             interval: "bootstrap",
+            ..Diff::default()
         }];
         assert_eq!(apply(&b, &n, &mut m), Some([3, 3]));
         let d = &m[0];
@@ -154,6 +172,13 @@ mod tests {
         assert_eq!(d.abs_ci, Some(w));
         assert!((d.rel.unwrap() + 1.5 / 11.0).abs() < 1e-12);
         assert!((d.rel_ci.unwrap()[0] - w[0] / 11.0).abs() < 1e-12);
+        // Three requests a run: each run's median is no evidence (a p50 needs 9 values).
+        assert_eq!(d.n, [3, 3], "runs a side");
+        assert_eq!(
+            d.not_judged,
+            Some(NotJudged::new(Why::TooFew, Some(9))),
+            "{d:?}"
+        );
         // One run on a side: nothing replaced.
         let one: Vec<Req> = b.iter().filter(|r| r.run == Some(1)).cloned().collect();
         let mut m2 = m.clone();

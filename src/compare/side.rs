@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::meter::RequestRecord;
 use crate::report::row::{level, Row};
-use crate::report::{self, Axis, Cell, Slos};
+use crate::report::{self, Axis, Cell, ReportError, Slos};
 
 /// Where a cell sits: its API shape, bucket, arm and level. The per-shape rows pool every cell
 /// of a shape (bucket and level `all`).
@@ -97,17 +97,30 @@ impl Side {
     }
 }
 
+/// Why a side could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// No record at all: the run measured nothing (not judged, never a failure of the engine).
+    #[error("{0}")]
+    Nothing(ReportError),
+    /// A file that cannot be read or parsed.
+    #[error("{0}")]
+    Unreadable(String),
+}
+
 /// Read one side: every `*.jsonl*` below `path` (the report's reader), and `run.json` beside
 /// them when `path` is a folder.
-pub fn read(path: &Path, slos: &Slos) -> Result<Side, String> {
+pub fn read(path: &Path, slos: &Slos) -> Result<Side, ReadError> {
     let mut warn = |w: String| eprintln!("tokentap compare: warning: {w}");
-    let records = report::load(&[PathBuf::from(path)], &mut warn).map_err(|e| e.to_string())?;
+    let records = report::load(&[PathBuf::from(path)], &mut warn).map_err(|e| match e {
+        ReportError::Empty(_) | ReportError::NoRecords { .. } => ReadError::Nothing(e),
+        e => ReadError::Unreadable(e.to_string()),
+    })?;
     let run = match path.is_dir() {
         true => match std::fs::read(path.join("run.json")) {
-            Ok(b) => Some(
-                serde_json::from_slice(&b)
-                    .map_err(|e| format!("{}: {e}", path.join("run.json").display()))?,
-            ),
+            Ok(b) => Some(serde_json::from_slice(&b).map_err(|e| {
+                ReadError::Unreadable(format!("{}: {e}", path.join("run.json").display()))
+            })?),
             Err(_) => None,
         },
         false => None,

@@ -2,6 +2,8 @@
 //! readings as lines and as chart points.
 
 use super::boot::Diff;
+use super::evidence::Change;
+use super::gate::{Gate, Outcome};
 use super::verdict::reading;
 use super::{CellDiff, Comparison};
 
@@ -32,6 +34,7 @@ pub(super) fn rows(c: &Comparison) -> (Vec<&'static str>, Vec<Vec<String>>) {
         "95 % interval",
         "relative",
         "95 % interval",
+        "verdict",
     ];
     let mut rows = Vec::new();
     for cell in &c.cells {
@@ -77,7 +80,22 @@ fn row(name: String, n: String, d: &Diff) -> Vec<String> {
             .map(|r| format!("{:+.1} %", r * 100.0))
             .unwrap_or_else(|| "-".into()),
         ci(d.rel_ci, 100.0, 1),
+        verdict(d),
     ]
+}
+
+/// A difference's verdict as the table says it: the word, and why when it is not judged.
+fn verdict(d: &Diff) -> String {
+    match (d.verdict, d.not_judged) {
+        (Change::Higher, _) => "higher".into(),
+        (Change::Lower, _) => "lower".into(),
+        (Change::Unchanged, _) => "unchanged".into(),
+        (Change::Inconclusive, _) => "inconclusive".into(),
+        (Change::NotJudged, Some(nj)) => {
+            format!("not judged: {}", nj.brief(d.metric, d.interval == "runs"))
+        }
+        (Change::NotJudged, None) => "not judged".into(),
+    }
 }
 
 /// The lines above the table: the runs, the pairing, mismatches, verdicts, SLO changes, gate.
@@ -105,7 +123,10 @@ pub(super) fn lines(c: &Comparison) -> Vec<(String, Vec<String>)> {
         ("Mismatches".to_owned(), or_none(&c.mismatches)),
         ("Intervals".to_owned(), vec![c.intervals_note.clone()]),
         (
-            "Verdicts (relative change; error_rate and goodput in percentage points)".to_owned(),
+            format!(
+                "Verdicts (relative change, unchanged within ±{} %; error_rate and goodput in percentage points, within ±{} pp: --equivalence)",
+                c.equivalence.relative_pct, c.equivalence.rates_pp
+            ),
             c.verdicts.iter().map(|v| v.line.clone()).collect(),
         ),
         ("SLO verdict changes".to_owned(), or_none(&c.slo_changes)),
@@ -116,7 +137,48 @@ pub(super) fn lines(c: &Comparison) -> Vec<(String, Vec<String>)> {
             c.regressions.clone(),
         ));
     }
+    if let Some(g) = &c.gate {
+        out.push(("Gate (--fail-on-regression)".to_owned(), gate_lines(g)));
+    }
     out
+}
+
+/// The gate's verdict, each threshold's judged cells, and each cell it could not judge.
+fn gate_lines(g: &Gate) -> Vec<String> {
+    let mut v = vec![match g.verdict {
+        Outcome::Regression => "regression (exit 1)".to_owned(),
+        Outcome::NotJudged if g.not_judged.is_empty() => format!(
+            "not judged (exit {}): no cell to judge in either run",
+            crate::cli::NOT_JUDGED
+        ),
+        Outcome::NotJudged => format!(
+            "not judged (exit {}): {} cell and threshold pair(s) could not be judged; --allow-unjudged passes them",
+            crate::cli::NOT_JUDGED,
+            g.not_judged.len()
+        ),
+        Outcome::Pass if g.not_judged.is_empty() => "pass: every cell judged".to_owned(),
+        Outcome::Pass => format!(
+            "pass in the cells judged; {} cell and threshold pair(s) not judged, passed by --allow-unjudged",
+            g.not_judged.len()
+        ),
+    }];
+    for t in &g.thresholds {
+        v.push(format!(
+            "{}: judged in {} of {} cell{}, beyond it in {}",
+            t.threshold,
+            t.judged,
+            t.cells,
+            if t.cells == 1 { "" } else { "s" },
+            t.beyond
+        ));
+    }
+    for u in &g.not_judged {
+        v.push(format!(
+            "not judged: {}: {} ({})",
+            u.cell, u.threshold, u.reason
+        ));
+    }
+    v
 }
 
 /// A cell's reading of one metric for a chart: (value, interval) in per cent or pp.

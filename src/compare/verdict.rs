@@ -1,9 +1,13 @@
-//! The readings of a comparison: a verdict line per metric over the cells, the SLO verdicts that
-//! changed, and what differs between the runs besides the engine (named, never hidden).
+//! The readings of a comparison: a verdict per metric over the cells (typed, and as a line), the
+//! SLO verdicts that changed, and what differs between the runs besides the engine (named, never
+//! hidden). A verdict is given on evidence only: `unchanged` needs every cell within the margin.
 
 use std::collections::BTreeSet;
 
+use serde::Serialize;
+
 use super::boot::{unit, Diff, METRICS};
+use super::evidence::{settle, Change, Equivalence, Rests};
 use super::side::Side;
 use super::{CellDiff, Verdict};
 
@@ -30,71 +34,359 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// One line per metric over the cells (pooled rows aside). When most cells' intervals exclude 0
-/// on one side: the cells' median change, the medians of their intervals' ends, and in how many
-/// cells; when none does, "unchanged within ±X" (X: the farthest interval end); else the cells
-/// that moved, each named.
-pub fn verdicts(cells: &[CellDiff]) -> Vec<Verdict> {
+/// The verdict of one metric over the cells both runs have (pooled rows aside).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricChange {
+    /// Most cells higher (interval wholly above 0 and not within the margin).
+    Higher,
+    /// Most cells lower.
+    Lower,
+    /// Some cells moved, not most of them one way; the line names each.
+    Mixed,
+    /// Every cell judged, its interval within ± the margin.
+    Unchanged,
+    /// No cell moved, and not every cell is within the margin (or judged).
+    Inconclusive,
+    /// No cell could be judged.
+    NotJudged,
+}
+
+/// The widest interval behind a verdict, in per cent or percentage points.
+#[derive(Debug, Clone, Serialize)]
+pub struct Widest {
+    pub cell: String,
+    pub value: f64,
+    pub interval: [f64; 2],
+}
+
+/// What the values behind an estimate count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Of {
+    Requests,
+    Runs,
+}
+
+/// About how many values a side (requests a cell, or runs) would settle an inconclusive
+/// metric: an estimate (`evidence::settle`), not a promise.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Settle {
+    pub n: usize,
+    pub of: Of,
+}
+
+/// One judged cell: its name, reading, verdict and difference.
+struct Read<'a> {
+    cell: &'a str,
+    value: f64,
+    ci: [f64; 2],
+    change: Change,
+    diff: &'a Diff,
+}
+
+/// One line per metric over the cells both runs have (pooled rows aside), each cell read against
+/// the equivalence margin `eq` (`Diff::verdict`). Fail closed: `unchanged` only when every cell
+/// was judged and lies within the margin; otherwise, when no cell moved, `inconclusive` with the
+/// widest interval and about how many requests would settle it; `not_judged` when no cell could
+/// be judged. When most cells moved one way, their median change and interval ends.
+pub fn verdicts(cells: &[CellDiff], eq: &Equivalence) -> Vec<Verdict> {
     let mut out = Vec::new();
     for (m, metric) in METRICS.iter().enumerate() {
-        let read: Vec<(f64, [f64; 2], &str, &str)> = cells
+        let shown: Vec<(&CellDiff, &Diff)> = cells
             .iter()
             .filter(|c| !c.pooled)
-            .filter_map(|c| {
-                let (v, ci, u) = c.metrics.get(m).and_then(reading)?;
-                Some((v, ci, u, c.cell.as_str()))
-            })
+            .filter_map(|c| Some((c, c.metrics.get(m)?)))
+            .filter(|(_, d)| d.base.is_some() || d.new.is_some())
             .collect();
-        if read.is_empty() {
-            continue;
+        if !shown.is_empty() {
+            out.push(verdict(metric, &shown, eq));
         }
-        let u = read[0].2;
-        let higher = read.iter().filter(|r| r.1[0] > 0.0).count();
-        let lower = read.iter().filter(|r| r.1[1] < 0.0).count();
-        let n = read.len();
-        let line = if higher == 0 && lower == 0 {
-            let within = read
-                .iter()
-                .flat_map(|r| r.1)
-                .fold(0.0_f64, |a, x| a.max(x.abs()));
-            format!("{metric} unchanged within ±{within:.1} {u} (no cell's interval excludes 0; {n} cells)")
-        } else if 2 * higher.max(lower) > n {
-            let med = median(read.iter().map(|r| r.0).collect());
-            let lo = median(read.iter().map(|r| r.1[0]).collect());
-            let hi = median(read.iter().map(|r| r.1[1]).collect());
-            let (word, k, other, ow) = if lower >= higher {
-                ("lower", lower, higher, "higher")
-            } else {
-                ("higher", higher, lower, "lower")
-            };
-            let mut s =
-                format!("{metric} {med:+.1} {u} [{lo:+.1}, {hi:+.1}] {word} in {k} of {n} cells");
-            if other > 0 {
-                s += &format!(", {ow} in {other}");
-            }
-            s
-        } else {
-            // Most cells unchanged: name the ones that moved.
-            let moved: Vec<String> = read
-                .iter()
-                .filter(|r| r.1[0] > 0.0 || r.1[1] < 0.0)
-                .map(|r| format!("{} {:+.1} {u} [{:+.1}, {:+.1}]", r.3, r.0, r.1[0], r.1[1]))
-                .collect();
-            format!(
-                "{metric} unchanged in {} of {n} cells; moved in {}",
-                n - moved.len(),
-                moved.join("; ")
-            )
-        };
-        out.push(Verdict {
-            metric,
-            higher,
-            lower,
-            cells: n,
-            line,
-        });
     }
     out
+}
+
+/// The word for a metric from its judged cells' verdicts, over `n` cells compared.
+fn word(read: &[Read<'_>], n: usize) -> MetricChange {
+    let count = |ch: Change| read.iter().filter(|r| r.change == ch).count();
+    let (higher, lower) = (count(Change::Higher), count(Change::Lower));
+    if read.is_empty() {
+        MetricChange::NotJudged
+    } else if 2 * higher.max(lower) > n {
+        if lower >= higher {
+            MetricChange::Lower
+        } else {
+            MetricChange::Higher
+        }
+    } else if higher + lower > 0 {
+        MetricChange::Mixed
+    } else if count(Change::Unchanged) == n {
+        MetricChange::Unchanged
+    } else {
+        MetricChange::Inconclusive
+    }
+}
+
+/// One metric's verdict over the cells that show it.
+fn verdict(metric: &'static str, shown: &[(&CellDiff, &Diff)], eq: &Equivalence) -> Verdict {
+    let u = if unit(metric) == "share" { "pp" } else { "%" };
+    let margin = eq.margin(u);
+    let (mut read, mut unjudged) = (Vec::new(), Vec::new());
+    for (c, d) in shown {
+        match (d.verdict, reading(d)) {
+            (Change::NotJudged, _) | (_, None) => unjudged.push(*d),
+            (change, Some((value, ci, _))) => read.push(Read {
+                cell: &c.cell,
+                value,
+                ci,
+                change,
+                diff: d,
+            }),
+        }
+    }
+    let count = |ch: Change| read.iter().filter(|r| r.change == ch).count();
+    let (higher, lower) = (count(Change::Higher), count(Change::Lower));
+    let (unchanged, inconclusive) = (count(Change::Unchanged), count(Change::Inconclusive));
+    let n = shown.len();
+    let verdict = word(&read, n);
+    let widest_of = |ch: Option<Change>| {
+        read.iter()
+            .filter(|r| ch.is_none_or(|c| r.change == c))
+            .max_by(|a, b| (a.ci[1] - a.ci[0]).total_cmp(&(b.ci[1] - b.ci[0])))
+            .map(|r| Widest {
+                cell: r.cell.to_owned(),
+                value: r.value,
+                interval: r.ci,
+            })
+    };
+    let widest = match verdict {
+        MetricChange::Unchanged => widest_of(None),
+        _ => widest_of(Some(Change::Inconclusive)),
+    };
+    let hardest = read
+        .iter()
+        .filter(|r| r.change == Change::Inconclusive)
+        .map(|r| {
+            let of = match r.diff.interval {
+                "runs" => Of::Runs,
+                _ => Of::Requests,
+            };
+            let rests = Rests {
+                metric: r.diff.metric,
+                n: r.diff.n,
+                rule_of_three: r.diff.rule_of_three,
+            };
+            let n = settle(rests, r.value, r.ci, margin);
+            (Settle { n, of }, r.diff.rule_of_three)
+        })
+        .max_by_key(|s| s.0.n);
+    let settle = hardest.map(|h| h.0);
+    let ctx = Line {
+        metric,
+        u,
+        margin,
+        n,
+        read: &read,
+        unjudged: &unjudged,
+        widest: widest.as_ref(),
+        settle,
+        by_rule_of_three: hardest.is_some_and(|h| h.1),
+    };
+    Verdict {
+        metric,
+        higher,
+        lower,
+        cells: read.len(),
+        line: ctx.line(verdict),
+        verdict,
+        compared: n,
+        unchanged,
+        inconclusive,
+        not_judged: unjudged.len(),
+        margin,
+        margin_unit: u,
+        widest,
+        settle,
+    }
+}
+
+/// What a verdict's line is made of.
+struct Line<'a> {
+    metric: &'static str,
+    u: &'static str,
+    margin: f64,
+    n: usize,
+    read: &'a [Read<'a>],
+    unjudged: &'a [&'a Diff],
+    widest: Option<&'a Widest>,
+    settle: Option<Settle>,
+    /// The settling estimate's cell is a rate the rule of three widened (its bound narrows as
+    /// 1/n, not 1/√n).
+    by_rule_of_three: bool,
+}
+
+/// `1 cell`, `3 cells`.
+fn cells(n: usize) -> String {
+    match n {
+        1 => "1 cell".to_owned(),
+        _ => format!("{n} cells"),
+    }
+}
+
+impl Line<'_> {
+    fn line(&self, verdict: MetricChange) -> String {
+        let (metric, u, m, n) = (self.metric, self.u, self.margin, self.n);
+        let count = |ch: Change| self.read.iter().filter(|r| r.change == ch).count();
+        match verdict {
+            MetricChange::NotJudged => match n {
+                1 => format!("{metric} not judged in its one cell ({})", self.why()),
+                _ => format!("{metric} not judged in any of {n} cells ({})", self.why()),
+            },
+            MetricChange::Higher | MetricChange::Lower => {
+                let med = median(self.read.iter().map(|r| r.value).collect());
+                let lo = median(self.read.iter().map(|r| r.ci[0]).collect());
+                let hi = median(self.read.iter().map(|r| r.ci[1]).collect());
+                let (word, k, ow, other) = match verdict {
+                    MetricChange::Lower => (
+                        "lower",
+                        count(Change::Lower),
+                        "higher",
+                        count(Change::Higher),
+                    ),
+                    _ => (
+                        "higher",
+                        count(Change::Higher),
+                        "lower",
+                        count(Change::Lower),
+                    ),
+                };
+                let mut s = format!(
+                    "{metric} {med:+.1} {u} [{lo:+.1}, {hi:+.1}] {word} in {k} of {}",
+                    cells(n)
+                );
+                if other > 0 {
+                    s += &format!(", {ow} in {other}");
+                }
+                s + &self.rest(false)
+            }
+            MetricChange::Mixed => {
+                let moved: Vec<String> = self
+                    .read
+                    .iter()
+                    .filter(|r| matches!(r.change, Change::Higher | Change::Lower))
+                    .map(|r| {
+                        format!(
+                            "{} {:+.1} {u} [{:+.1}, {:+.1}]",
+                            r.cell, r.value, r.ci[0], r.ci[1]
+                        )
+                    })
+                    .collect();
+                format!(
+                    "{metric} moved in {} of {}: {}{}",
+                    moved.len(),
+                    cells(n),
+                    moved.join("; "),
+                    self.rest(true)
+                )
+            }
+            MetricChange::Unchanged => format!(
+                "{metric} unchanged: every cell's interval within ±{m} {u} ({}{})",
+                cells(n),
+                self.widest
+                    .map(|w| format!(
+                        "; widest {} [{:+.1}, {:+.1}]",
+                        w.cell, w.interval[0], w.interval[1]
+                    ))
+                    .unwrap_or_default()
+            ),
+            MetricChange::Inconclusive => {
+                let k = count(Change::Inconclusive);
+                let mut s = format!("{metric} inconclusive: ");
+                s += &match k {
+                    0 => format!("unchanged in {} of {}", count(Change::Unchanged), cells(n)),
+                    _ => format!(
+                        "no cell moved, but the interval of {k} of {} reaches past ±{m} {u}{}",
+                        cells(n),
+                        self.settled()
+                    ),
+                };
+                if !self.unjudged.is_empty() {
+                    s += &format!("; not judged in {} ({})", self.unjudged.len(), self.why());
+                }
+                s
+            }
+        }
+    }
+
+    /// `; unchanged in 3, inconclusive in 1 (widest …), not judged in 2 (…)`, the parts there are.
+    fn rest(&self, unchanged: bool) -> String {
+        let count = |ch: Change| self.read.iter().filter(|r| r.change == ch).count();
+        let mut parts = Vec::new();
+        if unchanged && count(Change::Unchanged) > 0 {
+            parts.push(format!("unchanged in {}", count(Change::Unchanged)));
+        }
+        if count(Change::Inconclusive) > 0 {
+            parts.push(format!(
+                "inconclusive in {}{}",
+                count(Change::Inconclusive),
+                self.settled()
+            ));
+        }
+        if !self.unjudged.is_empty() {
+            parts.push(format!(
+                "not judged in {} ({})",
+                self.unjudged.len(),
+                self.why()
+            ));
+        }
+        match parts.is_empty() {
+            true => String::new(),
+            false => format!("; {}", parts.join(", ")),
+        }
+    }
+
+    /// ` (widest X +1.0 % [-40.2, +105.5]; about N requests a cell would settle it, …)`.
+    fn settled(&self) -> String {
+        let Some(w) = self.widest else {
+            return String::new();
+        };
+        let u = self.u;
+        let mut s = format!(
+            " (widest {} {:+.1} {u} [{:+.1}, {:+.1}]",
+            w.cell, w.value, w.interval[0], w.interval[1]
+        );
+        if let Some(t) = self.settle {
+            let of = match t.of {
+                Of::Requests => "requests a cell",
+                Of::Runs => "runs a side",
+            };
+            let n = match t.n {
+                usize::MAX => "no number of".to_owned(),
+                n => format!("about {n}"),
+            };
+            let how = match self.by_rule_of_three {
+                true => "the rule of three's bound narrows as 1/n",
+                false => "an interval narrows as 1/√n",
+            };
+            s += &format!("; {n} {of} would settle it, an estimate: {how}");
+        }
+        s + ")"
+    }
+
+    /// Why the cells not judged were not, each reason once.
+    fn why(&self) -> String {
+        let mut seen: Vec<String> = Vec::new();
+        for d in self.unjudged {
+            let w = match d.not_judged {
+                Some(nj) => nj.brief(d.metric, d.interval == "runs"),
+                None => "no reading".to_owned(),
+            };
+            if !seen.contains(&w) {
+                seen.push(w);
+            }
+        }
+        seen.join("; ")
+    }
 }
 
 /// Each SLO whose verdict differs between the runs, per cell.
