@@ -34,6 +34,11 @@ fn strs(v: &[&str]) -> Vec<String> {
 
 /// `bench` at one cell (balanced, C=1, 6 requests, no warm-up), quiet about probes and scrapes.
 async fn bench(target: &str, out: &Path, extra: &[&str]) -> Output {
+    bench_n(target, out, "6", extra).await
+}
+
+/// `bench` at one cell of `n` requests.
+async fn bench_n(target: &str, out: &Path, n: &str, extra: &[&str]) -> Output {
     let mut a = strs(&[
         "bench",
         "--target",
@@ -43,7 +48,7 @@ async fn bench(target: &str, out: &Path, extra: &[&str]) -> Output {
         "--concurrency",
         "1",
         "--requests",
-        "6",
+        n,
         "--warmup",
         "0",
         "--buckets",
@@ -540,4 +545,61 @@ async fn a_lagging_client_is_named_the_client() {
         gate, 0,
         "every cell meets 500 ms: the knee is not an SLO miss"
     );
+}
+
+/// A fast engine for comparisons: TPOT is its decode step, 3 ms (or `step_ms`).
+fn quick(step_ms: f64) -> Profile {
+    Profile {
+        prefill_base_ms: 5.0,
+        prefill_per_token_ms: 0.0,
+        prefill_per_seq_ms: 0.0,
+        step_base_ms: step_ms,
+        step_per_seq_ms: 0.0,
+        ..Profile::v100()
+    }
+}
+
+/// `compare BASE NEW --fail-on-regression …`: its exit status and stderr.
+async fn gate(base: &Path, new: &Path, spec: &str) -> (i32, String) {
+    let o = run(strs(&[
+        "compare",
+        &base.display().to_string(),
+        &new.display().to_string(),
+        "--fail-on-regression",
+        spec,
+    ]))
+    .await;
+    (code(&o), err(&o))
+}
+
+/// The comparison gate fails closed: two identical engines at 8 requests a cell cannot be
+/// judged (exit 3, the cells named), nor said unchanged; at 24 requests an engine 10 % slower a
+/// token is a regression (exit 1), and the same engine twice passes (exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_samples_are_not_judged_and_a_real_regression_fails() {
+    let (a, b, slow) = (sim_on(quick(3.0)), sim_on(quick(3.0)), sim_on(quick(3.3)));
+    let dir = support::scratch("verdict-compare");
+    let one = |s: &support::load::SimApart, out: &str, n: &'static str| {
+        let (target, out) = (format!("http://{}", s.engine), dir.join(out));
+        async move {
+            let o = bench_n(&target, &out, n, &["--outputs", "16,16,16"]).await;
+            assert_eq!(code(&o), 0, "{}", err(&o));
+            out
+        }
+    };
+    let (a8, b8) = (one(&a, "a8", "8").await, one(&b, "b8", "8").await);
+    let (code8, e) = gate(&a8, &b8, "ttft_p95:+5%,tpot_p50:+3%").await;
+    assert_eq!(code8, 3, "{e}");
+    assert!(e.contains("could not be judged"), "{e}");
+    assert!(e.contains("balanced C=1"), "{e}");
+    let (a24, b24, s24) = (
+        one(&a, "a24", "24").await,
+        one(&b, "b24", "24").await,
+        one(&slow, "s24", "24").await,
+    );
+    let (same, e) = gate(&a24, &b24, "tpot_p50:+3%").await;
+    assert_eq!(same, 0, "{e}");
+    let (worse, e) = gate(&a24, &s24, "tpot_p50:+3%").await;
+    assert_eq!(worse, 1, "{e}");
+    assert!(e.contains("regression"), "{e}");
 }
