@@ -57,6 +57,51 @@ fn files_a_reader_can_hold() {
     assert!(readme <= 350, "README.md: {readme} lines (at most 350)");
 }
 
+/// The top-level names `text`'s crate paths use: `crate::x::…` and each item of a grouped
+/// `crate::{x, y::z, …}` (nested groups included).
+fn crate_uses(text: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices("crate::") {
+        let rest = &text[i + 7..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // The group's items at depth 0, up to its closing brace.
+            let (mut depth, mut start) = (0usize, 0usize);
+            for (j, ch) in group.char_indices() {
+                match ch {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        out.push(ident(&group[start..j]));
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        out.push(ident(&group[start..j]));
+                        start = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            out.push(ident(rest));
+        }
+    }
+    out.retain(|u| !u.is_empty());
+    out
+}
+
+#[test]
+fn grouped_crate_imports_are_seen() {
+    let uses =
+        crate_uses("use crate::{meter::{a, b}, sink,\n    proxy::x};\nlet _ = crate::stats::pct;");
+    assert_eq!(uses, ["meter", "sink", "proxy", "stats"]);
+}
+
 #[test]
 fn modules_are_layered_without_a_cycle() {
     let mut files = Vec::new();
@@ -78,12 +123,8 @@ fn modules_are_layered_without_a_cycle() {
         let Some(&mine) = rank.get(top.as_str()) else {
             panic!("src/{first}: a top-level module missing from LAYERS in tests/layout.rs");
         };
-        let text = std::fs::read_to_string(&f).unwrap();
-        for (i, _) in text.match_indices("crate::") {
-            let used: String = text[i + 7..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
+        let text = code_only(&std::fs::read_to_string(&f).unwrap());
+        for used in crate_uses(&text) {
             if used == top {
                 continue;
             }
@@ -112,11 +153,7 @@ fn top_level_uses() -> BTreeMap<String, BTreeSet<String>> {
         let top = first.to_string_lossy().trim_end_matches(".rs").to_owned();
         let text = code_only(&std::fs::read_to_string(&f).unwrap());
         let entry = uses.entry(top.clone()).or_default();
-        for (i, _) in text.match_indices("crate::") {
-            let used: String = text[i + 7..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
+        for used in crate_uses(&text) {
             if used != top && LAYERS.contains(&used.as_str()) {
                 entry.insert(used);
             }
@@ -125,16 +162,21 @@ fn top_level_uses() -> BTreeMap<String, BTreeSet<String>> {
     uses
 }
 
-/// What the offline commands never reach, directly or through another module: the live
-/// proxy's data path and sinks (report, bench), and the simulated engine (bench, which measures
-/// real ones).
+/// What a module never reaches, directly or through another module: the offline commands
+/// never the live proxy's data path and sinks (report, bench, compare), nor the simulated
+/// engine (bench and compare measure real ones); the meter (the record's definitions) never the
+/// config or the sinks that carry its records; the sim (an engine stand-in) never what measures
+/// it.
 const NEVER_REACHES: &[(&str, &[&str])] = &[
     ("report", &["sink", "proxy"]),
     ("bench", &["sink", "proxy", "sim"]),
+    ("compare", &["sink", "proxy", "sim", "server", "bench"]),
+    ("meter", &["config", "sink"]),
+    ("sim", &["proxy", "sink", "server", "report", "bench"]),
 ];
 
 #[test]
-fn the_offline_commands_never_reach_the_live_path() {
+fn modules_never_reach_what_they_must_not() {
     let uses = top_level_uses();
     for (from, never) in NEVER_REACHES {
         // Breadth first from `from`, remembering how each module was reached.
