@@ -675,3 +675,42 @@ fn the_readmes_record_carries_every_field() {
         "the README's example record has {unknown:?}, not record fields"
     );
 }
+
+/// `scripts/clickhouse_check.py` flattens records into table rows with the same prefixes as the
+/// record's nested objects take as columns (`FLATTENED`): its third copy of that list is held
+/// to this one.
+#[test]
+fn the_clickhouse_check_flattens_as_the_table_does() {
+    let py = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/clickhouse_check.py"),
+    )
+    .unwrap();
+    let mut found: BTreeSet<(String, String)> = BTreeSet::new();
+    // `for k, v in (r.get("gateway_tap") or {}).items():` then `row[f"tap_{k}"] = v`.
+    let lines: Vec<&str> = py.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        let Some(rest) = l.trim().strip_prefix("for k, v in (r.get(\"") else {
+            continue;
+        };
+        let field = rest.split('"').next().unwrap().to_owned();
+        let next = lines[i + 1].trim();
+        let prefix = next
+            .strip_prefix("row[f\"")
+            .and_then(|p| p.split('{').next())
+            .unwrap()
+            .to_owned();
+        found.insert((field, prefix));
+    }
+    // The experiment's two fields are written out by name.
+    if py.contains("row[\"experiment_arm\"]") && py.contains("row[\"experiment_pair_id\"]") {
+        found.insert(("experiment".into(), "experiment_".into()));
+    }
+    let want: BTreeSet<(String, String)> = FLATTENED
+        .iter()
+        .map(|(f, p)| (f.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(
+        found, want,
+        "scripts/clickhouse_check.py's flatten differs from FLATTENED"
+    );
+}
