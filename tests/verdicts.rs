@@ -603,3 +603,58 @@ async fn small_samples_are_not_judged_and_a_real_regression_fails() {
     assert_eq!(worse, 1, "{e}");
     assert!(e.contains("regression"), "{e}");
 }
+
+/// An engine that died: the cell examined served nothing and its scrapes failed. What binds
+/// there is the failure itself, never a cause read from figures nobody scraped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_engine_binds_as_failed() {
+    let dir = support::scratch("verdict-dead");
+    let mut lines = Vec::new();
+    for (c, outcome, status) in [(1, "ok", 200), (2, "connect_error", 502)] {
+        for i in 0..8 {
+            lines.push(format!(
+                r#"{{"ts":"2026-12-01T00:0{c}:{i:02}.000Z","method":"POST","endpoint":"/v1/chat/completions","api":"chat","status":{status},"stream":true,"outcome":"{outcome}","ttft_ms":{},"tpot_ms":20.0,"e2e_ms":900.0,"output_tokens":40,"input_tokens":300,"bucket":"balanced","concurrency":{c}}}"#,
+                if outcome == "ok" { "80.0" } else { "null" }
+            ));
+        }
+    }
+    std::fs::write(dir.join("requests.jsonl"), lines.join("\n") + "\n").unwrap();
+    let cell = |c: u32, t: &str| {
+        format!(r#"{{"bucket":"balanced","concurrency":{c},"scrape":{{"telemetry":{t}}}}}"#)
+    };
+    let gauge = r#"{"mean":0.1,"peak":0.1,"p95":0.1,"samples":4}"#;
+    let alive = format!(r#"{{"kv_cache_usage":{gauge},"running":{gauge},"waiting":{gauge}}}"#);
+    let cells = [cell(1, &alive), cell(2, "{}")].join(",");
+    std::fs::write(dir.join("run.json"), format!(r#"{{"cells":[{cells}]}}"#)).unwrap();
+    let r = report_json(&dir).await;
+    assert_eq!(r["binding"][0]["constraint"], "failed", "{}", r["binding"]);
+    assert_eq!(r["binding"][0]["at"], "C=2");
+}
+
+/// Two runs whose engine's prefix cache was cold in one and warm in the other are named a
+/// mismatch: a TTFT change between them may be the cache's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_prefix_cache_in_one_run_is_a_mismatch() {
+    let dir = support::scratch("verdict-cache");
+    for (name, hit) in [("cold", 0.0), ("warm", 0.96)] {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let line = r#"{"ts":"2026-12-01T00:00:00.000Z","method":"POST","endpoint":"/v1/chat/completions","api":"chat","status":200,"stream":true,"outcome":"ok","ttft_ms":80.0,"tpot_ms":20.0,"e2e_ms":900.0,"output_tokens":40,"input_tokens":300,"bucket":"balanced","concurrency":1}"#;
+        std::fs::write(d.join("requests.jsonl"), format!("{line}\n")).unwrap();
+        let run = format!(
+            r#"{{"cells":[{{"bucket":"balanced","concurrency":1,"scrape":{{"telemetry":{{"prefix_cache_hit_rate":{hit}}}}}}}]}}"#
+        );
+        std::fs::write(d.join("run.json"), run).unwrap();
+    }
+    let o = run(strs(&[
+        "compare",
+        &dir.join("cold").display().to_string(),
+        &dir.join("warm").display().to_string(),
+    ]))
+    .await;
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("the engine's prefix cache differs: hit rate BASE 0 %, NEW 96 %"),
+        "{out}"
+    );
+}

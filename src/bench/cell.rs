@@ -105,7 +105,11 @@ impl Out {
         wall_s: f64,
         open_loop: Option<OpenInfo>,
     ) {
-        let out_tokens: u64 = records.iter().filter_map(|r| r.output_tokens).sum();
+        let out_tokens: u64 = records
+            .iter()
+            .filter(|r| super::verdict::served(r))
+            .filter_map(|r| r.output_tokens)
+            .sum();
         let errors = records.iter().filter(|r| r.outcome != Outcome::Ok).count();
         let from = self.records.len();
         self.cells.push(CellInfo {

@@ -44,8 +44,9 @@ pub struct CellInfo {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<super::verdict::FailureCount>,
     pub wall_s: f64,
+    /// Output tokens of the requests served (a cut stream's partial output is not counted).
     pub output_tokens: u64,
-    /// Total output tokens ÷ wall time across all streams of the cell (not per stream).
+    /// Those output tokens ÷ wall time across all streams of the cell (not per stream).
     pub aggregate_tok_s: f64,
     /// An open-loop cell: its arrivals, offered against sent.
     #[serde(skip_serializing_if = "Option::is_none")]

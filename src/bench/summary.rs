@@ -75,7 +75,12 @@ fn rows(s: &mut String, cell: &CellInfo, cell_records: &[RequestRecord], arms: &
             continue;
         }
         let errors = rs.iter().filter(|r| r.outcome != Outcome::Ok).count();
-        let out_tokens: u64 = rs.iter().filter_map(|r| r.output_tokens).sum();
+        // Only streams served whole: a cut stream's tokens are not a sustained output.
+        let out_tokens: u64 = rs
+            .iter()
+            .filter(|r| super::verdict::served(r))
+            .filter_map(|r| r.output_tokens)
+            .sum();
         // With two arms interleaved in one cell, each arm's share of the cell's wall time.
         let agg = if cell.wall_s > 0.0 {
             out_tokens as f64 / cell.wall_s

@@ -131,11 +131,22 @@ fn name(c: &CellInfo) -> String {
     }
 }
 
+/// The failures in words; refusals as the client's fault (a 4xx other than 429: a bad key, an
+/// unknown model, a prompt over the context) are said to be such, since `report` counts them
+/// apart from the service's failures.
 fn list(f: &[FailureCount]) -> String {
-    f.iter()
+    let all = f
+        .iter()
         .map(|f| f.to_string())
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    let client = |f: &&FailureCount| f.status != 429 && (400..500).contains(&f.status);
+    match f.iter().filter(client).map(|f| f.requests).sum::<usize>() {
+        0 => all,
+        n => format!(
+            "{all} ({n} refused as the client's fault: a 4xx other than 429, which `tokentap report` counts apart as client errors)"
+        ),
+    }
 }
 
 /// The run's verdict from its cells.

@@ -35,6 +35,9 @@ pub enum Why {
     ZeroBase,
     /// No interval: too few resamples had a value, or the runs gave none.
     NoInterval,
+    /// The interval reaches past a gate's threshold on one side and short of it on the other:
+    /// it can rule out neither a regression beyond the threshold nor one within it.
+    Straddles,
 }
 
 /// A difference that is not evidence: why, and the values a side that would judge it.
@@ -77,6 +80,10 @@ impl NotJudged {
             ),
             Why::ZeroBase => "BASE is 0: no relative change".to_owned(),
             Why::NoInterval => "no interval".to_owned(),
+            Why::Straddles => format!(
+                "its interval reaches past the threshold: it rules out neither a regression beyond it nor one within it; about {need} {per} would settle it: BASE {}, NEW {}",
+                n[0], n[1]
+            ),
         }
     }
 

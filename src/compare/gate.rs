@@ -1,7 +1,8 @@
 //! `--fail-on-regression`: thresholds per metric (`ttft_p95:+5%,tpot_p50:+3%,error_rate:+0.5pp`),
 //! the cells whose difference lies wholly beyond one, interval and all, and the cells it could
-//! not judge. Fail closed: a cell without evidence is named and fails the gate with its own
-//! status (3), never read as "no regression".
+//! not judge. Fail closed: a cell passes only when its interval lies wholly within the
+//! threshold; a cell without evidence, or whose interval straddles the threshold, is named and
+//! fails the gate with its own status (3), never read as "no regression".
 
 use serde::Serialize;
 
@@ -161,6 +162,43 @@ pub fn breached(t: &Threshold, d: &Diff) -> Option<[f64; 2]> {
     beyond.then_some(ci)
 }
 
+/// Whether an interval lies wholly within the threshold (on the good side of it): the evidence
+/// a cell passes on. One that reaches past it, and is not wholly beyond it, straddles it.
+pub fn within(t: &Threshold, ci: [f64; 2]) -> bool {
+    if t.value >= 0.0 {
+        ci[1] <= t.value
+    } else {
+        ci[0] >= t.value
+    }
+}
+
+/// About how many values a side would settle an interval that straddles the threshold: its
+/// width shrinks as 1/√n, until the side reaching past (or short of) the threshold no longer
+/// does. An estimate, stated as one.
+fn to_settle(t: &Threshold, d: &Diff, ci: [f64; 2]) -> usize {
+    let point = match t.unit {
+        Unit::Percent => d.rel.map(|r| r * 100.0),
+        Unit::Pp => d.abs.map(|a| a * 100.0),
+        Unit::Ms | Unit::TokS => d.abs,
+    }
+    .unwrap_or((ci[0] + ci[1]) / 2.0);
+    // The half of the interval between the point and the threshold, and how far it must go.
+    let (reach, room) = if (point - t.value) * t.value.signum() < 0.0 {
+        // The point is within: the far end must come back to the threshold.
+        let far = if t.value >= 0.0 { ci[1] } else { ci[0] };
+        ((far - point).abs(), (t.value - point).abs())
+    } else {
+        // The point is beyond: the near end must pass the threshold.
+        let near = if t.value >= 0.0 { ci[0] } else { ci[1] };
+        ((point - near).abs(), (point - t.value).abs())
+    };
+    let n = d.n[0].min(d.n[1]).max(1) as f64;
+    if room <= 0.0 {
+        return usize::MAX;
+    }
+    (n * (reach / room).powi(2)).ceil() as usize
+}
+
 /// The gate's word over one comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -244,8 +282,19 @@ pub fn judge(
                 );
                 continue;
             };
-            match interval(t, d) {
-                Err(nj) => unjudged(&cell.cell, nj, nj.say(d.metric, d.n, d.interval == "runs")),
+            let runs = d.interval == "runs";
+            match interval(t, d).map(|ci| (ci, within(t, ci))) {
+                Err(nj) => unjudged(&cell.cell, nj, nj.say(d.metric, d.n, runs)),
+                Ok((ci, false)) if breached(t, d).is_none() => {
+                    let nj = NotJudged::new(Why::Straddles, Some(to_settle(t, d, ci)));
+                    let reason = format!(
+                        "[{:+.1}, {:+.1}] against {t}: {}",
+                        ci[0],
+                        ci[1],
+                        nj.say(d.metric, d.n, runs)
+                    );
+                    unjudged(&cell.cell, nj, reason)
+                }
                 Ok(_) => {
                     k.judged += 1;
                     if let Some(ci) = breached(t, d) {
@@ -354,6 +403,32 @@ mod tests {
         assert!(e("error_rate:+1ms").why.contains("use % or pp"));
         let msg = e("ttft_p95:+5%,x:1%").to_string();
         assert!(msg.starts_with("--fail-on-regression: \"x:1%\""), "{msg}");
+    }
+
+    #[test]
+    fn a_cell_passes_only_wholly_within_and_a_straddling_one_is_settled_by_more() {
+        let t = &parse("ttft_p95:+5%").unwrap()[0];
+        assert!(within(t, [-10.0, 5.0]));
+        assert!(!within(t, [-10.0, 5.1]), "reaches past +5 %");
+        let t = &parse("tok_s_per_stream_p50:5%").unwrap()[0];
+        assert!(within(t, [-4.0, 10.0]) && !within(t, [-6.0, 10.0]));
+        // A point of 0 % with ±10 % at 20 a side: the +10 % end must come back to +5 %, half its
+        // reach, so four times the values.
+        let d = Diff {
+            metric: "ttft_p95",
+            rel: Some(0.0),
+            rel_ci: Some([-0.1, 0.1]),
+            n: [20, 20],
+            ..Diff::default()
+        };
+        let t = &parse("ttft_p95:+5%").unwrap()[0];
+        assert_eq!(to_settle(t, &d, [-10.0, 10.0]), 80);
+        // A point of +8 % beyond +5 %, its low end at −2 %: the low end must pass +5 %.
+        let d = Diff {
+            rel: Some(0.08),
+            ..d
+        };
+        assert_eq!(to_settle(t, &d, [-2.0, 18.0]), 20 * 100 / 9 + 1);
     }
 
     #[test]

@@ -413,7 +413,22 @@ const LOAD_FIELDS: [&str; 6] = [
     "seed",
 ];
 
-/// Cells in one run only, different models, different load shapes.
+/// Prefix-cache hit rates this far apart (a share) make two runs different engines' states.
+const PREFIX_HIT_GAP: f64 = 0.10;
+
+/// A run's prefix-cache hit rate: the mean over its cells' scrapes (`run.json`), when scraped.
+fn prefix_hits(run: &serde_json::Value) -> Option<f64> {
+    let rates: Vec<f64> = run
+        .get("cells")?
+        .as_array()?
+        .iter()
+        .filter_map(|c| c["scrape"]["telemetry"]["prefix_cache_hit_rate"].as_f64())
+        .collect();
+    (!rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64)
+}
+
+/// Cells in one run only, different models, different load shapes, a prefix cache warm in one
+/// run and cold in the other.
 pub fn mismatches(base: &Side, new: &Side) -> Vec<String> {
     let mut out = Vec::new();
     let keys = |s: &Side| -> BTreeSet<String> {
@@ -463,6 +478,15 @@ pub fn mismatches(base: &Side, new: &Side) -> Vec<String> {
             };
             if outs(b) != outs(n) {
                 out.push("load differs: the buckets' output tokens".to_owned());
+            }
+            if let (Some(hb), Some(hn)) = (prefix_hits(b), prefix_hits(n)) {
+                if (hb - hn).abs() >= PREFIX_HIT_GAP {
+                    out.push(format!(
+                        "the engine's prefix cache differs: hit rate BASE {:.0} %, NEW {:.0} % (run.json's scrapes): a warm cache lowers TTFT, so a change of TTFT may be the cache's",
+                        100.0 * hb,
+                        100.0 * hn
+                    ));
+                }
             }
         }
         (Some(_), None) => out.push("BASE is a bench run (run.json), NEW is not".to_owned()),

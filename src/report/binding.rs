@@ -7,7 +7,7 @@
 //! `NotIdentified`.
 
 use super::answers;
-use super::model::{Axis, Cell, Report};
+use super::model::{Axis, Cell, Report, Telemetry};
 pub use super::model::{BindPoint, Binding, BindingFigures as Figures, Constraint};
 use super::words::{at, cell_name};
 
@@ -199,10 +199,16 @@ pub fn settle(r: &mut Report) {
                 .reduce(f64::max),
         };
         let f = figures(cell, &bucket);
-        let constraint = if point == BindPoint::Top {
-            Constraint::NotReached
-        } else {
-            verdict(&f, cell.engine.is_some())
+        // Scrapes that all failed leave an engine with no figure: nothing was scraped.
+        let scraped = cell
+            .engine
+            .as_ref()
+            .is_some_and(|t| *t != Telemetry::default());
+        let served = cell.ttft_ms.n.max(cell.e2e_ms.n);
+        let constraint = match point {
+            BindPoint::Top => Constraint::NotReached,
+            _ if served == 0 => Constraint::Failed,
+            _ => verdict(&f, scraped),
         };
         out.push(Binding {
             bucket: p.bucket.clone(),

@@ -405,7 +405,12 @@ fn provision_of(group: Group, cs: &[&Cell], base: Option<f64>, slos: &Slos) -> P
     let last = cs.last();
     let failure_mode = match last {
         Some(c) if c.error_rate >= 0.01 => FailureMode::Errors,
-        Some(c) if !matches!(c.tail, Tail::Tight | Tail::Unknown) || knee.is_some() => {
+        // Slower with load: a knee, or a tail that widened above the lowest level (one level
+        // alone shows no growth with load).
+        Some(c)
+            if (cs.len() > 1 && !matches!(c.tail, Tail::Tight | Tail::Unknown))
+                || knee.is_some() =>
+        {
             FailureMode::Slower
         }
         _ => FailureMode::None,

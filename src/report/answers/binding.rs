@@ -83,6 +83,9 @@ pub fn binding_text(b: &Binding) -> String {
     let figs = describe(&b.figures);
     let unnamed = match b.constraint {
         Constraint::NotIdentified => format!(" — no cause shown: {}", missing(&b.figures)),
+        Constraint::Failed => {
+            " — the cell served no request: every one failed, so there is no latency to explain (the failure mode says why)".to_owned()
+        }
         _ => String::new(),
     };
     format!(

@@ -222,6 +222,9 @@ fn hurts(r: &Report) -> String {
                 at(c),
                 c.ttft_ms.p95.unwrap_or(f64::NAN)
             ),
+            _ if cs.iter().all(|c| c.ttft_ms.p95.is_none()) => {
+                "no served stream's TTFT to compare across levels.".into()
+            }
             _ => "nowhere measurable: no cell is slower than its shape at its lowest level.".into(),
         }
     });

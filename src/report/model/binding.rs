@@ -7,6 +7,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Constraint {
+    /// The cell examined served no request: every one failed. There is no latency to explain;
+    /// the failure mode says why.
+    Failed,
     Client,
     Gateway,
     /// Preemptions, or admission blocked: requests waited while the free KV cache was smaller
@@ -34,6 +37,7 @@ pub enum Constraint {
 impl Constraint {
     pub fn as_str(self) -> &'static str {
         match self {
+            Constraint::Failed => "failed",
             Constraint::Client => "client",
             Constraint::Gateway => "gateway",
             Constraint::KvCache => "KV cache",

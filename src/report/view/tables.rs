@@ -296,7 +296,7 @@ pub(super) fn readings(r: &Report) -> Vec<String> {
             false => format!("holds up to {}", ceiling_words(p, "interactive")),
         };
         out.push(format!(
-            "{}: interactive (TTFT p95 < {:.0} ms) {holds}; knee {}; at the highest level measured the failure mode is {}.",
+            "{}: interactive (TTFT p95 ≤ {:.0} ms) {holds}; knee {}; at the highest level measured the failure mode is {}.",
             p.bucket,
             r.slos.ttft_interactive_ms,
             p.knee.clone().map(|k| format!("at {c}{k}")).unwrap_or_else(|| "not reached".into()),
