@@ -70,7 +70,20 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let exit = match Cli::parse().command {
+    // Bad arguments exit 64, as a bad config does (clap's own status is 2); --help and
+    // --version print and exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(64)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let exit = match cli.command {
         Command::Serve(a) => tokentap::serve::cli(a),
         Command::Check(a) => match tokentap::check::run(&a) {
             Ok(summary) => {

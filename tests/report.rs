@@ -679,7 +679,7 @@ fn a_shape_with_nothing_streamed_is_not_judged() {
     );
     let md = report::render(&r, report::Format::Md);
     assert!(
-        md.contains("long-short: interactive (TTFT p95 < 500 ms) is not judged (nothing streamed)"),
+        md.contains("long-short: interactive (TTFT p95 ≤ 500 ms) is not judged (nothing streamed)"),
         "{md}"
     );
     assert!(!md.contains("not even the lowest level"), "{md}");

@@ -658,3 +658,31 @@ async fn a_warm_prefix_cache_in_one_run_is_a_mismatch() {
         "{out}"
     );
 }
+
+/// A search is meant to break at its last level: `--until errors` in front of a proxy that sheds
+/// load above two in flight finds the ceiling (2) and passes, its breaking levels' 503s
+/// notwithstanding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_whose_last_level_breaks_passes() {
+    let sim = sim_on(quick(3.0));
+    let proxy = support::proxy(
+        &format!("http://{}", sim.engine),
+        "[limits]\nmax_concurrent = 2\n",
+    )
+    .await;
+    let dir = support::scratch("verdict-search");
+    let o = bench(
+        &proxy.url(""),
+        &dir,
+        &["--until", "errors", "--max-level", "8"],
+    )
+    .await;
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let rj = run_json(&dir);
+    assert_eq!(rj["verdict"]["status"], "ok", "{}", rj["verdict"]);
+    assert_eq!(
+        rj["saturation"]["balanced"]["ceiling"], 2.0,
+        "{}",
+        rj["saturation"]
+    );
+}
