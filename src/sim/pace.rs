@@ -259,9 +259,10 @@ impl fmt::Display for LatenessSummary {
         let us = |d: Duration| d.as_secs_f64() * 1e6;
         write!(
             f,
-            "{} paced writes in {} answers; write lateness (the sim's own) mean {:.0} µs, p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs",
+            "{} paced writes in {} answer{}; write lateness (the sim's own) mean {:.0} µs, p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs",
             self.writes,
             self.answers,
+            if self.answers == 1 { "" } else { "s" },
             us(self.mean),
             us(self.p50),
             us(self.p99),
