@@ -1,6 +1,6 @@
 //! `sim` speaks vLLM's format; `bench` against `sim` through the proxy: reproducible prompt
-//! sets, warm-up excluded, empty buckets reported, and bench's client-side TTFT agreeing with
-//! the proxy's.
+//! sets, warm-up excluded, empty buckets reported, each bench record joined to the proxy's by
+//! the request id bench sent, and bench's client-side TTFT agreeing with the proxy's.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tokentap_test_support as support;
@@ -177,21 +177,33 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
     assert_eq!(run["prompt_set_sha256"], info.prompt_set_sha256.as_str());
     assert_eq!(run["model"], "sim");
 
-    // The proxy saw every request, warm-ups included (and bench's GET /v1/models).
+    // The proxy saw every request, warm-ups included (and bench's GET /v1/models), each with
+    // the id bench sent (x-request-id), all distinct.
     let proxied = px.records(6 * 6 + 1).await;
     assert_eq!(proxied.len(), 6 * 6 + 1);
-    // Match each measured C=1 bench request to the proxy's record of it (nearest start time):
-    // the client's TTFT is the proxy's plus the loopback hop, within a few ms.
-    let t = |r: &RequestRecord| humantime::parse_rfc3339(&r.ts).unwrap();
-    for b in recs.iter().filter(|r| r.concurrency == Some(1)) {
-        let p = proxied
+    let proxy_ids: Vec<&str> = proxied
+        .iter()
+        .map(|p| p.request_id.as_deref().expect("bench sent an id"))
+        .collect();
+    let distinct: std::collections::HashSet<&str> = proxy_ids.iter().copied().collect();
+    assert_eq!(distinct.len(), proxy_ids.len(), "{proxy_ids:?}");
+    // Each bench record joins exactly one of the proxy's by its id: the same request, with the
+    // same tokens; at C=1 the client's TTFT is the proxy's plus the loopback hop.
+    for b in &recs {
+        let id = b.request_id.as_deref().expect("bench records its id");
+        assert!(id.starts_with("bench-"), "{id}");
+        let same: Vec<&RequestRecord> = proxied
             .iter()
-            .filter(|p| p.stream)
-            .min_by_key(|p| t(p).duration_since(t(b)).unwrap_or_else(|e| e.duration()))
-            .unwrap();
-        let (bt, pt) = (b.ttft_ms.unwrap(), p.ttft_ms.unwrap());
-        assert!(bt >= pt - 0.5 && bt - pt < 5.0, "bench {bt} proxy {pt}");
+            .filter(|p| p.request_id.as_deref() == Some(id))
+            .collect();
+        assert_eq!(same.len(), 1, "{id}");
+        let p = same[0];
         assert_eq!(b.output_tokens, p.output_tokens);
+        assert_eq!(p.upstream_request_id, b.upstream_request_id);
+        if b.concurrency == Some(1) {
+            let (bt, pt) = (b.ttft_ms.unwrap(), p.ttft_ms.unwrap());
+            assert!(bt >= pt - 0.5 && bt - pt < 5.0, "bench {bt} proxy {pt}");
+        }
     }
 
     // Same seed and file: same prompt set hash; another seed: another.
@@ -222,6 +234,12 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
     .await
     .unwrap();
     assert_ne!(other.prompt_set_sha256, info.prompt_set_sha256);
+    // Another run, other ids: no id of one run is another's.
+    for run in ["b", "c"] {
+        for r in read_records(&dir.join(run).join("requests.jsonl")) {
+            assert!(!distinct.contains(r.request_id.as_deref().unwrap()));
+        }
+    }
 }
 
 #[tokio::test]
@@ -442,5 +460,55 @@ async fn bench_speaks_every_shape_to_a_reasoning_model() {
         assert!(mine
             .iter()
             .all(|r| r.cached_tokens.unwrap() < r.input_tokens.unwrap()));
+    }
+}
+
+/// bench → tokentap serve → the paced mock: every request bench sends carries its own
+/// `x-request-id`, which the proxy records as `request_id`; each bench record joins exactly one
+/// proxy record on it, at every level, and the join is the same request (its upstream's id,
+/// its tokens; the client's TTFT is the proxy's and more, the pace's first token at least).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_request_ids_join_the_proxys_records_one_to_one() {
+    let s = load::sim_paced("20,2,12".parse().unwrap());
+    let px = proxy(&format!("http://{}", s.engine), "").await;
+    let dir = scratch("ids");
+    let cfg = BenchConfig {
+        target: format!("http://{}", px.addr),
+        out: dir.clone(),
+        concurrency: vec![1, 8],
+        requests: 16,
+        warmup: 1,
+        outputs: [12, 12, 12],
+        buckets: vec!["short-long".into()],
+        calibrate: false,
+        quiet: true,
+        scrape: bench::scrape::ScrapePlan::Off,
+        ..BenchConfig::default()
+    };
+    bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    let recs = read_records(&dir.join("requests.jsonl"));
+    assert_eq!(recs.len(), 2 * 16);
+    // Measured and warm-up requests, and bench's GET /v1/models.
+    let proxied = px.records(2 * 17 + 1).await;
+    assert_eq!(proxied.len(), 2 * 17 + 1);
+    let mut ids = std::collections::HashSet::new();
+    for p in &proxied {
+        assert!(ids.insert(p.request_id.clone().expect("an id")), "distinct");
+    }
+    for b in &recs {
+        let id = b.request_id.as_deref().unwrap();
+        let same: Vec<&RequestRecord> = proxied
+            .iter()
+            .filter(|p| p.request_id.as_deref() == Some(id))
+            .collect();
+        assert_eq!(same.len(), 1, "{id}");
+        let p = same[0];
+        assert_eq!(p.upstream_request_id, b.upstream_request_id);
+        assert_eq!((b.output_tokens, p.output_tokens), (Some(12), Some(12)));
+        assert_eq!(p.concurrency, b.concurrency);
+        let (bt, pt) = (b.ttft_ms.unwrap(), p.ttft_ms.unwrap());
+        assert!(pt >= 20.0 && bt >= pt - 0.5, "bench {bt} proxy {pt}");
     }
 }

@@ -1,7 +1,9 @@
 //! The load's client: an HTTP client that measures each streamed request with the proxy's own
-//! `Meter`, and what this client itself adds to TTFT (`client_overhead`).
+//! `Meter`, and what this client itself adds to TTFT (`client_overhead`). Every request it sends
+//! carries a unique `x-request-id` (its record's `request_id`), so that a proxy's record of it
+//! joins bench's.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +24,34 @@ use crate::openai::Api;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The header every request's id goes out in: the one tokentap serve reads by default
+/// (`request_id.headers`), as do vLLM, AIPerf and most gateways.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// Ids for this client's requests: `bench-<16 random hex digits, one per client>-<counter>`,
+/// unique within a run and, by the random part, across runs. Derived from nothing secret.
+struct RequestIds {
+    prefix: String,
+    next: AtomicU64,
+}
+
+impl RequestIds {
+    fn new() -> RequestIds {
+        RequestIds {
+            prefix: format!("bench-{:016x}", fastrand::u64(..)),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    fn next(&self) -> String {
+        format!(
+            "{}-{}",
+            self.prefix,
+            self.next.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+}
+
 /// An OpenAI-compatible endpoint under test.
 pub struct Target {
     base: String,
@@ -31,6 +61,7 @@ pub struct Target {
     headers: Vec<(String, String)>,
     /// `--metrics-listen`: bench's own counters.
     live: Option<Arc<super::live::Live>>,
+    ids: RequestIds,
 }
 
 impl Target {
@@ -73,9 +104,12 @@ impl Target {
             key_id,
             headers,
             live: None,
+            ids: RequestIds::new(),
         })
     }
 
+    /// A request to the target, with its id (`x-request-id`, in place of any header of that
+    /// name among the extra headers).
     fn request(
         &self,
         method: &str,
@@ -83,6 +117,7 @@ impl Target {
         body: Bytes,
         extra: Option<(&str, &str)>,
         load: Option<&Req>,
+        id: &str,
     ) -> Result<Request<Full<Bytes>>, String> {
         let mut b = Request::builder()
             .method(method)
@@ -103,12 +138,17 @@ impl Target {
         for (k, v) in load.into_iter().flat_map(|r| r.tags().headers()) {
             b = b.header(k, v);
         }
+        let id = http::HeaderValue::from_str(id).map_err(|e| e.to_string())?;
+        if let Some(h) = b.headers_mut() {
+            h.insert(REQUEST_ID_HEADER, id);
+        }
         b.body(Full::new(body)).map_err(|e| e.to_string())
     }
 
     /// The first model the target lists (`GET /v1/models`).
     pub async fn first_model(&self) -> Result<String, String> {
-        let req = self.request("GET", "/v1/models", Bytes::new(), None, None)?;
+        let id = self.ids.next();
+        let req = self.request("GET", "/v1/models", Bytes::new(), None, None, &id)?;
         let resp = tokio::time::timeout(Duration::from_secs(30), self.client.request(req))
             .await
             .map_err(|_| "GET /v1/models timed out".to_string())?
@@ -163,12 +203,15 @@ impl Target {
         facts.in_flight = sent.in_flight;
         facts.load = req.tags();
         facts.schedule = sent.schedule;
+        // The id this request goes out with: the proxy's record of it carries the same.
+        let id = self.ids.next();
+        facts.request_id = Some(id.clone());
         let route = req.arm.as_ref().map_or("bench", |a| &*a.0).to_owned();
         let extra = req
             .route_header
             .as_deref()
             .zip(req.arm.as_ref().map(|a| &*a.0));
-        let (mut meter, verdict) = self.exchange(&endpoint, body, extra, req, stop).await;
+        let (mut meter, verdict) = self.exchange(&endpoint, body, extra, req, &id, stop).await;
         let mut rec = RequestRecord::assemble(
             facts,
             &mut meter,
@@ -189,6 +232,7 @@ impl Target {
         body: Bytes,
         extra: Option<(&str, &str)>,
         req: &Req,
+        id: &str,
         stop: &AtomicBool,
     ) -> (Meter, Verdict) {
         let t0 = Instant::now();
@@ -201,7 +245,7 @@ impl Target {
             };
             (meter, v)
         };
-        let http = match self.request("POST", path, body, extra, Some(req)) {
+        let http = match self.request("POST", path, body, extra, Some(req), id) {
             Ok(r) => r,
             Err(e) => return fail(meter, Outcome::Rejected, e),
         };

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::{Hold, HopDelay, Profile, Sim};
+use super::{Hold, HopDelay, Pace, Profile, Sim};
 use crate::cli::Exit;
 
 #[derive(clap::Args)]
@@ -54,6 +54,14 @@ pub struct Args {
     /// cache is full (overrides the profile's `preemption`).
     #[arg(long)]
     pub preemption: bool,
+    /// A deterministic mock instead of the cost model: FIRST_MS,GAP_MS,TOKENS[,DELTA_BYTES] —
+    /// the first token FIRST_MS after the request, then one every GAP_MS, TOKENS in all (fewer
+    /// when max_tokens asks), each delta DELTA_BYTES bytes when given; whatever the load. How
+    /// late the mock itself ran is on /metrics and on stderr at exit.
+    #[arg(long, value_name = "FIRST,GAP,TOKENS[,BYTES]", conflicts_with_all = [
+        "profile", "reasoning_tokens", "prefix_cache", "cuda_graphs", "kv_tokens", "preemption",
+    ])]
+    pub pace: Option<Pace>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Print the built-in profile as TOML and exit.
@@ -108,30 +116,46 @@ pub fn cli(a: Args) -> Exit {
         };
         let via = a.hop_upstream.clone();
         let started = match hop {
-            Some((l, d)) if hold.is_on() => {
-                match Sim::start(profile.clone(), &a.model, a.seed, engine, None).await {
-                    Ok(mut sim) => {
-                        let up = via.clone().unwrap_or_else(|| {
-                            format!("http://{}", sim.engine).parse().unwrap_or_default()
-                        });
-                        sim.start_holding_hop(l, d, hold, up, a.seed).map(|_| sim)
-                    }
-                    Err(e) => Err(e),
+            Some((l, d)) if hold.is_on() => match start(&a, &profile, engine, None, None).await {
+                Ok(mut sim) => {
+                    let up = via.clone().unwrap_or_else(|| {
+                        format!("http://{}", sim.engine).parse().unwrap_or_default()
+                    });
+                    sim.start_holding_hop(l, d, hold, up, a.seed).map(|_| sim)
                 }
-            }
-            hop => Sim::start_via(profile.clone(), &a.model, a.seed, engine, hop, via).await,
+                Err(e) => Err(e),
+            },
+            hop => start(&a, &profile, engine, hop, via).await,
         };
         match started {
             Ok(sim) => {
                 announce(&sim, &profile, &a, hold, delay);
                 crate::cli::shutdown_signal().await;
+                let paced = sim.paced();
                 // As vLLM: every stream in flight ends aborted, then the process is gone.
                 sim.stop(STOP_GRACE).await;
+                if let Some(p) = paced {
+                    eprintln!("tokentap sim: pace {}: {}", p.pace, p.late.summary());
+                }
                 Exit::Ok
             }
             Err(e) => Exit::Failed(format!("sim: {e}")),
         }
     })
+}
+
+/// The engine: paced (`--pace`) or the cost model's `profile`, with its hop when given.
+async fn start(
+    a: &Args,
+    profile: &Profile,
+    engine: tokio::net::TcpListener,
+    hop: Option<(tokio::net::TcpListener, HopDelay)>,
+    via: Option<::http::Uri>,
+) -> std::io::Result<Sim> {
+    match a.pace {
+        Some(p) => Sim::start_paced(p, &a.model, a.seed, engine, hop, via).await,
+        None => Sim::start_via(profile.clone(), &a.model, a.seed, engine, hop, via).await,
+    }
 }
 
 /// The profile: built-in or from `--profile`, with the command line's overrides.
@@ -160,10 +184,21 @@ fn chosen_profile(a: &Args) -> Result<Profile, Exit> {
 
 /// Say on stderr what is listening where: the engine, and the hop if there is one.
 fn announce(sim: &Sim, profile: &Profile, a: &Args, hold: Hold, delay: Option<HopDelay>) {
-    eprintln!(
-        "tokentap sim: SIMULATED engine ({}) serving model {:?} on http://{}/v1",
-        profile.name, a.model, sim.engine
-    );
+    match a.pace {
+        Some(p) => eprintln!(
+            "tokentap sim: PACED mock (first token {} ms after the request, then one every {} ms, {} tokens{}; no cost model) serving model {:?} on http://{}/v1",
+            p.first.as_secs_f64() * 1000.0,
+            p.gap.as_secs_f64() * 1000.0,
+            p.tokens,
+            p.delta_bytes.map_or(String::new(), |b| format!(", {b}-byte deltas")),
+            a.model,
+            sim.engine
+        ),
+        None => eprintln!(
+            "tokentap sim: SIMULATED engine ({}) serving model {:?} on http://{}/v1",
+            profile.name, a.model, sim.engine
+        ),
+    }
     if let (Some(h), Some(d)) = (sim.hop, delay) {
         let held = match (hold.bytes, hold.flush_ms) {
             (None, None) => String::new(),

@@ -2,8 +2,9 @@
 //! chunk (chat), one content chunk per token, `finish_reason` on the last content chunk, a
 //! `"choices":[]` usage chunk when asked (with vLLM's `--enable-per-request-metrics` object,
 //! `metrics`, as if that flag were on), then `data: [DONE]`. Headers go out at once, as vLLM
-//! sends them; tokens follow as the engine produces them. Stopped, it ends every answer in
-//! flight as vLLM does (`Wire::abort`: `"finish_reason":"abort"`, then `[DONE]`).
+//! sends them; tokens follow as the engine produces them (with `--pace`, at their instants:
+//! `paced`). Stopped, it ends every answer in flight as vLLM does (`Wire::abort`:
+//! `"finish_reason":"abort"`, then `[DONE]`).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -27,6 +28,9 @@ use super::wire::{Counts, Wire};
 use crate::openai::Api;
 use crate::tokens::estimate_tokens;
 
+mod paced;
+pub use paced::LATENESS_HEADER;
+
 /// Words the sim "generates": deterministic per request seed.
 const WORDS: &[&str] = &[
     " the", " model", " token", " stream", " latency", " first", " engine", " batch", " cache",
@@ -45,12 +49,16 @@ pub struct SimState {
     pub counter: AtomicU64,
     /// Set when the sim is stopped: every answer in flight ends as vLLM's do (aborted).
     pub stop: watch::Receiver<bool>,
+    /// `sim --pace`: every answer at this fixed pace; the cost model is not asked.
+    pub paced: Option<Arc<super::pace::Paced>>,
 }
 
-/// Response bodies: a whole JSON, or a stream fed by the request's task.
+/// Response bodies: a whole JSON, a stream fed by the request's task, or a paced stream that
+/// writes each token at its instant.
 pub enum SimBody {
     Full(Full<Bytes>),
     Stream(mpsc::Receiver<Bytes>),
+    Paced(Box<paced::PacedBody>),
 }
 
 #[warn(clippy::missing_trait_methods)]
@@ -64,6 +72,7 @@ impl Body for SimBody {
         match &mut *self {
             SimBody::Full(f) => Pin::new(f).poll_frame(cx),
             SimBody::Stream(rx) => rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
+            SimBody::Paced(p) => p.poll_frame(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
         }
     }
 
@@ -71,13 +80,14 @@ impl Body for SimBody {
         match self {
             SimBody::Full(f) => f.is_end_stream(),
             SimBody::Stream(rx) => rx.is_closed() && rx.is_empty(),
+            SimBody::Paced(p) => p.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
         match self {
             SimBody::Full(f) => f.size_hint(),
-            SimBody::Stream(_) => http_body::SizeHint::default(),
+            SimBody::Stream(_) | SimBody::Paced(_) => http_body::SizeHint::default(),
         }
     }
 }
@@ -208,7 +218,10 @@ pub async fn handle(state: Arc<SimState>, req: Request<Incoming>) -> Response<Si
         ),
         (&Method::GET, "/health") => json_response(StatusCode::OK, &serde_json::json!({})),
         (&Method::GET, "/metrics") => {
-            let text = super::metrics::page(&state.profile, &state.model, &state.stats);
+            let mut text = super::metrics::page(&state.profile, &state.model, &state.stats);
+            if let Some(p) = &state.paced {
+                p.late.metrics(&p.pace, &mut text);
+            }
             let mut r = Response::new(SimBody::Full(Full::new(Bytes::from(text))));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -225,10 +238,15 @@ pub async fn handle(state: Arc<SimState>, req: Request<Incoming>) -> Response<Si
 }
 
 async fn generate(state: Arc<SimState>, req: Request<Incoming>, api: Api) -> Response<SimBody> {
+    // A paced answer's schedule starts when its head came in.
+    let arrived = std::time::Instant::now();
     let r = match read_request(&state, req, api).await {
         Ok(r) => r,
         Err(no) => return no.response(),
     };
+    if let Some(p) = state.paced.clone() {
+        return paced::answer(state, p, r, api, arrived).await;
+    }
     let Plan {
         counts,
         stop_reason,

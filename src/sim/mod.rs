@@ -1,6 +1,6 @@
-//! `tokentap sim`: a simulated OpenAI-compatible engine (continuous-batching cost model) and an
-//! optional simulated gateway hop in front of it. For demos, tests and dry runs — docs/bench.md and
-//! every output say it is a simulation.
+//! `tokentap sim`: a simulated OpenAI-compatible engine (continuous-batching cost model, or a
+//! deterministic mock at a fixed pace, `--pace`) and an optional simulated gateway hop in front
+//! of it. For demos, tests and dry runs — docs/bench.md and every output say it is a simulation.
 //!
 //! Stopped ([`Sim::stop`], or SIGTERM / Ctrl-C to `tokentap sim`), it does what vLLM does: it
 //! takes no new connection, ends every answer in flight as aborted (`"finish_reason":"abort"`,
@@ -13,6 +13,8 @@ pub mod hold;
 pub mod hop;
 pub mod http;
 mod metrics;
+pub mod pace;
+mod pacer;
 mod times;
 mod wire;
 
@@ -32,6 +34,7 @@ pub use cli::{cli, Args};
 pub use engine::Profile;
 pub use hold::{Hold, Truth};
 pub use hop::HopDelay;
+pub use pace::{LatenessSummary, Pace};
 
 /// A running simulator: the engine's address and, when asked for, the hop's.
 pub struct Sim {
@@ -41,6 +44,14 @@ pub struct Sim {
     /// The accept loops (engine, hops): each ends once its connections have, after a stop.
     servers: Vec<JoinHandle<()>>,
     stop: watch::Sender<bool>,
+    /// `--pace`: the pace and how late the mock ran.
+    paced: Option<Arc<pace::Paced>>,
+}
+
+/// What answers a request: the cost model, or a fixed pace (`--pace`).
+enum Answers {
+    Modelled(Profile),
+    Paced(Pace),
 }
 
 impl Drop for Sim {
@@ -126,6 +137,47 @@ impl Sim {
         hop: Option<(TcpListener, HopDelay)>,
         hop_upstream: Option<::http::Uri>,
     ) -> std::io::Result<Sim> {
+        let answers = Answers::Modelled(profile);
+        Sim::launch(answers, model, seed, engine_listener, hop, hop_upstream).await
+    }
+
+    /// A deterministic mock (`sim --pace`): every answer at `pace`, whatever the load; the
+    /// cost model is not asked. [`Sim::paced`] says how late it ran.
+    pub async fn start_paced(
+        pace: Pace,
+        model: &str,
+        seed: u64,
+        engine_listener: TcpListener,
+        hop: Option<(TcpListener, HopDelay)>,
+        hop_upstream: Option<::http::Uri>,
+    ) -> std::io::Result<Sim> {
+        let answers = Answers::Paced(pace);
+        Sim::launch(answers, model, seed, engine_listener, hop, hop_upstream).await
+    }
+
+    /// The paced mock's figures (`--pace`): its pace and how late its writes ran.
+    pub fn paced(&self) -> Option<Arc<pace::Paced>> {
+        self.paced.clone()
+    }
+
+    async fn launch(
+        answers: Answers,
+        model: &str,
+        seed: u64,
+        engine_listener: TcpListener,
+        hop: Option<(TcpListener, HopDelay)>,
+        hop_upstream: Option<::http::Uri>,
+    ) -> std::io::Result<Sim> {
+        let (profile, paced) = match answers {
+            Answers::Modelled(p) => (p, None),
+            Answers::Paced(pace) => (
+                Profile {
+                    name: format!("paced {pace}"),
+                    ..Profile::instant()
+                },
+                Some(Arc::new(pace::Paced::start(pace)?)),
+            ),
+        };
         let engine_addr = engine_listener.local_addr()?;
         let (stop, stopped) = watch::channel(false);
         let (jobs_tx, jobs_rx) = mpsc::channel(4096);
@@ -144,6 +196,7 @@ impl Sim {
             seed,
             counter: AtomicU64::new(0),
             stop: stopped.clone(),
+            paced: paced.clone(),
         });
         let mut servers = vec![tokio::spawn(accept_loop(
             engine_listener,
@@ -175,6 +228,7 @@ impl Sim {
             tasks,
             servers,
             stop,
+            paced,
         })
     }
 

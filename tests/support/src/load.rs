@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokentap::bench::{self, BenchConfig, RunInfo};
 use tokentap::meter::RequestRecord;
-use tokentap::sim::{Profile, Sim};
+use tokentap::sim::{Pace, Profile, Sim};
 
 /// A simulated engine on a thread and a runtime of its own, so its work never waits behind
 /// the test's tasks (nor theirs behind it): a test of the client's clock measures the client.
@@ -32,6 +32,15 @@ impl Drop for SimApart {
 
 /// A simulated engine with this profile on 127.0.0.1:0 (its model is `sim`).
 pub fn sim_on(p: Profile) -> SimApart {
+    apart(Err(p))
+}
+
+/// The paced mock (`sim --pace`) on 127.0.0.1:0, on its own thread (its model is `sim`).
+pub fn sim_paced(p: Pace) -> SimApart {
+    apart(Ok(p))
+}
+
+fn apart(p: Result<Pace, Profile>) -> SimApart {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
@@ -43,9 +52,11 @@ pub fn sim_on(p: Profile) -> SimApart {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
                 .expect("bind 127.0.0.1:0");
-            let sim: Sim = Sim::start(p, "sim", 7, l, None)
-                .await
-                .expect("the sim starts");
+            let sim: Sim = match p {
+                Ok(pace) => Sim::start_paced(pace, "sim", 7, l, None, None).await,
+                Err(profile) => Sim::start(profile, "sim", 7, l, None).await,
+            }
+            .expect("the sim starts");
             let _ = addr_tx.send(sim.engine);
             let _ = stopped.await;
         });
