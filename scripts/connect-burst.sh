@@ -76,19 +76,21 @@ tt="$scratch/tokentap"
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
-wait_port() {
+wait_port() { # port log
   for _ in $(seq 1 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     sleep 0.1
   done
-  say "connect-burst: nothing listens on 127.0.0.1:$1"; exit 1
+  say "connect-burst: nothing listens on 127.0.0.1:$1; $2 says:"
+  tail -5 "$2" >&2 || true
+  exit 1
 }
 
 declare -A addr metrics
 sim=$(free_port)
 "$tt" sim --listen "127.0.0.1:$sim" >"$scratch/sim.log" 2>&1 &
 pids+=($!)
-wait_port "$sim"
+wait_port "$sim" "$scratch/sim.log"
 addr[sim]="127.0.0.1:$sim"
 targets=(sim)
 
@@ -99,7 +101,7 @@ start_tokentap() { # label binary
   "$2" serve --upstream "http://127.0.0.1:$sim" --listen "127.0.0.1:$port" \
     --admin "127.0.0.1:$admin" --log "$scratch/$1.jsonl" >"$scratch/$1.log" 2>&1 &
   pids+=($!)
-  wait_port "$port"
+  wait_port "$port" "$scratch/$1.log"
   addr[$1]="127.0.0.1:$port"
   metrics[$1]="http://127.0.0.1:$admin/metrics"
   targets+=("$1")
@@ -125,18 +127,20 @@ http { access_log off; client_body_temp_path $d; proxy_temp_path $d; fastcgi_tem
 EOF
   nginx -c "$d/nginx.conf" -p "$d" >"$d/nginx.out" 2>&1 &
   pids+=($!)
-  wait_port "$port"
+  wait_port "$port" "$d/nginx.err"
   addr[nginx]="127.0.0.1:$port"
   targets+=(nginx)
 fi
 if [[ " $PEERS " == *" haproxy "* ]] && command -v haproxy >/dev/null; then
   port=$(free_port)
   # HAProxy's own default backlog: the frontend's maxconn, capped by net.core.somaxconn (a
-  # maxconn of at least somaxconn, so its backlog is the system's maximum).
+  # maxconn of at least somaxconn, so its backlog is the system's maximum). Each connection is
+  # two descriptors to HAProxy, which refuses to start when the limit cannot hold maxconn.
   somax=$(cat /proc/sys/net/core/somaxconn)
+  maxconn=$((max_n + 100 > somax ? max_n + 100 : somax))
   cat >"$scratch/haproxy.cfg" <<EOF
 global
-  maxconn $((need > somax ? need : somax))
+  maxconn $maxconn
 defaults
   mode http
   timeout connect 5s
@@ -150,7 +154,7 @@ backend b
 EOF
   haproxy -db -f "$scratch/haproxy.cfg" >"$scratch/haproxy.out" 2>&1 &
   pids+=($!)
-  wait_port "$port"
+  wait_port "$port" "$scratch/haproxy.out"
   addr[haproxy]="127.0.0.1:$port"
   targets+=(haproxy)
 fi

@@ -54,7 +54,7 @@ fn system_max() -> u32 {
 }
 
 /// `listen.backlog` reaches the proxy's socket: 250 clients at a listener not yet accepting fill
-/// its queue to 201 (mio's default of 128 would stop at 129, tokio's documented 1024 at 250).
+/// its queue to 201 (mio's 128, under tokio's `TcpListener::bind`, would stop at 129).
 /// Once serving, the accept loop empties it, and `/metrics` shows the queue and its limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_listens_with_listen_backlog_and_metrics_show_its_queue() {
