@@ -10,7 +10,8 @@
       many connections the kernel retransmitted on (tcp_info's total_retrans: a dropped SYN, or
       the request after a dropped last ACK), p50/p99/max of the connect times and of the whole
       exchange, answers by status, and the kernel's TcpExt ListenOverflows / ListenDrops deltas
-      over the burst (host-wide).
+      over the burst (host-wide), and the deepest accept queue the target's listener had
+      (/proc/net/tcp, sampled every 2 ms).
   connect_burst.py table FILE
       The JSON lines of FILE as one Markdown table, rounds of a (label, N) pooled.
 
@@ -30,6 +31,7 @@ import socket
 import statistics
 import struct
 import sys
+import threading
 import time
 import urllib.request
 
@@ -40,6 +42,34 @@ def tcp_ext():
         rows = [l.split() for l in f if l.startswith("TcpExt:")]
     d = dict(zip(rows[0][1:], (int(v) for v in rows[1][1:])))
     return d["ListenOverflows"], d["ListenDrops"]
+
+
+def queue_depth(port):
+    """The accept queue's depth of the listener on 127.0.0.1:port: rx_queue of its LISTEN line in
+    /proc/net/tcp. The kernel lists listening sockets first: reading stops at the first other
+    line, so the burst's own thousands of connections are not read."""
+    want = "0100007F:%04X" % port
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if fields[3] != "0A":
+                return None
+            if fields[1] == want:
+                return int(fields[4].split(":")[1], 16)
+    return None
+
+
+class Peak(threading.Thread):
+    """The deepest accept queue seen during the burst, sampled every 2 ms."""
+
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.port, self.peak, self.done = port, 0, threading.Event()
+
+    def run(self):
+        while not self.done.wait(0.002):
+            self.peak = max(self.peak, queue_depth(self.port) or 0)
 
 
 def quantile(xs, q):
@@ -122,13 +152,17 @@ def burst_in(procs, addr, n, timeout):
     before_wait = max(0.0, start_at - time.monotonic() - 0.05)
     time.sleep(before_wait)
     before = tcp_ext()
+    peak = Peak(addr[1])
+    peak.start()
     out = []
     for _ in ps:
         out.extend(q.get(timeout=timeout + 30))
+    peak.done.set()
+    peak.join()
     after = tcp_ext()
     for p in ps:
         p.join()
-    return out, (after[0] - before[0], after[1] - before[1])
+    return out, (after[0] - before[0], after[1] - before[1]), peak.peak
 
 
 def tokentap_metrics(url):
@@ -147,7 +181,7 @@ def tokentap_metrics(url):
 
 def run_burst(a):
     host, port = a.target.rsplit(":", 1)
-    out, (overflows, drops) = burst_in(a.procs, (host, int(port)), a.n, a.timeout)
+    out, (overflows, drops), peak = burst_in(a.procs, (host, int(port)), a.n, a.timeout)
     connects = [c for c, _, _, _ in out if c is not None]
     exchanges = [e for _, e, _, _ in out if e is not None]
     statuses = {}
@@ -175,6 +209,7 @@ def run_burst(a):
             "max": ms(max(exchanges, default=None)),
         },
         "status": statuses,
+        "peak_queue": peak,
         "listen_overflows": overflows,
         "listen_drops": drops,
     }
@@ -190,10 +225,10 @@ def table(path):
         rows.setdefault((r["n"], r["label"]), []).append(r)
     print(
         "| N | target | rounds | connects > 0.5 s | connects > 1 s | retransmitted "
-        "| connect p50 / p99 / max (ms) | exchange p50 / p99 (ms) | ListenOverflows Δ "
-        "| ListenDrops Δ | not 200 |"
+        "| connect p50 / p99 / max (ms) | exchange p50 / p99 (ms) | deepest accept queue "
+        "| ListenOverflows Δ | ListenDrops Δ | not 200 |"
     )
-    print("| ---: | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |")
     for (n, label), rs in sorted(rows.items(), key=lambda kv: (kv[0][0], order(kv[0][1]))):
         tot = len(rs) * n
         med = lambda k, q: statistics.median(r[k][q] for r in rs)  # noqa: E731
@@ -206,12 +241,14 @@ def table(path):
             f"| {sum(r['retransmitted'] for r in rs)} "
             f"| {med('connect_ms', 'p50'):.0f} / {med('connect_ms', 'p99'):.0f} / {top('connect_ms', 'max'):.0f} "
             f"| {med('exchange_ms', 'p50'):.0f} / {med('exchange_ms', 'p99'):.0f} "
+            f"| {max(r['peak_queue'] for r in rs)} "
             f"| {'/'.join(str(r['listen_overflows']) for r in rs)} "
             f"| {'/'.join(str(r['listen_drops']) for r in rs)} "
             f"| {not_ok} |"
         )
     print(
-        "\np50 and p99: the median over rounds; max: the largest; waits, exchanges and failures: "
+        "\np50 and p99: the median over rounds; max and the deepest queue: the largest; waits, "
+        "retransmissions and failures: "
         "summed over rounds; the kernel's deltas: each round's, host-wide."
     )
 

@@ -289,6 +289,33 @@ mod tests {
     }
 
     #[test]
+    fn reading_stops_at_the_first_socket_that_is_not_listening() {
+        let path = std::env::temp_dir().join(format!("tokentap-tcp-{}", std::process::id()));
+        let head = "  sl  local_address rem_address   st tx_queue rx_queue\n";
+        let line = |i: u32, st: &str| {
+            format!(
+                "{i:4}: 0100007F:{:04X} 00000000:0000 {st} 00000000:00000003\n",
+                8000 + i
+            )
+        };
+        let text = [
+            head.to_owned(),
+            line(0, "0A"),
+            line(1, "0A"),
+            line(2, "01"),
+            line(3, "0A"),
+        ];
+        std::fs::write(&path, text.concat()).unwrap();
+        let got = listening_lines(path.to_str().unwrap()).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(
+            got,
+            [head.to_owned(), line(0, "0A"), line(1, "0A")].concat()
+        );
+        assert_eq!(depth_in(&got, "127.0.0.1:8001".parse().unwrap()), Some(3));
+    }
+
+    #[test]
     fn the_listen_counters_are_read_by_name() {
         let text = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPHPHits\n\
                     TcpExt: 0 529 531 7\n\
