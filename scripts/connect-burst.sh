@@ -11,8 +11,9 @@
 #   BURST_TOKENTAP=/path/to/tokentap scripts/connect-burst.sh    # skip the release build
 # Opt-in (not in scripts/test.sh): installs nginx and haproxy with apt-get when missing (root),
 # starts what it measures and stops it by pid, binds 127.0.0.1 only; every burst is bounded
-# (BURST_TIMEOUT_S per connection, the whole script by `timeout`). Linux only (/proc). Run it on
-# a quiet machine: it prints the load average before and after.
+# (BURST_TIMEOUT_S per connection, and `timeout` on each burst's client). Raises the open-file
+# limit when it is too low for the largest N, and says so. Linux only (/proc). Run it on a quiet
+# machine: it prints the load average before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
