@@ -30,6 +30,8 @@ pub struct Admin {
     pub reloader: Arc<Reloader>,
     pub ready: AtomicBool,
     pub started: Instant,
+    /// The proxy's and the admin's listeners: their accept queues, read at each scrape.
+    pub listeners: crate::listen::Watch,
 }
 
 #[derive(Serialize)]
@@ -86,6 +88,7 @@ impl Admin {
             st.sink().otlp.as_ref().map(|o| &*o.counters),
             st.sink().clickhouse.as_ref().map(|c| &*c.counters),
         );
+        m.observe_listeners(&self.listeners.sample());
         m.render()
     }
 

@@ -41,7 +41,7 @@ fn setup<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> DemoError + '_ {
 
 pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     std::fs::create_dir_all(&cfg.out).map_err(setup("output folder"))?;
-    let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
+    let bind = || crate::listen::bind_str("127.0.0.1:0");
     let engine_l = bind().await.map_err(setup("bind"))?;
     let hop_l = bind().await.map_err(setup("bind"))?;
     let hop_addr = hop_l.local_addr().map_err(setup("bind"))?;
@@ -64,7 +64,7 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
         listen: Some("127.0.0.1:0".into()),
         admin: Some("off".into()),
         log: Some(proxy_log.display().to_string()),
-        upstream: None,
+        ..Overrides::default()
     };
     let config = Config::from_toml(&toml, "(demo)", &over).map_err(setup("config"))?;
     let proxy = Running::start(config).await.map_err(setup("proxy"))?;

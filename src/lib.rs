@@ -11,6 +11,7 @@
 //! - [`tags`]: tokentap's own `x-tokentap-*` headers; bench's load tags (`LoadTags`) as one value.
 //! - [`meter`]: timeline, per-chunk observer, `MeteredBody`, the `RequestRecord` schema.
 //! - [`spread`]: a repeated sweep's run-to-run spread per cell, from the records' `run`.
+//! - [`listen`]: listening sockets with the system's maximum backlog; their accept queues (/proc).
 //! - [`config`]: TOML → validated `Config`, errors with file and key path.
 //! - [`route`]: path → route and the experiment's arm choice, as pure functions.
 //! - [`tap`]: the gateway tap's join of a request's outer and inner sides.
@@ -41,6 +42,7 @@ pub mod demo;
 pub mod fuzzing;
 pub mod headers;
 pub mod keys;
+pub mod listen;
 pub mod meter;
 pub mod openai;
 pub mod post;

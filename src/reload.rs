@@ -5,9 +5,9 @@
 //! error and the running config keeps serving. A good one becomes a new config generation
 //! ([`Live::swap`]): routes, upstreams, aliases, experiment settings, limits, timeouts and the
 //! listener's TLS certificate change for new requests, while requests in flight finish on the
-//! generation they began on. Settings bound at start (the listen and admin addresses, TLS on or
-//! off, the log, `[otlp]`, `[clickhouse]`, the metric label caps) are named as needing a restart, and keep their
-//! values.
+//! generation they began on. Settings bound at start (the listen and admin addresses, the
+//! listen backlog, TLS on or off, the log, `[otlp]`, `[clickhouse]`, the metric label caps) are
+//! named as needing a restart, and keep their values.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -142,6 +142,9 @@ fn bound_at_start(old: &Config, new: &mut Config) -> Vec<&'static str> {
     };
     if keep("listen.addr", old.listen != new.listen) {
         new.listen = old.listen;
+    }
+    if keep("listen.backlog", old.backlog != new.backlog) {
+        new.backlog = old.backlog;
     }
     if keep("listen.tls_cert", old.tls.is_some() != new.tls.is_some()) {
         new.tls.clone_from(&old.tls);

@@ -80,8 +80,16 @@ fn asked(v: Option<&std::ffi::OsStr>) -> bool {
 /// socket has asked, and then a moment later (from a work queue), so without this the first
 /// request heads after start could come unstamped. Accepted sockets inherit the option. Returns
 /// whether the kernel stamps (false when the stamps are off).
-pub fn prepare(listener: &tokio::net::TcpListener) -> bool {
-    enabled() && sys::enable(listener) && sys::await_stamping(STAMPING_WAIT)
+///
+/// The wait (a loopback probe with blocking sockets and sleeps) runs on the blocking pool, not
+/// on the runtime's threads; connections arriving meanwhile wait in the listener's accept queue.
+pub async fn prepare(listener: &tokio::net::TcpListener) -> bool {
+    if !(enabled() && sys::enable(listener)) {
+        return false;
+    }
+    tokio::task::spawn_blocking(|| sys::await_stamping(STAMPING_WAIT))
+        .await
+        .unwrap_or(false)
 }
 
 /// How long `prepare` waits for the kernel to stamp.

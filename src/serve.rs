@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin};
 use crate::config::{Config, Overrides};
+use crate::listen::{self, Backlog, Bound};
 use crate::proxy::{client, Live, Shared, State};
 use crate::reload::{self, Reloader};
 use crate::server;
@@ -49,28 +49,53 @@ pub enum ServeError {
 /// How long the shutdown waits, after the last connection closed, for records still being made.
 const SETTLE: Duration = Duration::from_secs(1);
 
-/// Bind the proxy and admin listeners named in the config.
-pub async fn bind(config: &Config) -> Result<(TcpListener, Option<TcpListener>), ServeError> {
-    let main = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            which: "listen.addr, the proxy",
-            addr: config.listen,
-            source,
-        })?;
+/// Bind the proxy and admin listeners named in the config: the proxy's with `listen.backlog`,
+/// the admin's with the system's maximum (both the system's maximum by default).
+pub async fn bind(config: &Config) -> Result<(Bound, Option<Bound>), ServeError> {
+    let backlog = Backlog::resolve(config.backlog);
+    if let (Some(asked), Some(got)) = (config.backlog, backlog.effective) {
+        if got < asked {
+            tracing::warn!(
+                asked,
+                got,
+                "listen.backlog is above the system's maximum (net.core.somaxconn): the kernel \
+                 caps the accept queue at {got}"
+            );
+        }
+    }
+    let main = listen::bind(config.listen, backlog).map_err(|source| ServeError::Bind {
+        which: "listen.addr, the proxy",
+        addr: config.listen,
+        source,
+    })?;
     let admin = match config.admin {
         Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::Bind {
-                    which: "admin.addr, the admin listener",
-                    addr,
-                    source,
-                })?,
+            listen::bind(addr, Backlog::resolve(None)).map_err(|source| ServeError::Bind {
+                which: "admin.addr, the admin listener",
+                addr,
+                source,
+            })?,
         ),
         None => None,
     };
     Ok((main, admin))
+}
+
+/// The listeners whose accept queues the admin's `/metrics` shows.
+fn watched(main: &Bound, admin: Option<&Bound>) -> listen::Watch {
+    let one = |name, b: &Bound| {
+        let addr = b.listener.local_addr().ok()?;
+        Some(listen::Watched {
+            name,
+            addr,
+            backlog: b.backlog,
+        })
+    };
+    let listeners = one("proxy", main)
+        .into_iter()
+        .chain(admin.and_then(|a| one("admin", a)))
+        .collect();
+    listen::Watch::new(listeners)
 }
 
 /// Where a running config came from, so a reload can read it again.
@@ -86,11 +111,15 @@ pub struct Origin {
 pub async fn run(
     config: Config,
     origin: Origin,
-    main: TcpListener,
-    admin_listener: Option<TcpListener>,
+    main: Bound,
+    admin_listener: Option<Bound>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let config = Arc::new(config);
+    let listeners = watched(&main, admin_listener.as_ref());
+    let backlog = main.backlog.effective.unwrap_or(main.backlog.asked);
+    let main = main.listener;
+    let admin_listener = admin_listener.map(|b| b.listener);
     let tls = config.tls.as_ref().map(crate::tls::acceptor).transpose()?;
     let listen = main.local_addr().map(|a| a.to_string()).unwrap_or_default();
 
@@ -107,6 +136,7 @@ pub async fn run(
         reloader,
         ready: AtomicBool::new(true),
         started: tokio::time::Instant::now(),
+        listeners,
     });
     let admin_addr = admin_listener
         .as_ref()
@@ -123,6 +153,7 @@ pub async fn run(
     let upkeep = spawn_upkeep(live.clone());
     tracing::info!(
         listen = %listen,
+        backlog,
         admin = %admin_addr,
         routes = config.routes.len(),
         log = %config.log.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "off".into()),
@@ -272,12 +303,15 @@ impl Running {
     /// Start on a config read from `origin`, which a reload reads again.
     pub async fn start_from(config: Config, origin: Origin) -> Result<Running, ServeError> {
         let (main, admin) = bind(&config).await?;
-        let addr = main.local_addr().map_err(|source| ServeError::Bind {
-            which: "listen.addr, the proxy",
-            addr: config.listen,
-            source,
-        })?;
-        let admin_addr = admin.as_ref().and_then(|l| l.local_addr().ok());
+        let addr = main
+            .listener
+            .local_addr()
+            .map_err(|source| ServeError::Bind {
+                which: "listen.addr, the proxy",
+                addr: config.listen,
+                source,
+            })?;
+        let admin_addr = admin.as_ref().and_then(|b| b.listener.local_addr().ok());
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(run(config, origin, main, admin, async move {
             let _ = rx.await;
@@ -327,6 +361,10 @@ pub struct Args {
     /// JSON line each, for a container's log collector); "off" disables it.
     #[arg(long)]
     pub log: Option<PathBuf>,
+    /// The proxy listener's accept queue (listen.backlog) [default: the system's maximum,
+    /// net.core.somaxconn].
+    #[arg(long, value_name = "N")]
+    pub backlog: Option<u64>,
 }
 
 /// `tokentap serve`: load the config (errors exit 64 before any port is bound), serve until
@@ -338,6 +376,7 @@ pub fn cli(a: Args) -> crate::cli::Exit {
         listen: a.listen,
         admin: a.admin,
         log: a.log.map(|p| p.display().to_string()),
+        backlog: a.backlog,
     };
     let loaded = match &a.config {
         Some(p) => Config::load(p, &over),

@@ -96,9 +96,40 @@ async fn serve<T>(
     .await;
 }
 
+/// One accepted connection, in its own task: everything per connection (socket options, the
+/// TLS handshake, HTTP) happens here, so that the accept loop goes straight back to accepting.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    service: Proxy,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    drain: oneshot::Receiver<()>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (stream, latest) = Stamped::new(stream);
+    let service = service.stamped_by(latest);
+    match tls {
+        None => serve(stream, service, &builder, drain).await,
+        Some(acceptor) => {
+            // A slow handshake blocks nobody; a drain that came during it closes the connection
+            // once it is an HTTP one.
+            let tls =
+                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(s)) => s,
+                    _ => return,
+                };
+            serve(tls, service, &builder, drain).await;
+        }
+    }
+}
+
 /// Serve until `shutdown` resolves, then drain for the grace period and cut what is left.
+///
+/// The loop only accepts and spawns: a burst of connections is taken off the kernel's accept
+/// queue as fast as `accept(2)` returns them (its backlog is the listener's, see
+/// `crate::listen`).
 pub async fn run(listener: TcpListener, live: Arc<Live>, shutdown: impl Future<Output = ()>) {
-    if crate::rxstamp::enabled() && !crate::rxstamp::prepare(&listener) {
+    if crate::rxstamp::enabled() && !crate::rxstamp::prepare(&listener).await {
         tracing::warn!(
             "the kernel gives no receive stamps here: instants are taken with tokentap's own \
              clock (records say clock: process; tokentap_clock_fallbacks_total counts them)"
@@ -125,35 +156,17 @@ pub async fn run(listener: TcpListener, live: Arc<Live>, shutdown: impl Future<O
                 }
             },
         };
-        let _ = stream.set_nodelay(true);
         if live.number() != generation {
             generation = live.number();
             builder = Arc::new(self::builder(header_read(&live)));
         }
-        let (stream, latest) = Stamped::new(stream);
-        let service = proxy.for_peer(peer.ip()).stamped_by(latest);
-        let builder = builder.clone();
-        let drain = drains.add();
-        match &live.tls() {
-            None => {
-                conns.spawn(async move { serve(stream, service, &builder, drain).await });
-            }
-            Some(acceptor) => {
-                // The handshake runs in the connection's task so a slow one blocks nobody; a
-                // drain that came during it closes the connection once it is an HTTP one.
-                let acceptor = acceptor.clone();
-                conns.spawn(async move {
-                    let tls =
-                        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-                            .await
-                        {
-                            Ok(Ok(s)) => s,
-                            _ => return,
-                        };
-                    serve(tls, service, &builder, drain).await;
-                });
-            }
-        }
+        conns.spawn(connection(
+            stream,
+            proxy.for_peer(peer.ip()),
+            builder.clone(),
+            drains.add(),
+            live.tls(),
+        ));
     }
     drop(listener);
     let grace = live.state().config.timeouts.shutdown_grace;

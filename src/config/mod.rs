@@ -11,6 +11,7 @@ mod clickhouse;
 pub mod defaults;
 mod env;
 mod experiment;
+mod listen;
 mod otlp;
 mod parse_error;
 pub mod raw;
@@ -81,6 +82,9 @@ fn err(file: &str, key: impl Into<String>, message: impl Into<String>) -> Config
 pub struct Config {
     pub source: String,
     pub listen: SocketAddr,
+    /// `listen.backlog` (or `--backlog`): the proxy listener's accept queue; `None`, the
+    /// system's maximum.
+    pub backlog: Option<u32>,
     pub tls: Option<TlsFiles>,
     pub admin: Option<SocketAddr>,
     /// `admin.reload_token`: the bearer `POST /reload` needs; unset, the endpoint is off.
@@ -147,6 +151,7 @@ pub struct Overrides {
     pub listen: Option<String>,
     pub admin: Option<String>,
     pub log: Option<String>,
+    pub backlog: Option<u64>,
 }
 
 impl Config {
@@ -228,6 +233,7 @@ impl RawConfig {
             .or(self.listen.addr.take())
             .unwrap_or_else(|| defaults::LISTEN.into());
         let listen = parse_addr(&listen_s, file, "listen.addr")?;
+        let backlog = listen::backlog(file, self.listen.backlog, over.backlog)?;
         let tls = self.tls(file)?;
         let admin_s = over
             .admin
@@ -259,6 +265,7 @@ impl RawConfig {
         Ok(Config {
             source: file.to_owned(),
             listen,
+            backlog,
             tls,
             admin,
             reload_token,

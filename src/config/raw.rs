@@ -89,6 +89,7 @@ pub struct RawExperiment {
 #[serde(deny_unknown_fields)]
 pub struct RawListen {
     pub addr: Option<String>,
+    pub backlog: Option<u64>,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
 }

@@ -89,7 +89,7 @@ pub fn cli(a: Args) -> Exit {
     };
     rt.block_on(async move {
         let bind = |s: String| async move {
-            tokio::net::TcpListener::bind(&s)
+            crate::listen::bind_str(&s)
                 .await
                 .map_err(|e| format!("cannot listen on {s}: {e}"))
         };

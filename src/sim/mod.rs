@@ -81,9 +81,10 @@ where
             a = listener.accept() => a,
         };
         let Ok((s, _)) = accepted else {
+            // Out of file descriptors and the like: back off instead of spinning.
+            tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let _ = s.set_nodelay(true);
         conns.spawn(serve_conn(s, handler.clone(), stop.clone()));
     }
     drop(listener);
@@ -98,6 +99,7 @@ where
     B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let _ = s.set_nodelay(true);
     let builder = auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection(TokioIo::new(s), hyper::service::service_fn(handler));
     let mut conn = std::pin::pin!(conn);

@@ -17,7 +17,9 @@ use metrics_exporter_prometheus::{
 
 use crate::meter::{GatewayTap, RequestRecord, TapSide};
 
+mod listen;
 mod stream;
+pub use listen::{LISTEN_BACKLOG, LISTEN_DROPS, LISTEN_OVERFLOWS, LISTEN_QUEUE};
 pub use stream::{CLOCK_FALLBACKS, DECODE_STOPPED, GATEWAY_RELAY, STAMP_LAG, STREAM_DELIVERY};
 
 pub const REQUESTS: &str = "tokentap_requests_total";
@@ -162,7 +164,8 @@ pub struct Metrics {
 }
 
 /// Every metric's type, unit and help text, in the order they were first described (ITL's is
-/// written by `render`, the stream metrics' by `stream::describe`).
+/// written by `render`, the stream metrics' by `stream::describe`, the listeners' by
+/// `listen::describe`).
 const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
     (REQUESTS, Kind::Counter, None, "Requests finished, by outcome and status class."),
     (TTFT, Kind::Histogram, Some(Unit::Seconds), "Time to first content token, from the request head (streams only)."),
@@ -209,6 +212,7 @@ fn describe(r: &PrometheusRecorder) {
         }
     }
     stream::describe(r);
+    listen::describe(r);
 }
 
 static META: Metadata<'static> = Metadata::new(module_path!(), metrics::Level::INFO, None);

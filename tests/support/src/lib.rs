@@ -515,7 +515,7 @@ pub async fn proxy_toml(body: &str) -> TestProxy {
         listen: Some("127.0.0.1:0".into()),
         admin: Some("127.0.0.1:0".into()),
         log: Some(log.display().to_string()),
-        upstream: None,
+        ..Overrides::default()
     };
     let config = Config::from_toml(body, "test.toml", &over).unwrap();
     let running = Running::start(config).await.unwrap();
