@@ -14,6 +14,7 @@
 # - scripts/container-test.sh: buildah;
 # - scripts/clickhouse-test.sh: chdb and clickhouse-server;
 # - scripts/nginx-stream-test.sh: nginx between a tap's routes, with and without gzip;
+# - scripts/connect-burst.sh: a burst of new connections through tokentap, nginx and HAProxy;
 # - scripts/overhead.sh, scripts/overhead-gate.sh, scripts/overhead-trace.sh: the proxy's own
 #   cost beside nginx and HAProxy (release builds, a quiet machine);
 # - scripts/fuzz.sh (and scripts/fuzz-seeds.sh, its seed corpus): nightly and cargo-fuzz;
