@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 
 /// Top-level modules of `src/`, leaves first: each may use only modules before it.
 const LAYERS: &[&str] = &[
-    "stats", "prom", "sse", "tokens", "openai", "keys", "headers", "tags", "rxstamp", "meter",
-    "spread", "config", "route", "tap", "tls", "post", "sink", "proxy", "server", "reload",
-    "admin", "cli", "check", "serve", "sim", "report", "bench", "compare", "demo", "fuzzing",
+    "stats", "prom", "sse", "tokens", "openai", "keys", "headers", "tags", "rxstamp", "listen",
+    "meter", "spread", "config", "route", "tap", "tls", "post", "sink", "proxy", "server",
+    "reload", "admin", "cli", "check", "serve", "sim", "report", "bench", "compare", "demo",
+    "fuzzing",
 ];
 
 fn root() -> PathBuf {
