@@ -49,11 +49,22 @@ async fn depth_reaching(addr: SocketAddr, want: u32) -> Option<u32> {
     let until = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let d = listen::accept_queue(addr);
-        if d == Some(want) || tokio::time::Instant::now() >= until {
+        if want == 0 && d == Some(0) {
             return d;
+        }
+        if (want > 0 && d.is_some_and(|d| d >= want)) || tokio::time::Instant::now() >= until {
+            // Settled: the clients still trying are refused, not queued.
+            tokio::time::sleep(MS(200)).await;
+            return listen::accept_queue(addr);
         }
         tokio::time::sleep(MS(20)).await;
     }
+}
+
+/// The kernel's full-queue check is lockless: a handshake finishing on another CPU at the same
+/// moment can slip in one or two past backlog + 1.
+fn near(d: Option<u32>, backlog: u32) -> bool {
+    d.is_some_and(|d| (backlog + 1..=backlog + 3).contains(&d))
 }
 
 /// The system's maximum as the kernel applies it (the queue holds one more than its backlog).
@@ -95,11 +106,8 @@ async fn the_proxy_listens_with_listen_backlog_and_metrics_show_its_queue() {
     );
 
     let waiting = connect_many(addr, 250);
-    assert_eq!(
-        depth_reaching(addr, 201).await,
-        Some(201),
-        "backlog 200 holds 201"
-    );
+    let depth = depth_reaching(addr, 201).await;
+    assert!(near(depth, 200), "backlog 200 holds 201: {depth:?}");
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = tokio::spawn(tokentap::serve::run(
@@ -181,7 +189,8 @@ async fn a_full_queue_anywhere_on_the_host_shows_in_the_overflows() {
     let tiny = listen::bind("127.0.0.1:0".parse().unwrap(), Backlog::resolve(Some(1))).unwrap();
     let at = tiny.listener.local_addr().unwrap();
     let kept = connect_many(at, 12);
-    assert_eq!(depth_reaching(at, 2).await, Some(2), "backlog 1 holds 2");
+    let depth = depth_reaching(at, 2).await;
+    assert!(near(depth, 1), "backlog 1 holds 2: {depth:?}");
     let (_, after) = px.admin_get("/metrics").await;
     let rose = read(&after, "tokentap_listen_overflows_total ") - overflows;
     assert!(rose >= 1.0, "overflows rose by {rose}");
