@@ -27,7 +27,7 @@ TT, FILES = args[0], args[1:]
 
 def flatten(r):
     """A record as a row of the requests table: nested objects flattened with their prefixes
-    (tests/schema.rs holds these to the table's, `FLATTENED`)."""
+    (tests/suite/schema.rs holds these to the table's, `FLATTENED`)."""
     row = {k: v for k, v in r.items() if not isinstance(v, dict)}
     exp = r.get("experiment") or {}
     row["experiment_arm"] = exp.get("arm")

@@ -3,7 +3,7 @@
 # fuzz/fuzz_targets/ for FUZZ_SECONDS each (default 60), from the seed corpora
 # (scripts/fuzz-seeds.sh) and the regression inputs. Prints per target: executions, corpus size,
 # coverage (libFuzzer's cov:/ft:) and crashes (inputs in fuzz/artifacts/<target>/). A crash's
-# input goes to fuzz/regressions/<target>/ with its fix; `cargo test --test fuzz_replay`
+# input goes to fuzz/regressions/<target>/ with its fix; `cargo test --test suite fuzz_replay::`
 # replays every corpus and regression input on stable.
 #   FUZZ_SECONDS=60 scripts/fuzz.sh                # every target
 #   FUZZ_SECONDS=300 scripts/fuzz.sh sse_split     # some targets

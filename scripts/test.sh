@@ -19,7 +19,7 @@
 #   cost beside nginx and HAProxy (release builds, a quiet machine);
 # - scripts/fuzz.sh (and scripts/fuzz-seeds.sh, its seed corpus): nightly and cargo-fuzz;
 # - scripts/soak.sh: the sim, 30 minutes.
-# The checks of these that need no outside software are in the suite (e.g. tests/deploy.rs).
+# The checks of these that need no outside software are in the suite (e.g. tests/suite/deploy.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check

@@ -44,7 +44,7 @@ impl Exit {
 /// Write to standard output. A closed stdout (its reader left: `report … | head -3`) ends the
 /// process quietly with status 0, as ripgrep does: nothing more can be shown, and nothing is
 /// wrong. Every command writes its output here (`outln!`), never with `print!`, which panics on
-/// a closed pipe; `tests/layout.rs` holds that.
+/// a closed pipe; `tests/suite/layout.rs` holds that.
 pub fn out(text: &str) {
     use std::io::Write;
     let mut o = std::io::stdout().lock();

@@ -28,7 +28,7 @@
 //! - [`report`]: records → tables, SLO verdicts, provisioning, per-key, HTML charts.
 //! - [`compare`]: two runs side by side: per-cell differences with bootstrap intervals, a gate.
 //! - [`demo`]: the embedded default: sim + hop + proxy + bench in one process.
-//! - `fuzzing`: the fuzz targets' property checks, replayed by `tests/fuzz_replay.rs` (hidden).
+//! - `fuzzing`: the fuzz targets' property checks, replayed by `tests/suite/fuzz_replay.rs` (hidden).
 #![forbid(unsafe_code)]
 
 pub mod admin;

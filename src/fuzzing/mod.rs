@@ -1,5 +1,5 @@
 //! Property checks over arbitrary bytes, one per fuzz target (`fuzz/fuzz_targets/`), and
-//! replayed over every corpus and regression input by `tests/fuzz_replay.rs` on stable. Each
+//! replayed over every corpus and regression input by `tests/suite/fuzz_replay.rs` on stable. Each
 //! `pub fn <target>(data: &[u8])` returns normally or panics on a violated property; it never
 //! does I/O. A leaf: it imports what it checks and nothing uses it.
 //!

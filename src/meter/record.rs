@@ -2,7 +2,7 @@
 //! the offline commands. Additive changes only; `docs/records.md` documents every field.
 //!
 //! Serialised by `serde_json` alone. The other lists of its fields (the report's rows, the
-//! ClickHouse table) are held to this one by `tests/schema.rs`.
+//! ClickHouse table) are held to this one by `tests/suite/schema.rs`.
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;

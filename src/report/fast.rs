@@ -92,7 +92,7 @@ const FIELDS: [(&[u8], F); 32] = [
     (b"delivery", F::Delivery),
 ];
 
-/// The names of the fields the fast path reads: [`Row`]'s (`tests/schema.rs` holds them to it).
+/// The names of the fields the fast path reads: [`Row`]'s (`tests/suite/schema.rs` holds them to it).
 pub fn fields() -> Vec<&'static str> {
     FIELDS
         .iter()

@@ -8,7 +8,7 @@
 //! (`experiment.arm` → `experiment_arm`, `gateway_tap.side` → `tap_side`,
 //! `ttft_split.proxy_ms` → `ttft_split_proxy_ms`, `delivery.verdict` → `delivery_verdict`) and
 //! booleans as 0/1: ClickHouse 18.16's JSONEachRow reads no objects and no booleans
-//! (`tests/schema.rs` holds these rows to the record and to the table). Fields the table lacks
+//! (`tests/suite/schema.rs` holds these rows to the record and to the table). Fields the table lacks
 //! are skipped by the server (`input_format_skip_unknown_fields`), so a newer tokentap inserts
 //! into an older table.
 

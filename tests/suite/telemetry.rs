@@ -352,7 +352,7 @@ async fn the_card_and_the_step_name_a_cause_only_when_measured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dcgm_failures_and_credentials() {
     let s = sim_on(small_kv());
-    let fixture = include_str!("fixtures/metrics/dcgm-exporter.txt");
+    let fixture = include_str!("../fixtures/metrics/dcgm-exporter.txt");
     let dcgm = Upstream::spawn(move |_| Script::json(200, fixture)).await;
     // A port that refuses: bound, then closed.
     let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

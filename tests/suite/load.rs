@@ -1,8 +1,8 @@
 //! Load that looks like production, against `tokentap sim` over real sockets: the concurrency
 //! cap and its queue, a rate the client cannot keep, replay of a Mooncake trace, shared
 //! prefixes on a prefix-caching engine, conversations turn by turn, the proxy's view of them,
-//! stopping. (Tests that hold the clock to a budget are in `tests/arrivals.rs` and
-//! `tests/saturation.rs`, alone in their binaries.)
+//! stopping. (Tests that hold the clock to a budget are in `tests/suite/arrivals.rs` and
+//! `tests/suite/saturation.rs`, alone in their binaries.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tokentap_test_support as support;

@@ -122,7 +122,7 @@ fn modules_are_layered_without_a_cycle() {
             continue;
         }
         let Some(&mine) = rank.get(top.as_str()) else {
-            panic!("src/{first}: a top-level module missing from LAYERS in tests/layout.rs");
+            panic!("src/{first}: a top-level module missing from LAYERS in tests/suite/layout.rs");
         };
         let text = code_only(&std::fs::read_to_string(&f).unwrap());
         for used in crate_uses(&text) {
@@ -641,4 +641,29 @@ fn output_goes_through_one_door() {
         }
     }
     assert!(bad.is_empty(), "print!/println! outside cli.rs: {bad:?}");
+}
+
+/// Every file of a test binary's folder is one of its modules (a file left out would silently
+/// never run), and CONTRIBUTING.md's test list names every test file.
+#[test]
+fn every_test_file_runs_and_is_described() {
+    let contributing = std::fs::read_to_string(root().join("CONTRIBUTING.md")).unwrap();
+    for bin in ["suite", "environment"] {
+        let dir = root().join("tests").join(bin);
+        let main = std::fs::read_to_string(dir.join("main.rs")).unwrap();
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(module) = name.strip_suffix(".rs").filter(|m| *m != "main") else {
+                continue;
+            };
+            assert!(
+                main.lines().any(|l| l.trim() == format!("mod {module};")),
+                "tests/{bin}/{name} is not a module of tests/{bin}/main.rs: it never runs"
+            );
+            assert!(
+                contributing.contains(&format!("tests/{bin}/{name}")),
+                "CONTRIBUTING.md's test list does not name tests/{bin}/{name}"
+            );
+        }
+    }
 }

@@ -404,7 +404,7 @@ fn columns(rec: &Fields) -> BTreeMap<String, (String, Field)> {
         if f.kind == Kind::Object {
             assert!(
                 FLATTENED.iter().any(|(o, _)| o == path),
-                "record field `{path}` is an object: give it a prefix in FLATTENED (tests/schema.rs), \
+                "record field `{path}` is an object: give it a prefix in FLATTENED (tests/suite/schema.rs), \
                  src/sink/clickhouse.rs and scripts/clickhouse_check.py"
             );
             continue;
@@ -491,7 +491,7 @@ fn the_clickhouse_table_stores_every_record_field_in_a_fitting_type() {
         match table.get(col) {
             None => wrong.push(format!(
                 "record field `{path}` has no column `{col}` in deploy/clickhouse/schema.sql \
-                 (add it, or list it in NOT_STORED in tests/schema.rs with a reason)"
+                 (add it, or list it in NOT_STORED in tests/suite/schema.rs with a reason)"
             )),
             Some(ty) if !compatible(*f, ty) => wrong.push(format!(
                 "schema.sql: `{col} {ty}` cannot hold record field `{path}` ({:?}{})",

@@ -1,0 +1,9 @@
+//! Integration tests that set process environment variables (a credential's `${ENV}`, a
+//! ClickHouse password): a binary of their own, since setting one is not safe beside threads
+//! reading theirs, as the suite's hundreds would. Run one with `cargo test --test environment
+//! MODULE::`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod clickhouse;
+mod outcomes;
+mod privilege;
