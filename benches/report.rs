@@ -8,6 +8,9 @@
 //! `written` log of the first size is also timed gzipped, as logrotate leaves it, and its
 //! instructions a record are counted with callgrind (when valgrind is there). Results
 //! and the targets are in docs/report.md.
+// Tests and benches time what they drive on their own process clock, and set the environment
+// only where they must (tests/environment/): the one-door rules are for the record's path.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;

@@ -2,6 +2,9 @@
 //! and LiteLLM fixtures, cut at random boundaries — what the proxy spends per byte it relays.
 //!
 //!   cargo bench --bench sse
+// Tests and benches time what they drive on their own process clock, and set the environment
+// only where they must (tests/environment/): the one-door rules are for the record's path.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};

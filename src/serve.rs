@@ -135,7 +135,7 @@ pub async fn run(
     let admin = Arc::new(Admin {
         reloader,
         ready: AtomicBool::new(true),
-        started: tokio::time::Instant::now(),
+        started: crate::rxstamp::now(),
         listeners,
     });
     let admin_addr = admin_listener

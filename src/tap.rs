@@ -119,7 +119,7 @@ impl Joiner {
         fp: Option<u64>,
     ) -> Result<Arc<Link>, Unjoined> {
         let mut t = self.table.lock().map_err(|_| Unjoined::Full)?;
-        t.purge(Instant::now(), self.window);
+        t.purge(crate::rxstamp::now(), self.window);
         if t.by_id.len() >= MAX_WAITING {
             return Err(Unjoined::Full);
         }
@@ -150,7 +150,7 @@ impl Joiner {
         let Ok(mut t) = self.table.lock() else {
             return link.joined().is_none().then_some(Unjoined::NoInner);
         };
-        let now = Instant::now();
+        let now = crate::rxstamp::now();
         let contested = t.by_id.get(&link.outer_id).is_some_and(|e| e.contested);
         if link.joined().is_some() {
             t.remove(link.outer_id);
@@ -176,7 +176,7 @@ impl Joiner {
         fp: Option<u64>,
     ) -> Result<Arc<Link>, Unjoined> {
         let mut t = self.table.lock().map_err(|_| Unjoined::NoMatch)?;
-        let now = Instant::now();
+        let now = crate::rxstamp::now();
         t.purge(now, self.window);
         let (id, by) = match (token, fp) {
             (Some(token), _) => (token, JoinBy::Header),
@@ -240,6 +240,7 @@ pub fn parse_token(v: &[u8]) -> Option<u64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive their own clock and environment
 mod tests {
     use super::*;
 

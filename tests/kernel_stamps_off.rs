@@ -4,6 +4,9 @@
 //! request on sockets that were never asked for them (the kept-alive connections of the first)
 //! is a fallback: the record says `clock: "process"` and the counter counts it. Its own test
 //! binary: the switch is for the whole process.
+// Tests and benches time what they drive on their own process clock, and set the environment
+// only where they must (tests/environment/): the one-door rules are for the record's path.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tokentap_test_support as support;

@@ -188,6 +188,7 @@ pub fn validate(
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive their own clock and environment
 mod tests {
     use crate::config::{Config, Overrides};
 

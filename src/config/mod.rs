@@ -493,6 +493,7 @@ impl RawConfig {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive their own clock and environment
 mod tests {
     use super::*;
 

@@ -85,7 +85,7 @@ impl<B: Body, O: Observer> MeteredBody<B, O> {
             observer: Some(observer),
             parked: false,
             on_complete: None,
-            last_frame: Instant::now(),
+            last_frame: crate::rxstamp::now(),
             after_yield: false,
             at_end: B::is_end_stream,
             arrival: |_| None,
@@ -110,7 +110,7 @@ impl<B, O: Observer> MeteredBody<B, O> {
     }
 
     /// Stamp each frame with the kernel's arrival of its last segment, as `arrival` reads it
-    /// from the wrapped body; a frame without one is stamped with `Instant::now()`.
+    /// from the wrapped body; a frame without one is stamped with `crate::rxstamp::now()`.
     pub fn stamped_by(mut self, arrival: fn(&B) -> Option<Arrival>) -> Self {
         self.arrival = arrival;
         self
@@ -194,10 +194,10 @@ where
                         ReadClock::Kernel {
                             lag: meter
                                 .awaits_first_token()
-                                .then(|| Instant::now().saturating_duration_since(a.at)),
+                                .then(|| crate::rxstamp::now().saturating_duration_since(a.at)),
                         },
                     ),
-                    None => (Instant::now(), ReadClock::Process),
+                    None => (crate::rxstamp::now(), ReadClock::Process),
                 };
                 *this.last_frame = now;
                 if let Some(data) = frame.data_ref() {
@@ -242,6 +242,7 @@ where
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive their own clock and environment
 mod tests {
     use super::*;
     use std::collections::VecDeque;

@@ -43,6 +43,7 @@ impl Meter {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive their own clock and environment
 mod tests {
     use super::*;
     use crate::meter::Outcome;

@@ -126,6 +126,7 @@ pub fn verdict(events: u64, max: u64, share: f64, tokens_per_event: Option<f64>)
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive their own clock and environment
 mod tests {
     use super::*;
     use std::time::Duration;

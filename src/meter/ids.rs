@@ -26,6 +26,7 @@ pub fn from_header(value: &[u8]) -> Option<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive their own clock and environment
 mod tests {
     use super::*;
 

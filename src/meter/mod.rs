@@ -65,7 +65,7 @@ enum BodyKind {
     Opaque,
 }
 
-/// Whose clock stamped a read: the process's (`Instant::now()` when it was read) or the
+/// Whose clock stamped a read: the process's (`crate::rxstamp::now()` when it was read) or the
 /// kernel's (the arrival of its last segment), then with the scheduling delay between the two
 /// while the first token is awaited (none is read after it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

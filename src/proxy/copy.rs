@@ -11,7 +11,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
-use tokio::time::Instant;
 
 use super::deadlines::Deadlines;
 use super::routed::Opening;
@@ -79,7 +78,7 @@ impl Copier {
             let req = copy.req;
             let endpoint = req.path_and_query.split('?').next().unwrap_or("");
             let mut o = Opening::new(
-                Instant::now(),
+                crate::rxstamp::now(),
                 Stamp::now(),
                 &req.method,
                 endpoint,

@@ -34,7 +34,7 @@ impl Deadlines {
         match self.total {
             Some(d) => self
                 .first_byte
-                .min(d.saturating_duration_since(Instant::now())),
+                .min(d.saturating_duration_since(crate::rxstamp::now())),
             None => self.first_byte,
         }
     }

@@ -88,6 +88,7 @@ pub fn verdict(ending: &Ending<'_>, head: Option<u16>, meter: &mut Meter, cut: b
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive their own clock and environment
 mod tests {
     use super::*;
     use tokio::time::Instant;

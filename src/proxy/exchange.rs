@@ -117,7 +117,7 @@ impl Exchange {
 
     /// The request body has been read whole.
     pub fn body_read(&mut self, bytes: usize) {
-        self.0.meter.timeline.body_read = Some(Instant::now());
+        self.0.meter.timeline.body_read = Some(crate::rxstamp::now());
         self.0.facts.request_bytes = bytes as u64;
     }
 
@@ -205,7 +205,7 @@ impl Exchange {
         let inner = &mut *self.0;
         inner.facts.upstream_request_id = upstream_id;
         // The read that completed the head, by the kernel's stamp when it gave one.
-        let headers_at = body.arrival().map_or_else(Instant::now, |a| a.at);
+        let headers_at = body.arrival().map_or_else(crate::rxstamp::now, |a| a.at);
         inner.meter.timeline.headers = Some(headers_at);
         inner.head = Some(parts.status.as_u16());
         inner.facts.gateway_overhead_ms = parts
@@ -258,7 +258,7 @@ impl Exchange {
             facts,
             &mut i.meter,
             v.clone(),
-            Instant::now(),
+            crate::rxstamp::now(),
             &i.route.name,
             &i.state.config.buckets,
         );

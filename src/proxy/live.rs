@@ -129,9 +129,9 @@ impl Live {
     /// queued: a finished stream's record is made by a task spawned after its last write, which
     /// may still be pending when its connection has closed. True when none is left.
     pub async fn settle(&self, limit: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
+        let deadline = crate::rxstamp::now() + limit;
         while self.in_flight() > 0 {
-            if tokio::time::Instant::now() >= deadline {
+            if crate::rxstamp::now() >= deadline {
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;

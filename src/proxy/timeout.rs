@@ -90,7 +90,7 @@ where
                 loop {
                     ready!(this.idle_timer.as_mut().poll(cx));
                     let due = this.inner.last_frame() + *this.idle;
-                    if Instant::now() >= due {
+                    if crate::rxstamp::now() >= due {
                         let err = BodyError::Idle(*this.idle);
                         this.inner.as_mut().cut(&err);
                         return Poll::Ready(Some(Err(err)));

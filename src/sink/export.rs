@@ -156,7 +156,7 @@ impl<T: Send + 'static, E: Encode<T>> Exporter<T, E> {
             };
             match msg {
                 Some(Msg::Item(s)) => {
-                    due.get_or_insert_with(|| Instant::now() + self.cfg.flush);
+                    due.get_or_insert_with(|| crate::rxstamp::now() + self.cfg.flush);
                     batch.push(s);
                     if batch.len() >= self.cfg.batch {
                         self.export(std::mem::take(&mut batch), ATTEMPTS).await;
@@ -216,7 +216,7 @@ impl<T: Send + 'static, E: Encode<T>> Exporter<T, E> {
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
         self.counters.failed_exports.fetch_add(1, Ordering::Relaxed);
         if self.last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
-            self.last_warn = Some(Instant::now());
+            self.last_warn = Some(crate::rxstamp::now());
             tracing::warn!(
                 endpoint = %self.cfg.endpoint,
                 items = batch.len(),

@@ -68,6 +68,7 @@ pub fn relay(inner: &TokenTimes, outer: &[Instant]) -> Result<Option<Relay>, Una
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive their own clock and environment
 mod tests {
     use super::*;
     use std::time::Duration;

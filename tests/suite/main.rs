@@ -3,6 +3,9 @@
 //! `tests/environment/` (tests that set process environment variables, which is not safe beside
 //! threads reading theirs) and `tests/kernel_stamps_off.rs` (the kernel's receive stamps off for
 //! its whole process). Run one module with `cargo test --test suite MODULE::`.
+// Tests and benches time what they drive on their own process clock, and set the environment
+// only where they must (tests/environment/): the one-door rules are for the record's path.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod arrivals;

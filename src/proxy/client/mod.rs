@@ -223,7 +223,7 @@ async fn exchange(io: &mut Io, wire: &[u8]) -> Result<(h1::Head, Instant), Upstr
         .write_all(wire)
         .await
         .map_err(UpstreamError::Write)?;
-    let sent = Instant::now();
+    let sent = crate::rxstamp::now();
     loop {
         if let Some(head) = h1::parse_head(io.filled())? {
             io.consume(head.len);

@@ -56,7 +56,7 @@ impl Pool {
         if idle.len() < MAX_IDLE {
             idle.push_back(Idle {
                 io,
-                since: Instant::now(),
+                since: crate::rxstamp::now(),
             });
         }
     }

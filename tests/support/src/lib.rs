@@ -2,6 +2,9 @@
 //! scriptable upstream on raw TCP (exact wire control: chunking, delays, resets, stalls),
 //! fixture loading, a proxy on ephemeral ports, a real HTTP client, log reading, `/proc`
 //! readings. Everything binds 127.0.0.1:0. Test code: it panics on anything unexpected.
+// Tests and benches time what they drive on their own process clock, and set the environment
+// only where they must (tests/environment/): the one-door rules are for the record's path.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
