@@ -648,7 +648,7 @@ fn output_goes_through_one_door() {
 #[test]
 fn every_test_file_runs_and_is_described() {
     let contributing = std::fs::read_to_string(root().join("CONTRIBUTING.md")).unwrap();
-    for bin in ["suite", "environment"] {
+    for bin in ["suite", "environment", "memory"] {
         let dir = root().join("tests").join(bin);
         let main = std::fs::read_to_string(dir.join("main.rs")).unwrap();
         for e in std::fs::read_dir(&dir).unwrap().flatten() {

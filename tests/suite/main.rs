@@ -1,8 +1,9 @@
 //! The integration tests, one binary: the crate is linked once for all the modules below,
 //! where each was a binary of its own that linked it again. Apart from it, for a reason each:
 //! `tests/environment/` (tests that set process environment variables, which is not safe beside
-//! threads reading theirs) and `tests/kernel_stamps_off.rs` (the kernel's receive stamps off for
-//! its whole process). Run one module with `cargo test --test suite MODULE::`.
+//! threads reading theirs), `tests/memory/` (tests whose bounds read the process's RSS, which
+//! the suite's other tests would swell) and `tests/kernel_stamps_off.rs` (the kernel's receive
+//! stamps off for its whole process). Run one module with `cargo test --test suite MODULE::`.
 // Tests and benches time what they drive on their own process clock, and set the environment
 // only where they must (tests/environment/): the one-door rules are for the record's path.
 #![allow(clippy::disallowed_methods)]
@@ -20,8 +21,6 @@ mod deploy;
 mod experiments;
 mod fixtures_replay;
 mod fuzz_replay;
-mod hostile;
-mod hostile_h2;
 mod kernel_stamps;
 mod layout;
 mod lifecycle;
@@ -38,7 +37,6 @@ mod saturation;
 mod schema;
 mod shapes;
 mod sim_pace;
-mod smuggling;
 mod sse_split;
 mod streaming;
 mod tap;

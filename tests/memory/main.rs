@@ -1,0 +1,12 @@
+//! Integration tests whose bounds read the process's memory (RSS): hostile inputs, HTTP/2 floods
+//! and smuggling probes, each held to a memory bound. A binary of their own, since in the suite
+//! the other tests' allocations would count as theirs. Run one with `cargo test --test memory
+//! MODULE::`.
+// Tests time what they drive on their own process clock: the one-door rules are for the
+// record's path.
+#![allow(clippy::disallowed_methods)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod hostile;
+mod hostile_h2;
+mod smuggling;
