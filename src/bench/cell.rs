@@ -45,24 +45,28 @@ impl Load<'_> {
         }
     }
 
-    /// Request `i` of a bucket's cell: prompts in their seeded order, both requests of an
-    /// experiment pair on the same prompt, shared prefixes round the groups.
+    /// Request `i` of a bucket's cell: prompts in their seeded order, every copy of an
+    /// experiment group (one per arm) on the same prompt, shared prefixes round the groups.
     pub fn request(&self, c: &Chosen, i: usize, level: Level) -> Req {
         let cfg = self.cfg;
         let (concurrency, request_rate, tag) = match level {
             Level::Concurrency(n) => (Some(n as u64), None, format!("c{n}")),
             Level::Rate(r) => (None, Some(r), format!("r{r}")),
         };
-        // Two arms: ABBA order (A B B A A B B A …) so drift cancels; pairs are (0,1), (2,3), …
-        let arm = (cfg.arms.len() == 2).then(|| {
-            let a = &cfg.arms[[0, 1, 1, 0][i % 4]];
+        // N arms: group k (one prompt, one copy per arm) in the order of row k of a balanced
+        // Latin square (two arms: A B B A A B B A …), so no arm always goes first and drift
+        // cancels; copies i = kN … kN + N − 1 share the prompt and the pair id.
+        let n = cfg.arms.len();
+        let arm = (n >= 2).then(|| {
+            let k = i / n;
+            let a = &cfg.arms[super::arms::order(n, k)[i % n]];
             (
                 Arc::from(a.0.as_str()),
                 Arc::from(a.1.as_str()),
-                format!("{}-{tag}-{}", c.spec.name, i / 2),
+                format!("{}-{tag}-{k}", c.spec.name),
             )
         });
-        let p = if arm.is_some() { i / 2 } else { i };
+        let p = if arm.is_some() { i / n } else { i };
         let index = p % c.prompts.len();
         let prompt = &c.prompts[index];
         let system = self
@@ -82,6 +86,7 @@ impl Load<'_> {
             request_rate,
             turn: None,
             arm,
+            cache_salt: cfg.cache_salt,
             route_header: cfg.route_header.as_deref().map(Arc::from),
             prompt: Some(index as u64),
         }

@@ -66,17 +66,38 @@ pub struct Args {
     /// Skip measuring this client's own overhead against a server that answers at once.
     #[arg(long)]
     pub no_calibrate: bool,
-    /// Send identical prompts through two experiment arms in ABBA order, choosing the arm with
-    /// this request header (tokentap's `experiment.route_header`, e.g. x-tokentap-route).
+    /// Send each prompt through every experiment arm (--arms), choosing the arm with this
+    /// request header (tokentap's `experiment.route_header`, e.g. x-tokentap-route). Each
+    /// group's copies go in the order of a balanced Latin square's row (two arms: ABBA), so no
+    /// arm always goes first.
     #[arg(long)]
     pub route_header: Option<String>,
     /// The API shape to send: chat, completions, responses (OpenAI's Responses API) or messages
     /// (Anthropic's Messages API).
     #[arg(long, value_enum, default_value = "chat")]
     pub api: BenchApi,
-    /// The two arm (route) names for --route-header.
+    /// The arm (route) names for --route-header: two or more, distinct. --requests and
+    /// --warmup count copies and are rounded up to whole groups (one copy per arm): 30 with 4
+    /// arms is 32.
     #[arg(long, value_delimiter = ',', default_value = "direct,gateway")]
     pub arms: Vec<String>,
+    /// The baseline arm, one of --arms (recorded in run.json) [default: direct if it is an
+    /// arm, else the first].
+    #[arg(long)]
+    pub baseline: Option<String>,
+    /// Add "cache_salt": "<pair_id>-<arm>" to each request's JSON body (vLLM's per-request
+    /// prefix-cache isolation), so no arm's copy reads another's cached prompt. For gateways
+    /// that forward it; an engine without prefix caching needs none.
+    #[arg(long)]
+    pub cache_salt: bool,
+    /// Read this arm's own CPU seconds and peak RSS from /proc while the run lasts: NAME=PID,
+    /// the process and its descendants (repeatable; NAME one of --arms).
+    #[arg(long, value_name = "NAME=PID")]
+    pub arm_pid: Vec<String>,
+    /// Read this arm's CPU seconds and peak memory from a cgroup v2 directory: NAME=PATH
+    /// (cpu.stat, memory.peak; repeatable; NAME one of --arms).
+    #[arg(long, value_name = "NAME=PATH")]
+    pub arm_cgroup: Vec<String>,
     /// Only these buckets (long-short, balanced, short-long).
     #[arg(long, value_delimiter = ',')]
     pub buckets: Vec<String>,
@@ -322,6 +343,13 @@ fn config(a: Args) -> Result<BenchConfig, String> {
         scrape,
         gpu,
     } = Parsed::of(&a)?;
+    let a_arms = ArmFlags {
+        arms: a.arms.clone(),
+        baseline: a.baseline.clone(),
+        cache_salt: a.cache_salt,
+        arm_pid: a.arm_pid.clone(),
+        arm_cgroup: a.arm_cgroup.clone(),
+    };
     let cfg = BenchConfig {
         scrape,
         metrics_listen: a.metrics_listen,
@@ -387,10 +415,65 @@ fn config(a: Args) -> Result<BenchConfig, String> {
         progress_every: a.progress_every.into(),
         ..Default::default()
     };
-    if cfg.route_header.is_some() && cfg.arms.len() != 2 {
-        return Err("--arms takes exactly two route names".into());
+    arms(&a_arms, cfg)
+}
+
+/// The arm flags checked against `--arms`: two or more distinct names with `--route-header`;
+/// `--baseline`, `--arm-pid` and `--arm-cgroup` name one of them.
+fn arms(a: &ArmFlags, mut cfg: BenchConfig) -> Result<BenchConfig, String> {
+    let names: Vec<&str> = cfg.arms.iter().map(|a| a.0.as_str()).collect();
+    if cfg.route_header.is_some() {
+        let mut distinct = names.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if names.len() < 2 || distinct.len() != names.len() || names.iter().any(|n| n.is_empty()) {
+            return Err(format!(
+                "--arms takes two or more distinct route names (given {:?})",
+                a.arms.join(",")
+            ));
+        }
     }
+    let one_of = |flag: &str, name: &str| -> Result<(), String> {
+        match (names.contains(&name), cfg.route_header.is_some()) {
+            (true, _) => Ok(()),
+            (false, true) => Err(format!(
+                "{flag}: {name:?} is not one of --arms ({})",
+                names.join(",")
+            )),
+            (false, false) => Err(format!(
+                "{flag} names one of --arms, which go with --route-header"
+            )),
+        }
+    };
+    if let Some(b) = &a.baseline {
+        one_of("--baseline", b)?;
+    }
+    if a.cache_salt && cfg.route_header.is_none() {
+        return Err(
+            "--cache-salt salts each arm's copy: it goes with --route-header and --arms".into(),
+        );
+    }
+    let mut watch = Vec::new();
+    for (flag, values) in [("--arm-pid", &a.arm_pid), ("--arm-cgroup", &a.arm_cgroup)] {
+        for v in values {
+            let w = super::resources::Watch::parse(flag, v)?;
+            one_of(flag, &w.arm)?;
+            watch.push(w);
+        }
+    }
+    cfg.baseline = a.baseline.clone();
+    cfg.cache_salt = a.cache_salt;
+    cfg.arm_watch = watch;
     Ok(cfg)
+}
+
+/// The flags about the arms, read after the rest of the config.
+struct ArmFlags {
+    arms: Vec<String>,
+    baseline: Option<String>,
+    cache_salt: bool,
+    arm_pid: Vec<String>,
+    arm_cgroup: Vec<String>,
 }
 
 /// `--api`: the shapes bench can send.

@@ -343,6 +343,7 @@ async fn probe(s: &Session<'_>, tokens: u64) -> Option<Probe> {
         request_rate: None,
         turn: None,
         arm: None,
+        cache_salt: false,
         route_header: None,
         prompt: None,
     };

@@ -176,6 +176,12 @@ pub struct RunInfo {
     /// `--runs N` (N > 1): per cell, each run's figures and their spread across runs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub spread: Vec<crate::spread::CellSpread>,
+    /// `--arms`: the arms, the baseline, their order, the route header.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub experiment: Option<super::arms::ExperimentInfo>,
+    /// `--arm-pid`, `--arm-cgroup`: each arm's own CPU seconds and peak memory over the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub arm_resources: Vec<super::resources::ArmResources>,
     /// Whether the run measured what it was asked to (its exit status): `ok`, `failed` (a
     /// cell served nothing, or failed above `--max-error-rate`) or `not_judged` (nothing, or
     /// not every planned cell, was measured), with each reason.

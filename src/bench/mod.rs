@@ -14,6 +14,7 @@
 // The process clock is this module's own: bench times requests on its own client-side clock, and dates its run.
 #![allow(clippy::disallowed_methods)]
 
+pub mod arms;
 pub mod arrival;
 mod cell;
 pub mod cli;
@@ -29,6 +30,7 @@ mod plan;
 mod progress;
 pub mod replay;
 pub mod request;
+pub mod resources;
 mod run_json;
 mod runner;
 pub mod scrape;
@@ -99,9 +101,16 @@ pub struct BenchConfig {
     pub calibrate: bool,
     /// Extra request headers (e.g. the experiment route header).
     pub headers: Vec<(String, String)>,
-    /// Two arms (name, path prefix under the target) to alternate in ABBA order on identical
-    /// prompts; empty = one arm, the target itself.
+    /// Two or more arms (name, path prefix under the target), each prompt sent through every
+    /// one in the order of a balanced Latin square (two arms: ABBA); empty = one arm, the
+    /// target itself.
     pub arms: Vec<(String, String)>,
+    /// The baseline arm (`--baseline`; default: `direct` if it is an arm, else the first).
+    pub baseline: Option<String>,
+    /// Add `"cache_salt": "<pair_id>-<arm>"` to each arm's copy (`--cache-salt`).
+    pub cache_salt: bool,
+    /// Arms whose CPU and memory are read while the run lasts (`--arm-pid`, `--arm-cgroup`).
+    pub arm_watch: Vec<resources::Watch>,
     /// Choose the arm with this request header (tokentap's experiment route header) instead of
     /// a path prefix: each request carries `header: arm-name`.
     pub route_header: Option<String>,
@@ -187,6 +196,9 @@ impl Default for BenchConfig {
             calibrate: true,
             headers: Vec::new(),
             arms: Vec::new(),
+            baseline: None,
+            cache_salt: false,
+            arm_watch: Vec::new(),
             route_header: None,
             api: crate::openai::Api::Chat,
             quiet: false,
@@ -230,6 +242,7 @@ impl Default for BenchConfig {
 /// Run the whole load; `stop` ends it early (Ctrl-C), keeping what was measured. The run's
 /// verdict (`RunInfo::verdict`) says whether it measured what it was asked to.
 pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, BenchError> {
+    let cfg = &whole_groups(cfg);
     let mut plan = Plan::of(cfg)?;
     claim_out(cfg)?;
     let client = Client::connect(cfg).await?;
@@ -241,10 +254,17 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
         s.progress.plan(estimate::of(&s, &plan).await);
     }
     let mut out = Out::default();
+    // The arms' own CPU and memory: from the first cell's start to the last one's end.
+    let sampler = resources::Sampler::start(&cfg.arm_watch).await;
     let found = drive(&s, &mut plan, &mut out).await;
+    let arm_resources = match sampler {
+        Some(sm) => sm.finish().await,
+        None => Vec::new(),
+    };
     write_records(cfg, &out.records)?;
     let scrape = run_json::scraped(&mut s, &mut out).await;
-    let info = RunInfo::of(&s, &plan, found, scrape, &mut out);
+    let mut info = RunInfo::of(&s, &plan, found, scrape, &mut out);
+    info.arm_resources = arm_resources;
     let run_path = cfg.out.join("run.json");
     let json = serde_json::to_string_pretty(&info).unwrap_or_default();
     std::fs::write(&run_path, json + "\n").map_err(|source| BenchError::Io {
@@ -253,8 +273,22 @@ pub async fn run(cfg: &BenchConfig, stop: Arc<AtomicBool>) -> Result<RunInfo, Be
     })?;
     if !cfg.quiet {
         crate::outln!("{}", summary::table(&out.records, &info));
+        for r in &info.arm_resources {
+            crate::outln!("{}", resources::line(r));
+        }
     }
     Ok(info)
+}
+
+/// The config with, for two or more arms, `--requests` and `--warmup` rounded up to whole groups
+/// (one copy per arm), so that every group is measured whole or not at all.
+fn whole_groups(cfg: &BenchConfig) -> BenchConfig {
+    let n = cfg.arms.len();
+    BenchConfig {
+        requests: arms::whole_groups(cfg.requests, n),
+        warmup: arms::whole_groups(cfg.warmup, n),
+        ..cfg.clone()
+    }
 }
 
 /// The output folder, made; one that already holds a run (its `run.json` or `requests.jsonl`)

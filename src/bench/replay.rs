@@ -383,6 +383,7 @@ fn planned(cfg: &BenchConfig, n: usize, i: &Item, at: Duration) -> Planned {
             request_rate: None,
             turn: None,
             arm: None,
+            cache_salt: false,
             route_header: None,
             prompt: None,
         },

@@ -60,6 +60,9 @@ pub struct Req {
     pub turn: Option<u32>,
     /// An experiment arm: (name, path prefix under the target, pair id).
     pub arm: Option<(Arc<str>, Arc<str>, String)>,
+    /// With an arm, send `"cache_salt": "<pair id>-<arm>"` (vLLM's per-request prefix-cache
+    /// isolation, `--cache-salt`): no copy of a group reads another's cached prefix.
+    pub cache_salt: bool,
     /// The request header that chooses the arm (tokentap's experiment route header).
     pub route_header: Option<Arc<str>>,
     /// The prompt's index in its bucket's chosen set (recorded as `prompt_index`).
@@ -132,6 +135,9 @@ impl Req {
         if self.fixed {
             body["ignore_eos"] = true.into();
             body["min_tokens"] = out.into();
+        }
+        if let (true, Some((arm, _, pair))) = (self.cache_salt, &self.arm) {
+            body["cache_salt"] = format!("{pair}-{arm}").into();
         }
         (path, body)
     }
@@ -221,10 +227,12 @@ mod tests {
             request_rate: None,
             turn: Some(2),
             arm: None,
+            cache_salt: true,
             route_header: None,
             prompt: None,
         };
         let (path, b) = r.body();
+        assert!(b.get("cache_salt").is_none(), "no arm, no salt");
         assert_eq!(path, "/v1/chat/completions");
         assert_eq!(b["messages"][0]["role"], "system");
         assert_eq!(b["messages"][3]["content"], "again");
@@ -240,5 +248,9 @@ mod tests {
         let (_, b) = r.body();
         let p = b["prompt"].as_str().unwrap_or_default();
         assert!(p.starts_with("be brief\n\nuser: hi"), "{p}");
+        r.arm = Some(("nginx".into(), "".into(), "balanced-c1-3".into()));
+        assert_eq!(r.body().1["cache_salt"], "balanced-c1-3-nginx");
+        r.cache_salt = false;
+        assert!(r.body().1.get("cache_salt").is_none());
     }
 }

@@ -69,9 +69,26 @@ impl RunInfo {
                 0 | 1 => Vec::new(),
                 _ => crate::spread::as_written(&out.records),
             },
+            experiment: experiment(cfg),
+            arm_resources: Vec::new(),
             verdict,
         }
     }
+}
+
+/// `run.json`'s `experiment`, when the run has arms.
+fn experiment(cfg: &BenchConfig) -> Option<super::arms::ExperimentInfo> {
+    if cfg.arms.len() < 2 {
+        return None;
+    }
+    let arms: Vec<String> = cfg.arms.iter().map(|a| a.0.clone()).collect();
+    Some(super::arms::ExperimentInfo {
+        baseline: super::arms::baseline(&arms, cfg.baseline.as_deref()),
+        arms,
+        order: "balanced-latin-square",
+        route_header: cfg.route_header.clone(),
+        cache_salt: cfg.cache_salt,
+    })
 }
 
 /// The run's verdict: its cells by the rule (`verdict::judge`), with the planned cells it could

@@ -460,6 +460,7 @@ pub async fn client_overhead() -> Overhead {
             request_rate: None,
             turn: None,
             arm: None,
+            cache_salt: false,
             route_header: None,
             prompt: None,
         };

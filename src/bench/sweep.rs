@@ -58,6 +58,12 @@ pub(crate) async fn measure(
     out: &mut Out,
 ) -> std::ops::Range<usize> {
     let label = format!("{} {}", c.spec.name, level.label());
+    // Whole groups of copies, one per arm (a search's levels choose their own counts).
+    let n = s.cfg.arms.len();
+    let (requests, warmup) = (
+        super::arms::whole_groups(requests, n),
+        super::arms::whole_groups(warmup, n),
+    );
     let from = out.records.len();
     let begun = s.load.mark().await;
     match level {

@@ -69,6 +69,7 @@ fn turn_request(
         request_rate: None,
         turn: Some(k as u32 + 1),
         arm: None,
+        cache_salt: false,
         route_header: None,
         prompt: None,
     }

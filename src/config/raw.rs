@@ -73,6 +73,7 @@ pub struct RawExperiment {
     pub mode: Option<String>,
     pub arms: Option<Vec<String>>,
     pub gateway: Option<String>,
+    pub baseline: Option<String>,
     pub primary: Option<String>,
     pub weights: Option<Vec<f64>>,
     pub seed: Option<u64>,

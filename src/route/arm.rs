@@ -2,9 +2,9 @@
 //! forced-arm header, the key's id, a random draw) → which route serves the request, what its
 //! record says of the experiment, and whether a copy goes to the other arm — or a refusal.
 //!
-//! NB: the direct arm is never a way around the gateway's authentication: it is chosen only for
-//! a key in `direct_keys`; a copy goes there only once the gateway accepted the original
-//! (decided by the caller when the primary answered).
+//! NB: the baseline (direct) arm is never a way around a gateway's authentication: it is chosen
+//! (forced or split) only for a key in `direct_keys`; a copy goes there only once the gateway
+//! accepted the original (decided by the caller when the primary answered).
 
 use crate::config::{Config, Mode};
 use crate::meter::Experiment;
@@ -32,7 +32,7 @@ pub struct Choice {
 pub enum Refusal {
     /// The forced-arm header names no experiment arm.
     UnknownArm,
-    /// The key may not force the direct arm (not in `direct_keys`).
+    /// The key may not force the baseline (direct) arm (not in `direct_keys`).
     ForcedDirect,
 }
 
@@ -80,7 +80,7 @@ pub fn choose(
         else {
             return Err(Refusal::UnknownArm);
         };
-        if i != e.gateway && !direct_ok {
+        if i == e.baseline && !direct_ok {
             return Err(Refusal::ForcedDirect);
         }
         return Ok(Choice {
@@ -96,13 +96,7 @@ pub fn choose(
     Ok(match e.mode {
         Mode::Off => plain,
         Mode::Split => {
-            let w = e.weights[0] / (e.weights[0] + e.weights[1]);
-            let picked = if d.unit < w { e.arms[0] } else { e.arms[1] };
-            let chosen = if picked != e.gateway && !direct_ok {
-                e.gateway
-            } else {
-                picked
-            };
+            let chosen = split(&e.arms, &e.weights, e.baseline, direct_ok, d.unit);
             Choice {
                 route: chosen,
                 experiment: arm(cfg, chosen, None),
@@ -111,11 +105,13 @@ pub fn choose(
         }
         Mode::Mirror | Mode::Paired => {
             let pair = (d.unit < e.sample).then(|| format!("{:016x}", d.pair));
-            let other = if e.arms[0] == e.primary {
-                e.arms[1]
-            } else {
-                e.arms[0]
-            };
+            // NB: mirror and paired have exactly two arms (config::experiment).
+            let other = e
+                .arms
+                .iter()
+                .copied()
+                .find(|&a| a != e.primary)
+                .unwrap_or(e.primary);
             Choice {
                 route: e.primary,
                 experiment: arm(cfg, e.primary, pair.clone()),
@@ -123,6 +119,33 @@ pub fn choose(
             }
         }
     })
+}
+
+/// Split's pick for a draw `unit` in [0, 1): an arm by weight; without `direct_ok`, only the
+/// arms other than the baseline, by their weights (equally when those are all 0).
+fn split(arms: &[usize], weights: &[f64], baseline: usize, direct_ok: bool, unit: f64) -> usize {
+    let open: Vec<(usize, f64)> = arms
+        .iter()
+        .copied()
+        .zip(weights.iter().copied())
+        .filter(|&(a, _)| direct_ok || a != baseline)
+        .collect();
+    let total: f64 = open.iter().map(|&(_, w)| w).sum();
+    let equal = total <= 0.0;
+    let total = if equal { open.len() as f64 } else { total };
+    let mut at = unit * total;
+    for &(a, w) in &open {
+        let w = if equal { 1.0 } else { w };
+        if at < w {
+            return a;
+        }
+        at -= w;
+    }
+    // A draw at the top end (rounding): the last open arm with weight.
+    open.iter()
+        .rev()
+        .find(|&&(_, w)| equal || w > 0.0)
+        .map_or(baseline, |&(a, _)| a)
 }
 
 #[cfg(test)]
@@ -246,5 +269,74 @@ mod tests {
         let c = cfg("mode='split'\n");
         let got = choose(&c, GATEWAY, Some(b"direct"), Some("team-direct"), draw(0.9)).unwrap();
         assert_eq!(got.route, GATEWAY, "split, not the header, decided");
+    }
+
+    /// Four routes, three arms: the baseline `direct` and two gateways.
+    fn three(experiment: &str) -> Config {
+        Config::from_toml(
+            &format!(
+                "[[routes]]\nname='direct'\nupstream='http://a:1'\n\
+                 [[routes]]\nname='nginx'\nupstream='http://b:1'\npath_prefix='/nginx'\n\
+                 [[routes]]\nname='litellm'\nupstream='http://c:1'\npath_prefix='/litellm'\n\
+                 [[routes]]\nname='other'\nupstream='http://d:1'\npath_prefix='/other'\n\
+                 [experiment]\narms=['nginx','direct','litellm']\ndirect_keys=['team-direct']\n{experiment}"
+            ),
+            "t",
+            &Overrides::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn split_over_three_arms_spreads_by_weight_and_keeps_others_off_the_baseline() {
+        let c = three("mode='split'\nweights=[1.0, 2.0, 1.0]\n");
+        assert_eq!(c.experiment.baseline, DIRECT, "the arm named direct");
+        let (n, l) = (1, 2);
+        let mut seen = [[0usize; 3]; 2];
+        for k in 0..400 {
+            let u = (k as f64 + 0.5) / 400.0;
+            for (who, key) in [(0, "team-direct"), (1, "sha256:someone")] {
+                let got = choose(&c, n, None, Some(key), draw(u)).unwrap();
+                assert_eq!(arm_of(&got).0, c.routes[got.route].name);
+                seen[who][got.route] += 1;
+            }
+        }
+        // A direct key: 1 : 2 : 1 over nginx, direct, litellm.
+        assert_eq!(seen[0], [200, 100, 100]);
+        // Everyone else: never the baseline, 1 : 1 over nginx and litellm.
+        assert_eq!(seen[1][DIRECT], 0);
+        assert_eq!((seen[1][n], seen[1][l]), (200, 200));
+        // A route outside the experiment is left alone.
+        let got = choose(&c, 3, None, None, never()).unwrap();
+        assert_eq!((got.route, got.experiment), (3, None));
+    }
+
+    #[test]
+    fn any_of_three_arms_can_be_forced_and_the_baseline_only_by_direct_keys() {
+        let c = three("allow_forcing=true\n");
+        for (name, route) in [("nginx", 1), ("litellm", 2)] {
+            let got = choose(&c, DIRECT, Some(name.as_bytes()), None, never()).unwrap();
+            assert_eq!((got.route, arm_of(&got)), (route, (name, None)));
+        }
+        assert_eq!(
+            choose(&c, 1, Some(b"direct"), Some("sha256:x"), never()),
+            Err(Refusal::ForcedDirect)
+        );
+        let got = choose(&c, 1, Some(b"direct"), Some("team-direct"), never()).unwrap();
+        assert_eq!(got.route, DIRECT);
+        assert_eq!(
+            choose(&c, 1, Some(b"other"), None, never()),
+            Err(Refusal::UnknownArm)
+        );
+        // Another baseline: then it is the guarded arm, and direct may be forced by anyone.
+        let c = three("allow_forcing=true\nbaseline='litellm'\n");
+        assert_eq!(
+            choose(&c, 1, Some(b"litellm"), None, never()),
+            Err(Refusal::ForcedDirect)
+        );
+        assert_eq!(
+            choose(&c, 1, Some(b"direct"), None, never()).unwrap().route,
+            DIRECT
+        );
     }
 }

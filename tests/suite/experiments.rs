@@ -1,5 +1,6 @@
 //! Gateway-hop experiments: the measured hop recovers a known injected delay; the direct arm is
-//! never a way around the gateway; shadow copies never touch the client's response.
+//! never a way around the gateway; shadow copies never touch the client's response; N arms see
+//! the same prompts in a rotated order; an arm's CPU and memory read from /proc.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tokentap_test_support as support;
@@ -82,6 +83,12 @@ async fn measure_hop(hop: &str) -> report::hop::GatewayHop {
         .filter(|r| r.stream)
         .all(|r| r.experiment.is_some()));
     let recs = report::load(&[dir], &mut |w| panic!("{w}")).unwrap();
+    // Two arms: ABBA — group k's first copy alternates direct, gateway, direct, …
+    for firsts in first_arms(&recs).values() {
+        for (k, a) in firsts {
+            assert_eq!(a, ["direct", "gateway"][k % 2], "group {k}: {firsts:?}");
+        }
+    }
     let r = report::compute(&recs, &Slos::default(), 10, false);
     r.gateway_hop.expect("both arms present")
 }
@@ -521,4 +528,277 @@ async fn split_sends_only_listed_keys_to_the_direct_arm() {
     assert!(recs
         .iter()
         .all(|r| r.experiment.as_ref().is_some_and(|e| e.arm == r.route)));
+}
+
+/// A group's copies in the order sent: (arm, request id, prompt index).
+type Copies = Vec<(String, String, Option<u64>)>;
+
+/// Per cell (`<bucket>-<level>`), each group's arms in the order they were sent (by `ts`),
+/// groups in order: from bench's records' pair ids `<bucket>-<level>-<k>`.
+fn groups(
+    recs: &[tokentap::meter::RequestRecord],
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<usize, Copies>> {
+    let mut by: std::collections::BTreeMap<String, std::collections::BTreeMap<usize, Vec<_>>> =
+        Default::default();
+    let mut sorted: Vec<_> = recs.iter().collect();
+    sorted.sort_by(|a, b| a.ts.cmp(&b.ts));
+    for r in sorted {
+        let e = r.experiment.as_ref().expect("every copy has its arm");
+        let pair = e.pair_id.clone().expect("bench's copies have a pair id");
+        let (cell, k) = pair.rsplit_once('-').unwrap();
+        by.entry(cell.to_owned())
+            .or_default()
+            .entry(k.parse().unwrap())
+            .or_default()
+            .push((e.arm.clone(), r.request_id.clone().unwrap(), r.prompt_index));
+    }
+    by
+}
+
+/// Per cell, each group's number and first arm, groups in order.
+fn first_arms(
+    recs: &[tokentap::meter::RequestRecord],
+) -> std::collections::BTreeMap<String, Vec<(usize, String)>> {
+    groups(recs)
+        .into_iter()
+        .map(|(cell, g)| {
+            let firsts = g.into_iter().map(|(k, v)| (k, v[0].0.clone())).collect();
+            (cell, firsts)
+        })
+        .collect()
+}
+
+/// Direct and three simulated hops (0, 1 and 5 ms) as four arms of one experiment, forced by
+/// bench's route header: every arm sees every prompt once per group, under one pair id and one
+/// prompt index (bench's records and the proxy's agree), and the first arm of a group rotates
+/// through all four. A key outside `direct_keys` may force any gateway arm, never the baseline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_arms_see_the_same_prompts_in_a_rotated_order() {
+    let el = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut sim = Sim::start(fast(), "sim", 7, el, None).await.unwrap();
+    let engine: http::Uri = format!("http://{}", sim.engine).parse().unwrap();
+    let mut routes = format!(
+        "[[routes]]\nname = \"direct\"\nupstream = \"http://{}\"\n",
+        sim.engine
+    );
+    let hops = ["h0", "h1", "h5"];
+    for (name, delay) in hops.iter().zip(["0", "1", "5"]) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = sim
+            .start_hop(l, delay.parse::<HopDelay>().unwrap(), engine.clone(), 3)
+            .unwrap();
+        routes.push_str(&format!(
+            "[[routes]]\nname = \"{name}\"\nupstream = \"http://{addr}\"\npath_prefix = \"/{name}\"\n"
+        ));
+    }
+    let key = "sk-bench-key";
+    let px = proxy_toml(&format!(
+        "[experiment]\narms = [\"h1\", \"direct\", \"h0\", \"h5\"]\nallow_forcing = true\ndirect_keys = [\"{}\"]\n{routes}",
+        fingerprint(key.as_bytes()),
+    ))
+    .await;
+    let dir = scratch("four-arms");
+    let arms = ["direct", "h0", "h1", "h5"];
+    let cfg = BenchConfig {
+        target: format!("http://{}", px.addr),
+        out: dir.clone(),
+        concurrency: vec![1, 2],
+        // Two periods of the 4-arm square (8 groups); 30 is rounded up to whole groups.
+        requests: 30,
+        warmup: 4,
+        outputs: [4, 4, 4],
+        buckets: vec!["balanced".into()],
+        prompts_per_bucket: 6,
+        calibrate: false,
+        quiet: true,
+        api_key: Some(tokentap::keys::Secret::new(key.to_owned())),
+        arms: arms
+            .iter()
+            .map(|a| (a.to_string(), String::new()))
+            .collect(),
+        route_header: Some("x-tokentap-route".into()),
+        cache_salt: true,
+        scrape: tokentap::bench::scrape::ScrapePlan::Off,
+        ..BenchConfig::default()
+    };
+    let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    assert_eq!(info.requests_per_cell, 32, "rounded up to whole groups");
+    assert!(info.cells.iter().all(|c| c.measured == 32 && c.errors == 0));
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(
+        run["experiment"],
+        serde_json::json!({"baseline": "direct", "arms": arms, "order": "balanced-latin-square",
+            "route_header": "x-tokentap-route", "cache_salt": true})
+    );
+    let recs = report::load(&[dir], &mut |w| panic!("{w}")).unwrap();
+    assert_eq!(recs.len(), 64);
+    let g = groups(&recs);
+    assert_eq!(g.len(), 2, "{:?}", g.keys());
+    for (cell, groups) in &g {
+        assert_eq!(groups.len(), 8, "{cell}");
+        for (k, copies) in groups {
+            let mut seen: Vec<&str> = copies.iter().map(|c| c.0.as_str()).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, arms, "{cell} group {k}: every arm exactly once");
+            assert!(
+                copies.iter().all(|c| c.2.is_some() && c.2 == copies[0].2),
+                "{cell} group {k}: one prompt"
+            );
+        }
+    }
+    // At C=1 the copies go one after another: each arm first in two of the eight groups (two
+    // periods of the square; group 0 was the warm-up).
+    let firsts = &first_arms(&recs)["balanced-c1"];
+    assert_eq!(firsts.first().map(|f| f.0), Some(1));
+    for a in arms {
+        assert_eq!(firsts.iter().filter(|f| f.1 == a).count(), 2, "{firsts:?}");
+    }
+    // The proxy's records of the same requests (joined by request id) name the same arms.
+    let proxied = px.records(2 * (32 + 4) + 1).await;
+    let arm_of: std::collections::HashMap<String, String> = proxied
+        .iter()
+        .filter_map(|r| Some((r.request_id.clone()?, r.experiment.as_ref()?.arm.clone())))
+        .collect();
+    for (cell, groups) in &g {
+        for (k, copies) in groups {
+            let mut seen: Vec<&str> = copies
+                .iter()
+                .map(|c| arm_of.get(&c.1).map(String::as_str).unwrap_or("none"))
+                .collect();
+            assert_eq!(
+                seen,
+                copies.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+                "{cell} group {k}"
+            );
+            seen.sort_unstable();
+            assert_eq!(seen, arms);
+        }
+    }
+    // Forcing: any gateway arm for anyone; the baseline only for a listed key.
+    let c = client();
+    let url = px.url("/v1/chat/completions");
+    for (arm, key, status) in [
+        ("h5", "sk-other", 200),
+        ("direct", "sk-other", 403),
+        ("direct", key, 200),
+    ] {
+        let got = send(
+            &c,
+            "POST",
+            &url,
+            &[
+                ("authorization", &format!("Bearer {key}")),
+                ("x-tokentap-route", arm),
+            ],
+            chat_body("sim", false),
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.status, status, "{arm} by {key}");
+        if status == 403 {
+            let j: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+            assert_eq!(j["error"]["code"], "forced_direct_not_allowed");
+        }
+    }
+}
+
+/// `--arm-pid` on a real child process: its CPU seconds and peak RSS in run.json and the
+/// summary; a name that is not an arm is refused with exit status 64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arm_resources_are_read_from_proc() {
+    let el = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim = Sim::start(fast(), "sim", 7, el, None).await.unwrap();
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let px = proxy_toml(&format!(
+        "[experiment]\narms = [\"direct\", \"gateway\"]\nallow_forcing = true\ndirect_keys = [\"{}\"]\n\
+         [[routes]]\nname = \"direct\"\nupstream = \"http://{e}\"\n[[routes]]\nname = \"gateway\"\nupstream = \"http://{e}\"\npath_prefix = \"/gateway\"\n",
+        fingerprint(b"sk-k"),
+        e = sim.engine
+    ))
+    .await;
+    let dir = scratch("arm-pid");
+    let cfg = BenchConfig {
+        target: format!("http://{}", px.addr),
+        out: dir.clone(),
+        concurrency: vec![1],
+        requests: 4,
+        warmup: 0,
+        outputs: [4, 4, 4],
+        buckets: vec!["short-long".into()],
+        prompts_per_bucket: 2,
+        calibrate: false,
+        quiet: true,
+        api_key: Some(tokentap::keys::Secret::new("sk-k".into())),
+        arms: vec![
+            ("direct".into(), String::new()),
+            ("gateway".into(), String::new()),
+        ],
+        route_header: Some("x-tokentap-route".into()),
+        arm_watch: vec![
+            tokentap::bench::resources::Watch::parse(
+                "--arm-pid",
+                &format!("gateway={}", child.id()),
+            )
+            .unwrap(),
+            tokentap::bench::resources::Watch::parse("--arm-cgroup", "direct=/nonexistent/cgroup")
+                .unwrap(),
+        ],
+        scrape: tokentap::bench::scrape::ScrapePlan::Off,
+        ..BenchConfig::default()
+    };
+    bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let r = &run["arm_resources"];
+    assert_eq!(r[0]["arm"], "gateway");
+    assert_eq!(r[0]["pid"], child.id());
+    assert!(r[0]["cpu_s"].as_f64().unwrap() >= 0.0, "{r}");
+    assert!(r[0]["peak_rss_bytes"].as_u64().unwrap() > 0, "{r}");
+    assert!(r[0]["hwm_bytes"].as_u64().unwrap() > 0, "{r}");
+    assert!(r[0]["samples"].as_u64().unwrap() >= 1, "{r}");
+    assert!(r[0].get("error").is_none(), "{r}");
+    // Unreadable: an error, never a number.
+    assert_eq!(r[1]["cgroup"], "/nonexistent/cgroup");
+    assert!(r[1]["error"].as_str().unwrap().contains("cpu.stat"), "{r}");
+    assert!(r[1].get("cpu_s").is_none() && r[1].get("peak_rss_bytes").is_none());
+    // A name that is not one of --arms: a usage error, before anything is sent.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .args(["bench", "--target", "http://127.0.0.1:9", "--out"])
+        .arg(scratch("arm-pid-bad"))
+        .args([
+            "--route-header",
+            "x-tokentap-route",
+            "--arms",
+            "direct,nginx",
+        ])
+        .args(["--arm-pid", &format!("litellm={}", std::process::id())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--arm-pid: \"litellm\" is not one of --arms (direct,nginx)"),
+        "{err}"
+    );
+    for bad in [["--arms", "direct,direct"], ["--arms", "direct"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+            .args(["bench", "--target", "http://127.0.0.1:9", "--out"])
+            .arg(scratch("arms-bad"))
+            .args(["--route-header", "x-tokentap-route"])
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{bad:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("two or more distinct route names"));
+    }
 }

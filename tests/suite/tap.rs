@@ -418,3 +418,103 @@ async fn a_body_rewritten_beyond_recognition_is_left_unjoined_and_counted() {
     assert_eq!((tap.joined, tap.unjoined), (0, 2));
     assert_eq!(tap.join_rate, 0.0);
 }
+
+/// One tokentap taps two gateways at once: routes `nginx` and `litellm` (two simulated hops
+/// holding 20 and 60 ms), each hop relaying to an inner route behind it (`engine-nginx`,
+/// `engine-litellm`). Bench sends every prompt through direct and both gateways; each outer
+/// request joins the inner request of its own gateway, and the tap recovers that gateway's hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tokentap_taps_two_gateways_at_once() {
+    use tokentap::sim::{HopDelay, Profile, Sim};
+    let el = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let profile = Profile {
+        prefill_base_ms: 5.0,
+        step_base_ms: 2.0,
+        ..Profile::v100()
+    };
+    let mut sim = Sim::start(profile, "sim", 5, el, None).await.unwrap();
+    let gateways = [("nginx", "20"), ("litellm", "60")];
+    let mut listeners = Vec::new();
+    let mut routes = format!(
+        "[[routes]]\nname = \"direct\"\nupstream = \"http://{}\"\n",
+        sim.engine
+    );
+    for (name, _) in gateways {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        routes.push_str(&format!(
+            "[[routes]]\nname = \"{name}\"\nupstream = \"http://{}\"\npath_prefix = \"/{name}\"\n\
+             [[routes]]\nname = \"engine-{name}\"\nupstream = \"http://{}\"\npath_prefix = \"/engine-{name}\"\n\
+             behind = \"{name}\"\nbehind_sources = [\"127.0.0.1\"]\n",
+            l.local_addr().unwrap(),
+            sim.engine
+        ));
+        listeners.push(l);
+    }
+    let px = proxy_toml(&routes).await;
+    for ((name, hold), l) in gateways.iter().zip(listeners) {
+        let up = px.url(&format!("/engine-{name}")).parse().unwrap();
+        sim.start_hop(l, hold.parse::<HopDelay>().unwrap(), up, 5)
+            .unwrap();
+    }
+    let dir = scratch("tap-two-gateways");
+    let cfg = tokentap::bench::BenchConfig {
+        target: format!("http://{}", px.addr),
+        out: dir.clone(),
+        concurrency: vec![1, 3],
+        requests: 6,
+        warmup: 0,
+        outputs: [4, 4, 4],
+        buckets: vec!["balanced".into()],
+        prompts_per_bucket: 6,
+        calibrate: false,
+        quiet: true,
+        arms: [("direct", ""), ("nginx", "/nginx"), ("litellm", "/litellm")]
+            .iter()
+            .map(|(a, p)| (a.to_string(), p.to_string()))
+            .collect(),
+        scrape: tokentap::bench::scrape::ScrapePlan::Off,
+        ..tokentap::bench::BenchConfig::default()
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    tokentap::bench::run(&cfg, stop).await.unwrap();
+    let bench_recs = tokentap::report::load(&[dir], &mut |w| panic!("{w}")).unwrap();
+    assert_eq!(bench_recs.len(), 12);
+    // Every gateway request twice (outside and inside its gateway), direct once.
+    let proxied = px.records(12 + 8).await;
+    let by_id: std::collections::HashMap<&str, &RequestRecord> =
+        proxied.iter().map(|r| (r.id.as_str(), r)).collect();
+    for (name, hold) in gateways {
+        let outer: Vec<&RequestRecord> = proxied
+            .iter()
+            .filter(|r| r.route == name && r.stream)
+            .collect();
+        assert_eq!(outer.len(), 4, "{name}");
+        for r in outer {
+            let g = r.gateway_tap.as_ref().expect("an outer tap record");
+            assert_eq!(g.side, TapSide::Outer);
+            assert_eq!(g.unjoined, None, "{name}: {g:?}");
+            let inner = by_id[g.peer.as_deref().unwrap()];
+            assert_eq!(
+                inner.route,
+                format!("engine-{name}"),
+                "joined to its own gateway"
+            );
+            // The tap's hop minus what this gateway says it held: its own forwarding only.
+            let d = g.ttft_ms.unwrap() - r.gateway_overhead_ms.unwrap();
+            assert!((0.0..5.0).contains(&d), "{name}: tap − hold {d}");
+            let held = r.gateway_overhead_ms.unwrap();
+            let want: f64 = hold.parse().unwrap();
+            assert!(
+                (want - 1.0..want + 15.0).contains(&held),
+                "{name}: held {held}"
+            );
+        }
+    }
+    assert_eq!(
+        proxied
+            .iter()
+            .filter(|r| r.route == "direct" && r.stream)
+            .count(),
+        4
+    );
+}
