@@ -124,17 +124,18 @@ pub fn choose(
 /// Split's pick for a draw `unit` in [0, 1): an arm by weight; without `direct_ok`, only the
 /// arms other than the baseline, by their weights (equally when those are all 0).
 fn split(arms: &[usize], weights: &[f64], baseline: usize, direct_ok: bool, unit: f64) -> usize {
-    let open: Vec<(usize, f64)> = arms
-        .iter()
-        .copied()
-        .zip(weights.iter().copied())
-        .filter(|&(a, _)| direct_ok || a != baseline)
-        .collect();
-    let total: f64 = open.iter().map(|&(_, w)| w).sum();
+    // The arms this key may draw, walked twice rather than collected: no allocation per request.
+    let open = || {
+        arms.iter()
+            .copied()
+            .zip(weights.iter().copied())
+            .filter(move |&(a, _)| direct_ok || a != baseline)
+    };
+    let (count, total) = open().fold((0usize, 0.0), |(n, t), (_, w)| (n + 1, t + w));
     let equal = total <= 0.0;
-    let total = if equal { open.len() as f64 } else { total };
+    let total = if equal { count as f64 } else { total };
     let mut at = unit * total;
-    for &(a, w) in &open {
+    for (a, w) in open() {
         let w = if equal { 1.0 } else { w };
         if at < w {
             return a;
@@ -142,10 +143,9 @@ fn split(arms: &[usize], weights: &[f64], baseline: usize, direct_ok: bool, unit
         at -= w;
     }
     // A draw at the top end (rounding): the last open arm with weight.
-    open.iter()
-        .rev()
-        .find(|&&(_, w)| equal || w > 0.0)
-        .map_or(baseline, |&(a, _)| a)
+    open()
+        .rfind(|&(_, w)| equal || w > 0.0)
+        .map_or(baseline, |(a, _)| a)
 }
 
 #[cfg(test)]
