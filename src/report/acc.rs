@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use super::board::{BoardOpts, BoardRec};
 use super::clock::Clock;
 use super::hop::HopRec;
 use super::names::{Map, Names, NONE};
@@ -88,6 +89,8 @@ pub(super) struct Read {
     pub by_turn: BTreeMap<String, super::shapes::TurnRow>,
     pub hop: Vec<HopRec>,
     pub tap: Vec<TapRec>,
+    pub board: Vec<BoardRec>,
+    pub board_opts: BoardOpts,
     pub traffic: Traffic,
     pub other: Vec<OtherRow>,
     pub streaming: Vec<super::streaming::StreamRow>,
@@ -119,6 +122,9 @@ pub struct Acc {
     cache: CacheAcc,
     hop: Vec<HopRec>,
     tap: Vec<TapRec>,
+    board: Vec<BoardRec>,
+    /// What the gateway board is told besides the records (`run.json`, flags).
+    pub board_opts: BoardOpts,
     /// Records read, by [`Class`] as an index.
     classes: [usize; 6],
     /// Served generation streams without usage (no input tokens, so no bucket).
@@ -160,6 +166,8 @@ impl Acc {
             cache: CacheAcc::default(),
             hop: Vec::new(),
             tap: Vec::new(),
+            board: Vec::new(),
+            board_opts: BoardOpts::default(),
             classes: [0; 6],
             no_usage: 0,
             streams: 0,
@@ -224,10 +232,16 @@ impl Acc {
         self.records += 1;
         let ts = self.clock.time(r.ts.as_str());
         let bucket = self.names.id(r.bucket());
-        if r.experiment.is_some() {
+        if let Some(e) = &r.experiment {
             let name = self.names.arc(bucket);
             if let Some(h) = HopRec::of(r, &self.arms.0, &self.arms.1, name, ts) {
                 self.hop.push(h);
+            }
+            if e.pair_id.is_some() && r.client_facing() {
+                let arm = self.names.id(e.arm.as_str());
+                if let Some(b) = BoardRec::of(r, self.names.arc(arm)) {
+                    self.board.push(b);
+                }
             }
         }
         self.add_tap(r, bucket);
@@ -473,6 +487,8 @@ impl Acc {
                 .collect(),
             hop: self.hop,
             tap: self.tap,
+            board: self.board,
+            board_opts: self.board_opts,
             traffic: Traffic::of(self.classes, self.streams, self.no_usage),
             other: other_rows(self.other),
             streaming: self.streaming.finish(&names),

@@ -250,6 +250,8 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
         by_turn,
         hop,
         tap,
+        board: Vec::new(),
+        board_opts: Default::default(),
         traffic: Traffic::of(classes, streams, no_usage),
         other,
         streaming: Vec::new(), // NB: the table has no delivery columns yet
