@@ -522,3 +522,204 @@ async fn split_sends_only_listed_keys_to_the_direct_arm() {
         .iter()
         .all(|r| r.experiment.as_ref().is_some_and(|e| e.arm == r.route)));
 }
+
+// The gateway board, over real sockets: one sim engine, sim hops in front of it, tokentap with
+// forced arms, bench sending each prompt through every arm. Today's bench drives two arms a
+// run (`direct` and one gateway), so each hop gets a run of its own; the helpers take the arms
+// as a list, for a run of N arms in one go.
+
+/// A hop in front of the engine: its delay, and whether it holds the answer (`--hop-buffer`).
+async fn board_hop(sim: &mut Sim, delay: &str, buffer: Option<usize>) -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let engine: http::Uri = format!("http://{}", sim.engine).parse().unwrap();
+    let delay = delay.parse::<HopDelay>().unwrap();
+    match buffer {
+        None => sim.start_hop(l, delay, engine, 5).unwrap(),
+        Some(bytes) => {
+            let hold = tokentap::sim::Hold {
+                bytes: Some(bytes),
+                flush_ms: None,
+            };
+            sim.start_holding_hop(l, delay, hold, engine, 5).unwrap().0
+        }
+    }
+}
+
+/// tokentap with a route per arm (`direct` first: the baseline) and forcing allowed for the
+/// bench key; bench sends every prompt through every arm at each level. The bench folder, and
+/// the median hold the sim hops claimed (`x-litellm-overhead-duration-ms`, in tokentap's
+/// records: the timer rounds a hold up to its tick) per arm.
+async fn board_run(
+    arms: &[(&str, std::net::SocketAddr)],
+    levels: Vec<usize>,
+) -> (std::path::PathBuf, std::collections::BTreeMap<String, f64>) {
+    let key = "sk-bench-key";
+    let names: Vec<String> = arms.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+    let routes: String = arms
+        .iter()
+        .map(|(n, a)| {
+            let prefix = match *n {
+                "direct" => String::new(),
+                _ => format!("path_prefix = \"/{n}\"\n"),
+            };
+            format!("[[routes]]\nname = \"{n}\"\nupstream = \"http://{a}\"\n{prefix}")
+        })
+        .collect();
+    let px = proxy_toml(&format!(
+        "[experiment]\narms = [{}]\nallow_forcing = true\ndirect_keys = [\"{}\"]\n{routes}",
+        names.join(", "),
+        fingerprint(key.as_bytes()),
+    ))
+    .await;
+    let dir = scratch("board");
+    let cfg = BenchConfig {
+        target: format!("http://{}", px.addr),
+        out: dir.clone(),
+        concurrency: levels,
+        requests: 30,
+        warmup: 2,
+        outputs: [24, 24, 24],
+        prompts_per_bucket: 10,
+        calibrate: false,
+        quiet: true,
+        api_key: Some(tokentap::keys::Secret::new(key.to_owned())),
+        arms: arms
+            .iter()
+            .map(|(n, _)| ((*n).into(), String::new()))
+            .collect(),
+        route_header: Some("x-tokentap-route".into()),
+        scrape: tokentap::bench::scrape::ScrapePlan::Off,
+        ..BenchConfig::default()
+    };
+    bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    let measured = report::load(std::slice::from_ref(&dir), &mut |w| panic!("{w}")).unwrap();
+    let mut claims: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for r in px.records(measured.len()).await {
+        if let (Some(e), Some(c)) = (&r.experiment, r.gateway_overhead_ms) {
+            claims.entry(e.arm.clone()).or_default().push(c);
+        }
+    }
+    let median = |v: Vec<f64>| tokentap::stats::pct(&tokentap::stats::sorted(v), 0.5);
+    let claims = claims
+        .into_iter()
+        .filter_map(|(a, v)| Some((a, median(v)?)))
+        .collect();
+    (dir, claims)
+}
+
+/// `tokentap report DIR ARGS… --format FORMAT`, as a user runs it.
+fn board_report(dir: &std::path::Path, args: &[&str], format: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .arg("report")
+        .arg(dir)
+        .args(args)
+        .args(["--format", format])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The board's row of `arm`, from the report's JSON.
+fn board_row(json: &str, arm: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    let rows = v["gateway_board"].as_array().cloned().unwrap_or_default();
+    rows.into_iter()
+        .find(|r| r["arm"] == arm)
+        .unwrap_or_else(|| panic!("no board row {arm}: {}", v["gateway_board_not_judged"]))
+}
+
+/// A 5 ms hop reads about 5 ms above a 0 ms hop (a sim hop costs its own forwarding even at
+/// 0 ms), each within a sane interval; a hop holding 16 KB is named buffered, and its streams
+/// are not sustained (the first token waits for the whole answer), while the baseline's are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_board_reads_each_hop_s_cost_and_names_the_buffering_one() {
+    let el = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut sim = Sim::start(fast(), "sim", 3, el, None).await.unwrap();
+    let engine = sim.engine;
+    let (zero, five) = (
+        board_hop(&mut sim, "0", None).await,
+        board_hop(&mut sim, "5", None).await,
+    );
+    let buffering = board_hop(&mut sim, "0", Some(16 << 10)).await;
+    let p50 = |row: &serde_json::Value| {
+        let l = &row["levels"][0];
+        assert_eq!(l["level"], 1);
+        // Every prompt went through both arms, and both copies were served.
+        assert!(l["pairs"].as_u64().unwrap() >= 30, "{l}");
+        assert_eq!(l["pairs"], l["requests"], "{l}");
+        assert_eq!(l["pairs"], l["baseline_requests"], "{l}");
+        let a = &l["added_ttft_ms"];
+        let (m, lo, hi) = (
+            a["p50"].as_f64().unwrap(),
+            a["p50_ci95"][0].as_f64().unwrap(),
+            a["p50_ci95"][1].as_f64().unwrap(),
+        );
+        assert!(lo <= m && m <= hi && hi - lo < 4.0, "{a}");
+        // Under 100 pairs: no interval for a p99.
+        assert!(a["p99"].is_number() && a["p99_ci95"].is_null(), "{a}");
+        (m, lo, hi)
+    };
+    let (run0, _) = board_run(&[("direct", engine), ("gateway", zero)], vec![1]).await;
+    let (m0, ..) = p50(&board_row(&board_report(&run0, &[], "json"), "gateway"));
+    let (run5, claims) = board_run(&[("direct", engine), ("gateway", five)], vec![1]).await;
+    let json5 = board_report(&run5, &[], "json");
+    let (m5, lo5, hi5) = p50(&board_row(&json5, "gateway"));
+    // The 5 ms hold as it happened: the timer rounds it up to its tick (about 6–7 ms).
+    let held = claims["gateway"];
+    eprintln!("board: 0 ms hop {m0:+.2} ms, 5 ms hop {m5:+.2} ms [{lo5:+.2}, {hi5:+.2}], held {held:.2} ms");
+    assert!((5.0..8.0).contains(&held), "the hop's own claim: {held}");
+    assert!((-0.5..4.0).contains(&m0), "the 0 ms hop's own cost: {m0}");
+    assert!(
+        (m5 - m0 - held).abs() < 1.0,
+        "{held:.2} ms above the 0 ms hop: {m5} vs {m0}"
+    );
+    assert!(
+        lo5 - m0 < held + 0.75 && hi5 - m0 > held - 0.75,
+        "[{lo5}, {hi5}] − {m0}"
+    );
+    let row5 = board_row(&json5, "gateway");
+    assert_eq!(row5["levels"][0]["errors"], 0);
+    assert_eq!(row5["levels"][0]["delivery"]["buffered"], 0);
+
+    let (runb, _) = board_run(&[("direct", engine), ("gateway", buffering)], vec![1, 2]).await;
+    let pace = ["--pace-gap-ms", "20"];
+    let rowb = board_row(&board_report(&runb, &pace, "json"), "gateway");
+    for l in rowb["levels"].as_array().unwrap() {
+        let (d, b) = (&l["delivery"], &l["baseline_delivery"]);
+        assert_eq!(d["buffered"], l["requests"], "{l}");
+        assert_eq!(b["buffered"], 0, "{l}");
+    }
+    let n: u64 = rowb["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["requests"].as_u64().unwrap())
+        .sum();
+    let said = rowb["summary"].as_str().unwrap();
+    let buffered = format!("buffered {n} of {n} streams (direct: 0 of {n})");
+    assert!(said.contains(&buffered), "{said}");
+    assert!(rowb["sustained_streams"].is_null(), "{rowb}");
+    let why = rowb["sustained_reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("C=1: ") && why.contains("first token"),
+        "{why}"
+    );
+    assert_eq!(rowb["baseline_sustained_streams"], 2, "{rowb}");
+    assert_eq!(rowb["pace_from"], "flag");
+    // Every view has the section; the HTML its chart.
+    let md = board_report(&runb, &pace, "md");
+    assert!(
+        md.contains("\n## Gateway board: each gateway against direct"),
+        "{md}"
+    );
+    let html = board_report(&runb, &pace, "html");
+    assert!(html.contains("Gateway board: added TTFT p50 against direct, by level"));
+    sim.stop(Duration::from_secs(1)).await;
+}
