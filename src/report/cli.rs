@@ -112,7 +112,7 @@ pub fn cli(a: Args) -> Exit {
         return Exit::Ok;
     }
     let rep = match &a.clickhouse {
-        Some(url) => match from_clickhouse(url, &params, &slos, a.exact_values) {
+        Some(url) => match from_clickhouse(url, &params, &slos, &a) {
             Ok(r) => r,
             Err(e) => return e,
         },
@@ -212,10 +212,12 @@ fn from_files(a: &Args, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit>
     Ok(rep)
 }
 
-fn from_clickhouse(url: &str, p: &Params, slos: &Slos, budget: usize) -> Result<Report, Exit> {
+fn from_clickhouse(url: &str, p: &Params, slos: &Slos, a: &Args) -> Result<Report, Exit> {
     let src =
         super::clickhouse::Source::new(url, &p.table).map_err(|e| Exit::Usage(e.to_string()))?;
-    let read = super::clickhouse::read(&src, p, budget)
+    let mut read = super::clickhouse::read(&src, p, a.exact_values)
         .map_err(|e| Exit::Failed(format!("report: {e}")))?;
+    // No run.json beside a table: the board's baseline and pace from the flags alone.
+    read.board_opts = board_opts(a, &[]);
     Ok(super::report_of(read, slos, (&p.gateway, &p.direct)))
 }
