@@ -49,12 +49,7 @@ struct KeyAcc {
     e2e: Values,
 }
 
-/// An open-loop cell's label: `2/s`, `0.5/s`, `12.25/s`.
-pub(super) fn rate_label(rate: f64) -> String {
-    let s = format!("{rate:.3}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    format!("{s}/s")
-}
+pub(super) use super::words::rate_label;
 
 /// The order of (bucket, arm, axis, level, label): a bucket's concurrency cells, then its live
 /// in-flight cells, then its open-loop (rate) cells, each axis in level order.

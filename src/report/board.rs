@@ -14,7 +14,7 @@ pub use super::model::{
 };
 use super::row::{level, level_of, Row};
 use super::tap::TapRec;
-use super::words::level_at;
+use super::words::{level_at, rate_label};
 use crate::meter::delivery::Verdict;
 use crate::meter::{Outcome, TapSide};
 use crate::stats::{bootstrap, interval_needs, pct, sorted};
@@ -134,7 +134,7 @@ fn added(p50s: Vec<f64>, p99s: Option<Vec<f64>>) -> Added {
 
 fn label(k: LevelKey) -> String {
     match k {
-        (Axis::RequestRate, v) => super::acc::rate_label(v as f64 / 1000.0),
+        (Axis::RequestRate, v) => rate_label(v as f64 / 1000.0),
         (Axis::Concurrency, c) => level_of(Some(c), 0).1,
         (Axis::InFlight, l) => level_of(None, l).1,
     }

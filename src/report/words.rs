@@ -25,6 +25,13 @@ pub fn level_at(axis: Axis, label: &str) -> String {
     }
 }
 
+/// An open-loop cell's label: `2/s`, `0.5/s`, `12.25/s`.
+pub fn rate_label(rate: f64) -> String {
+    let s = format!("{rate:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}/s")
+}
+
 /// The sort key of a concurrency label: `8` → 8, `5-8` → 8.
 pub fn level_key(label: &str) -> u64 {
     label
