@@ -28,6 +28,20 @@ pub fn sorted(values: impl IntoIterator<Item = f64>) -> Vec<f64> {
     v
 }
 
+/// Values every percentile's interval needs: the fewest for which the distribution-free 95 %
+/// interval of a median, order statistics x(2)…x(n−1), covers (1 − 2(n+1)/2ⁿ ≥ 0.95 from
+/// n = 9). With 8 it needs the sample's extremes, which no bootstrap resample passes, so its
+/// interval is short.
+pub const MIN_INTERVAL_VALUES: usize = 9;
+
+/// Values a percentile's bootstrap interval needs (a side, when two are compared):
+/// [`MIN_INTERVAL_VALUES`], and at least one value beyond the percentile (a percentile at the
+/// sample's maximum has no covering bootstrap interval): p50 9, p95 20, p99 100. `compare` and
+/// the report's gateway board give no interval below it.
+pub fn interval_needs(q: f64) -> usize {
+    MIN_INTERVAL_VALUES.max((1.0 / (1.0 - q) - 1e-9).ceil() as usize)
+}
+
 /// Bootstrap 95 % interval of a statistic of `v`, seeded: the same data give the same interval.
 /// `stat` is handed each resample sorted.
 pub fn bootstrap(v: &[f64], seed: u64, stat: impl Fn(&[f64]) -> Option<f64>) -> Option<[f64; 2]> {

@@ -452,6 +452,15 @@ FROM default.requests
 WHERE isNotNull(tap_side)
 ORDER BY ts_us, id;
 
+-- board_rows: the client-facing records with an arm and a pair id, served or not: the gateway board pairs them and bootstraps its intervals
+SELECT
+    experiment_arm AS arm, experiment_pair_id AS pair_id, concurrency, request_rate, in_flight,
+    outcome, stream, ttft_ms, itl_p50_ms, itl_p99_ms, itl_max_ms, output_tokens,
+    toUInt8(isNotNull(finish_reason)) AS has_finish, delivery_verdict
+FROM default.requests
+WHERE isNotNull(experiment_arm) AND isNotNull(experiment_pair_id) AND ifNull(tap_side, '') != 'inner'
+ORDER BY ts_us, id;
+
 -- gateway_hop: gateway_hop: the paired differences gateway − direct (same pair_id, both served), overall, per bucket and per level of the gateway copy, without the report's bootstrap intervals
 SELECT
     scope, name, pairs,

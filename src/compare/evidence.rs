@@ -5,10 +5,8 @@
 
 use serde::Serialize;
 
-/// Values a side every interval needs: the fewest for which the distribution-free 95 % interval
-/// of a median, order statistics x(2)…x(n−1), covers (1 − 2(n+1)/2ⁿ ≥ 0.95 from n = 9). With 8
-/// it needs the sample's extremes, which no bootstrap resample passes, so its interval is short.
-pub const MIN_VALUES: usize = 9;
+/// Values a side every interval needs (`stats::MIN_INTERVAL_VALUES`, the one rule).
+pub const MIN_VALUES: usize = crate::stats::MIN_INTERVAL_VALUES;
 
 /// An interval narrower than this (0.1 % relative, 0.1 pp for a rate) shows no variation.
 pub const FLAT: f64 = 0.001;
@@ -126,10 +124,10 @@ pub fn quantile(metric: &str) -> f64 {
 }
 
 /// Values a side an interval needs: [`MIN_VALUES`], and at least one value beyond the
-/// percentile (a percentile at a side's maximum has no covering bootstrap interval): p95 20, p99
-/// 100.
+/// percentile (`stats::interval_needs`, which the report's gateway board applies too): p95 20,
+/// p99 100.
 pub fn needed(q: f64) -> usize {
-    MIN_VALUES.max((1.0 / (1.0 - q) - 1e-9).ceil() as usize)
+    crate::stats::interval_needs(q)
 }
 
 /// Values a side a zero-width interval needs: requests that all agree may still hide a share up

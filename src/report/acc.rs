@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use super::board::{BoardOpts, BoardRec};
 use super::clock::Clock;
 use super::hop::HopRec;
 use super::names::{Map, Names, NONE};
@@ -48,12 +49,7 @@ struct KeyAcc {
     e2e: Values,
 }
 
-/// An open-loop cell's label: `2/s`, `0.5/s`, `12.25/s`.
-pub(super) fn rate_label(rate: f64) -> String {
-    let s = format!("{rate:.3}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    format!("{s}/s")
-}
+pub(super) use super::words::rate_label;
 
 /// The order of (bucket, arm, axis, level, label): a bucket's concurrency cells, then its live
 /// in-flight cells, then its open-loop (rate) cells, each axis in level order.
@@ -88,6 +84,8 @@ pub(super) struct Read {
     pub by_turn: BTreeMap<String, super::shapes::TurnRow>,
     pub hop: Vec<HopRec>,
     pub tap: Vec<TapRec>,
+    pub board: Vec<BoardRec>,
+    pub board_opts: BoardOpts,
     pub traffic: Traffic,
     pub other: Vec<OtherRow>,
     pub streaming: Vec<super::streaming::StreamRow>,
@@ -119,6 +117,9 @@ pub struct Acc {
     cache: CacheAcc,
     hop: Vec<HopRec>,
     tap: Vec<TapRec>,
+    board: Vec<BoardRec>,
+    /// What the gateway board is told besides the records (`run.json`, flags).
+    pub board_opts: BoardOpts,
     /// Records read, by [`Class`] as an index.
     classes: [usize; 6],
     /// Served generation streams without usage (no input tokens, so no bucket).
@@ -160,6 +161,8 @@ impl Acc {
             cache: CacheAcc::default(),
             hop: Vec::new(),
             tap: Vec::new(),
+            board: Vec::new(),
+            board_opts: BoardOpts::default(),
             classes: [0; 6],
             no_usage: 0,
             streams: 0,
@@ -224,10 +227,16 @@ impl Acc {
         self.records += 1;
         let ts = self.clock.time(r.ts.as_str());
         let bucket = self.names.id(r.bucket());
-        if r.experiment.is_some() {
+        if let Some(e) = &r.experiment {
             let name = self.names.arc(bucket);
             if let Some(h) = HopRec::of(r, &self.arms.0, &self.arms.1, name, ts) {
                 self.hop.push(h);
+            }
+            if e.pair_id.is_some() && r.client_facing() {
+                let arm = self.names.id(e.arm.as_str());
+                if let Some(b) = BoardRec::of(r, self.names.arc(arm)) {
+                    self.board.push(b);
+                }
             }
         }
         self.add_tap(r, bucket);
@@ -473,6 +482,8 @@ impl Acc {
                 .collect(),
             hop: self.hop,
             tap: self.tap,
+            board: self.board,
+            board_opts: self.board_opts,
             traffic: Traffic::of(self.classes, self.streams, self.no_usage),
             other: other_rows(self.other),
             streaming: self.streaming.finish(&names),

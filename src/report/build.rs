@@ -12,7 +12,7 @@ use super::model::{
 };
 use super::row::Row;
 use super::values::Values;
-use super::{answers, hop, steady, tap};
+use super::{answers, board, hop, steady, tap};
 use crate::meter::RequestRecord;
 
 /// Compute the whole report. `top` keys; `by_arm` splits the key table by experiment arm.
@@ -104,6 +104,17 @@ pub(super) fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Rep
     if let Some(t) = &mut gateway_tap {
         t.summary = answers::tap_summary(t);
     }
+    let (gateway_board, gateway_board_not_judged) =
+        match board::compute(&read.board, &read.tap, &read.board_opts) {
+            None => (Vec::new(), None),
+            Some(Err(why)) => (Vec::new(), Some(why)),
+            Some(Ok(mut rows)) => {
+                for r in &mut rows {
+                    r.summary = answers::board_summary(r);
+                }
+                (rows, None)
+            }
+        };
     let mut report = Report {
         answers: Vec::new(),
         records: read.records,
@@ -118,6 +129,8 @@ pub(super) fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Rep
         keys: read.keys,
         gateway_hop,
         gateway_tap,
+        gateway_board,
+        gateway_board_not_judged,
         by_api: read.by_api,
         by_bucket: read.by_bucket,
         prefix_cache: read.prefix_cache,

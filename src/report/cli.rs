@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::board::BoardOpts;
 use super::sql::Params;
 use super::{
     finish, gate, read::stream, render, Acc, Format, GateVerdict, Report, ReportError, SloGate,
@@ -57,6 +58,14 @@ pub struct Args {
     /// from the start.
     #[arg(long, default_value_t = DEFAULT_EXACT_VALUES)]
     pub exact_values: usize,
+    /// The gateway board's baseline arm, when `run.json` names none (`experiment.baseline`);
+    /// without either, the arm named `direct`.
+    #[arg(long, value_name = "NAME")]
+    pub board_baseline: Option<String>,
+    /// The gateway board's pace (ms between tokens) that sustained streams are judged against
+    /// (no silence over 2 × it); else the baseline's median inter-token gap at its lowest level.
+    #[arg(long, value_name = "MS", value_parser = positive_ms)]
+    pub pace_gap_ms: Option<f64>,
     /// Take every closed-loop cell's figures from all its requests. By default a cell whose
     /// plateau (C in flight; ramp-up and drain left out) holds at least 20 requests takes its
     /// latency figures, SLO verdicts and goodput from the plateau (`cells[].figures`).
@@ -103,7 +112,7 @@ pub fn cli(a: Args) -> Exit {
         return Exit::Ok;
     }
     let rep = match &a.clickhouse {
-        Some(url) => match from_clickhouse(url, &params, &slos, a.exact_values) {
+        Some(url) => match from_clickhouse(url, &params, &slos, &a) {
             Ok(r) => r,
             Err(e) => return e,
         },
@@ -156,10 +165,36 @@ fn say_gate(g: &SloGate, generations: usize) {
     }
 }
 
+/// A pace in milliseconds: a finite number above 0.
+fn positive_ms(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s}: not a number of milliseconds above 0")),
+    }
+}
+
+/// What the gateway board is told besides the records: `run.json`'s baseline and resources
+/// beside `paths`, and the flags.
+fn board_opts(a: &Args, paths: &[PathBuf]) -> BoardOpts {
+    let (run_baseline, resources) = super::engine::board_run(paths);
+    if let (Some(r), Some(f)) = (&run_baseline, &a.board_baseline) {
+        if r != f {
+            eprintln!("tokentap report: warning: --board-baseline {f}: run.json names the baseline {r}, which the board uses");
+        }
+    }
+    BoardOpts {
+        run_baseline,
+        flag_baseline: a.board_baseline.clone(),
+        pace_gap_ms: a.pace_gap_ms,
+        resources,
+    }
+}
+
 fn from_files(a: &Args, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit> {
     let mut warn = |w: String| eprintln!("tokentap report: warning: {w}");
     let mut acc = Acc::new(slos, a.by_arm, arms, a.exact_values);
     acc.whole_cell = a.whole_cell;
+    acc.board_opts = board_opts(a, &a.paths);
     stream(&a.paths, &mut warn, &mut acc, false).map_err(|e| match e {
         // Files with no line at all: nothing was measured, so nothing is judged (exit 3).
         ReportError::NoRecords { ref skipped, .. } if skipped.is_empty() => {
@@ -177,10 +212,12 @@ fn from_files(a: &Args, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit>
     Ok(rep)
 }
 
-fn from_clickhouse(url: &str, p: &Params, slos: &Slos, budget: usize) -> Result<Report, Exit> {
+fn from_clickhouse(url: &str, p: &Params, slos: &Slos, a: &Args) -> Result<Report, Exit> {
     let src =
         super::clickhouse::Source::new(url, &p.table).map_err(|e| Exit::Usage(e.to_string()))?;
-    let read = super::clickhouse::read(&src, p, budget)
+    let mut read = super::clickhouse::read(&src, p, a.exact_values)
         .map_err(|e| Exit::Failed(format!("report: {e}")))?;
+    // No run.json beside a table: the board's baseline and pace from the flags alone.
+    read.board_opts = board_opts(a, &[]);
     Ok(super::report_of(read, slos, (&p.gateway, &p.direct)))
 }

@@ -13,6 +13,7 @@ use http::{header, HeaderName, HeaderValue, Uri};
 use http_body_util::BodyExt;
 
 use super::acc::{rate_label, CellAcc, CellIn, Kind, Read};
+use super::board::{level_key, BoardRec};
 use super::hop::HopRec;
 use super::row::{level_of, TapRow};
 use super::shapes::{saved, CacheBucket, CacheSplit, ShapeRow, TurnRow};
@@ -237,6 +238,7 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
     let (hop_rows, g) = (take("hop_rows"), &p.gateway);
     let hop = hop_rows.iter().map(|r| hop_rec(r, g)).collect();
     let tap = take("tap_rows").iter().filter_map(tap_rec).collect();
+    let board = take("board_rows").iter().filter_map(board_rec).collect();
     Ok(Read {
         records,
         live,
@@ -250,6 +252,8 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
         by_turn,
         hop,
         tap,
+        board,
+        board_opts: Default::default(),
         traffic: Traffic::of(classes, streams, no_usage),
         other,
         streaming: Vec::new(), // NB: the table has no delivery columns yet
@@ -463,6 +467,34 @@ fn hop_rec(r: &Row, gateway: &str) -> HopRec {
     }
 }
 
+/// A record of the gateway board; one whose outcome (or delivery verdict) this tokentap does
+/// not know is left out, as the file reader skips such a line.
+fn board_rec(r: &Row) -> Option<BoardRec> {
+    let parse = |k: &str| r.get(k).cloned().filter(|v| !v.is_null());
+    let delivery = match parse("delivery_verdict") {
+        Some(v) => Some(serde_json::from_value(v).ok()?),
+        None => None,
+    };
+    Some(BoardRec {
+        pair_id: opt_text(r, "pair_id")?.into(),
+        arm: Arc::from(opt_text(r, "arm")?),
+        level: level_key(
+            int(r, "concurrency").map(|c| c.max(0) as u64),
+            float(r, "request_rate"),
+            count(r, "in_flight") as u64,
+        ),
+        outcome: serde_json::from_value(parse("outcome")?).ok()?,
+        stream: int(r, "stream") == Some(1),
+        finish: int(r, "has_finish") == Some(1),
+        delivery,
+        output_tokens: int(r, "output_tokens").map(|c| c.max(0) as u64),
+        ttft_ms: float(r, "ttft_ms"),
+        itl_p50_ms: float(r, "itl_p50_ms"),
+        itl_p99_ms: float(r, "itl_p99_ms"),
+        itl_max_ms: float(r, "itl_max_ms"),
+    })
+}
+
 /// A tap record; one whose side (or join, or reason) this tokentap does not know is left out,
 /// as the file reader skips such a line.
 fn tap_rec(r: &Row) -> Option<TapRec> {
@@ -499,6 +531,35 @@ fn tap_rec(r: &Row) -> Option<TapRec> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A board row as ClickHouse answers it (64-bit integers quoted) reads as the file path
+    /// reads the record; an outcome this tokentap does not know leaves the row out.
+    #[test]
+    fn a_board_row_reads_as_its_record() {
+        let row = |outcome: &str| -> Row {
+            let v = serde_json::json!({"arm": "nginx", "pair_id": "p1", "concurrency": "4",
+                "request_rate": null, "in_flight": "3", "outcome": outcome, "stream": 1,
+                "ttft_ms": 12.5, "itl_p50_ms": 20.0, "itl_p99_ms": 22.0, "itl_max_ms": 25.0,
+                "output_tokens": "16", "has_finish": 1, "delivery_verdict": "buffered"});
+            v.as_object().cloned().unwrap_or_default()
+        };
+        let b = board_rec(&row("ok"));
+        let b = b.as_ref();
+        assert_eq!(b.map(|b| (&*b.arm, &*b.pair_id)), Some(("nginx", "p1")));
+        assert_eq!(
+            b.map(|b| b.level),
+            Some((super::super::Axis::Concurrency, 4))
+        );
+        assert_eq!(
+            b.and_then(|b| b.delivery),
+            Some(crate::meter::delivery::Verdict::Buffered)
+        );
+        assert_eq!(
+            b.map(|b| (b.stream, b.finish, b.output_tokens)),
+            Some((true, true, Some(16)))
+        );
+        assert!(board_rec(&row("no_such_outcome")).is_none());
+    }
 
     #[test]
     fn urls_credentials_and_tables() {

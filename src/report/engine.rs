@@ -69,6 +69,47 @@ fn run_files(paths: &[std::path::PathBuf], warn: &mut dyn FnMut(String)) -> Vec<
     out
 }
 
+/// What the gateway board reads of the `run.json` beside each input, leniently (a key absent or
+/// of another shape is not known): `experiment.baseline` (the first found) and `arm_resources`
+/// (`{arm, cpu_s, peak_rss_bytes}` or `{arm, error}`; an entry without `arm` is left out).
+pub fn board_run(
+    paths: &[std::path::PathBuf],
+) -> (Option<String>, Vec<super::board::ArmResources>) {
+    let (mut baseline, mut resources) = (None, Vec::new());
+    let mut seen = Vec::new();
+    for p in paths {
+        let dir = if p.is_dir() {
+            Some(p.as_path())
+        } else {
+            p.parent()
+        };
+        let Some(f) = dir.map(|d| d.join("run.json")) else {
+            continue;
+        };
+        if seen.contains(&f) {
+            continue;
+        }
+        seen.push(f.clone());
+        let Some(v) = std::fs::read_to_string(&f)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        else {
+            continue;
+        };
+        if baseline.is_none() {
+            baseline = v["experiment"]["baseline"].as_str().map(str::to_owned);
+        }
+        for r in v["arm_resources"].as_array().into_iter().flatten() {
+            if let Ok(r) = serde_json::from_value::<super::board::ArmResources>(r.clone()) {
+                if !r.arm.is_empty() {
+                    resources.push(r);
+                }
+            }
+        }
+    }
+    (baseline, resources)
+}
+
 /// Attach the engine's figures from the `run.json` files beside `paths` to the report's cells
 /// (a closed-loop cell by bucket and concurrency, an open-loop one by bucket and rate), then
 /// name each bucket's binding constraint and answer the questions they settle.

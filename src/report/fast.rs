@@ -55,9 +55,13 @@ enum F {
     Status,
     Stream,
     Delivery,
+    ItlP50Ms,
+    ItlP99Ms,
+    ItlMaxMs,
+    FinishReason,
 }
 
-const FIELDS: [(&[u8], F); 32] = [
+const FIELDS: [(&[u8], F); 36] = [
     (b"ts", F::Ts),
     (b"route", F::Route),
     (b"experiment", F::Experiment),
@@ -90,6 +94,10 @@ const FIELDS: [(&[u8], F); 32] = [
     (b"status", F::Status),
     (b"stream", F::Stream),
     (b"delivery", F::Delivery),
+    (b"itl_p50_ms", F::ItlP50Ms),
+    (b"itl_p99_ms", F::ItlP99Ms),
+    (b"itl_max_ms", F::ItlMaxMs),
+    (b"finish_reason", F::FinishReason),
 ];
 
 /// The names of the fields the fast path reads: [`Row`]'s (`tests/suite/schema.rs` holds them to it).
@@ -140,7 +148,7 @@ const fn tail(k: &[u8]) -> u64 {
 const fn slot(head: u64, len: usize) -> usize {
     (head
         .wrapping_add(len as u64)
-        .wrapping_mul(0x7ecf_cee9_902d_85e9)
+        .wrapping_mul(0x5ed8_b367_89ad_956d)
         >> 58) as usize
 }
 
@@ -241,6 +249,10 @@ fn read<'a>(b: &'a [u8], i: usize, f: F, r: &mut Row<'a>) -> Option<usize> {
         }
         F::Stream => set!(stream, boolean(b, i)),
         F::Delivery => set!(delivery, nested::<DeliveryRow>(b, i)),
+        F::ItlP50Ms => set!(itl_p50_ms, opt_f64(b, i)),
+        F::ItlP99Ms => set!(itl_p99_ms, opt_f64(b, i)),
+        F::ItlMaxMs => set!(itl_max_ms, opt_f64(b, i)),
+        F::FinishReason => set!(finish_reason, opt_text(b, i)),
     })
 }
 
@@ -379,8 +391,12 @@ impl Fast {
             ttft_split: None,
             gateway_tap: None,
             delivery: None,
+            itl_p50_ms: None,
+            itl_p99_ms: None,
+            itl_max_ms: None,
+            finish_reason: None,
         };
-        let mut seen = 0u32;
+        let mut seen = 0u64;
         let mut i = eat(b, 0, b'{')?;
         // Where the line is in the template's order.
         let mut at = 0usize;
@@ -401,7 +417,7 @@ impl Fast {
                 };
                 i = match f {
                     Some(f) => {
-                        let bit = 1u32 << (f as u32);
+                        let bit = 1u64 << (f as u32);
                         if seen & bit != 0 {
                             return None;
                         }
@@ -421,7 +437,7 @@ impl Fast {
             },
         };
         // The whole line is the object, and the two required fields are there.
-        let required = (1 << F::Outcome as u32) | (1 << F::E2eMs as u32);
+        let required = (1u64 << F::Outcome as u32) | (1u64 << F::E2eMs as u32);
         (ws(b, end) == b.len() && seen & required == required).then_some(r)
     }
 }

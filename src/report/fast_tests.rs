@@ -124,7 +124,7 @@ fn value() -> impl Strategy<Value = String> {
     })
 }
 
-const KEYS: [&str; 35] = [
+const KEYS: [&str; 37] = [
     "outc\\u006fme",
     "ké",
     "k\u{1}",
@@ -159,6 +159,8 @@ const KEYS: [&str; 35] = [
     "trace_id",
     "id",
     "stream",
+    "itl_max_ms",
+    "finish_reason",
     "x",
 ];
 

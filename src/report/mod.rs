@@ -8,6 +8,7 @@ mod acc;
 mod answer;
 pub mod answers;
 pub mod binding;
+pub mod board;
 mod build;
 mod cellacc;
 pub mod cli;

@@ -158,6 +158,14 @@ pub struct Row<'a> {
     pub gateway_tap: Option<TapRow>,
     #[serde(default)]
     pub delivery: Option<DeliveryRow>,
+    #[serde(default)]
+    pub itl_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub itl_p99_ms: Option<f64>,
+    #[serde(default)]
+    pub itl_max_ms: Option<f64>,
+    #[serde(default, borrow)]
+    pub finish_reason: Option<Text<'a>>,
 }
 
 impl<'a> Row<'a> {
@@ -203,6 +211,10 @@ impl<'a> Row<'a> {
                 verdict: d.verdict,
                 max_events_per_read: d.max_events_per_read,
             }),
+            itl_p50_ms: r.itl_p50_ms,
+            itl_p99_ms: r.itl_p99_ms,
+            itl_max_ms: r.itl_max_ms,
+            finish_reason: r.finish_reason.as_deref().map(t),
         }
     }
 

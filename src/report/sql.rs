@@ -396,6 +396,20 @@ ORDER BY ts_us, id",
     )
 }
 
+/// Every client-facing record with an arm and a pair id, served or not: the gateway board pairs
+/// them and bootstraps its intervals.
+fn board_rows(t: &str) -> String {
+    format!(
+        "SELECT
+    experiment_arm AS arm, experiment_pair_id AS pair_id, concurrency, request_rate, in_flight,
+    outcome, stream, ttft_ms, itl_p50_ms, itl_p99_ms, itl_max_ms, output_tokens,
+    toUInt8(isNotNull(finish_reason)) AS has_finish, delivery_verdict
+FROM {t}
+WHERE isNotNull(experiment_arm) AND isNotNull(experiment_pair_id) AND {CLIENT}
+ORDER BY ts_us, id"
+    )
+}
+
 fn tap_rows(t: &str) -> String {
     format!(
         "SELECT
@@ -508,6 +522,7 @@ pub fn queries(p: &Params) -> Vec<Query> {
         q("by_turn", "by_turn: per conversation turn (bench --multi-turn): TTFT, prompt tokens, prefix-cache hits", true, by_turn(t)),
         q("hop_rows", "the served requests of the two experiment arms: the gateway-hop section pairs them and bootstraps its intervals", true, hop_rows(p)),
         q("tap_rows", "the gateway tap's records: the tap section joins them", true, tap_rows(t)),
+        q("board_rows", "the client-facing records with an arm and a pair id, served or not: the gateway board pairs them and bootstraps its intervals", true, board_rows(t)),
         q("gateway_hop", "gateway_hop: the paired differences gateway − direct (same pair_id, both served), overall, per bucket and per level of the gateway copy, without the report's bootstrap intervals", false, gateway_hop(p)),
     ]
 }

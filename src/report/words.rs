@@ -13,11 +13,23 @@ pub fn cell_name(c: &Cell) -> String {
 
 /// Where a cell sits: `C=4`, an open-loop cell's rate `4/s`, or a live level `3-4 in flight`.
 pub fn at(c: &Cell) -> String {
-    match c.axis {
-        Axis::Concurrency => format!("C={}", c.concurrency),
-        Axis::RequestRate => c.concurrency.clone(),
-        Axis::InFlight => format!("{} in flight", c.concurrency),
+    level_at(c.axis, &c.concurrency)
+}
+
+/// A level on its axis, by its label: `C=4`, `4/s`, `3-4 in flight`.
+pub fn level_at(axis: Axis, label: &str) -> String {
+    match axis {
+        Axis::Concurrency => format!("C={label}"),
+        Axis::RequestRate => label.to_owned(),
+        Axis::InFlight => format!("{label} in flight"),
     }
+}
+
+/// An open-loop cell's label: `2/s`, `0.5/s`, `12.25/s`.
+pub fn rate_label(rate: f64) -> String {
+    let s = format!("{rate:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}/s")
 }
 
 /// The sort key of a concurrency label: `8` → 8, `5-8` → 8.

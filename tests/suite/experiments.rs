@@ -802,3 +802,226 @@ async fn arm_resources_are_read_from_proc() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("two or more distinct route names"));
     }
 }
+
+// The gateway board, over real sockets: one sim engine, sim hops in front of it, tokentap with
+// forced arms, bench sending each prompt through every arm of one run.
+
+/// A hop in front of the engine: its delay, and whether it holds the answer (`--hop-buffer`).
+async fn board_hop(sim: &mut Sim, delay: &str, buffer: Option<usize>) -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let engine: http::Uri = format!("http://{}", sim.engine).parse().unwrap();
+    let delay = delay.parse::<HopDelay>().unwrap();
+    match buffer {
+        None => sim.start_hop(l, delay, engine, 5).unwrap(),
+        Some(bytes) => {
+            let hold = tokentap::sim::Hold {
+                bytes: Some(bytes),
+                flush_ms: None,
+            };
+            sim.start_holding_hop(l, delay, hold, engine, 5).unwrap().0
+        }
+    }
+}
+
+/// tokentap with a route per arm (`direct` first: the baseline) and forcing allowed for the
+/// bench key; bench sends every prompt through every arm at each level. The bench folder, and
+/// the median hold the sim hops claimed (`x-litellm-overhead-duration-ms`, in tokentap's
+/// records: the timer rounds a hold up to its tick) per arm.
+async fn board_run(
+    arms: &[(&str, std::net::SocketAddr)],
+    levels: Vec<usize>,
+    requests: usize,
+) -> (std::path::PathBuf, std::collections::BTreeMap<String, f64>) {
+    let key = "sk-bench-key";
+    let names: Vec<String> = arms.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+    let routes: String = arms
+        .iter()
+        .map(|(n, a)| {
+            let prefix = match *n {
+                "direct" => String::new(),
+                _ => format!("path_prefix = \"/{n}\"\n"),
+            };
+            format!("[[routes]]\nname = \"{n}\"\nupstream = \"http://{a}\"\n{prefix}")
+        })
+        .collect();
+    let px = proxy_toml(&format!(
+        "[experiment]\narms = [{}]\nallow_forcing = true\ndirect_keys = [\"{}\"]\n{routes}",
+        names.join(", "),
+        fingerprint(key.as_bytes()),
+    ))
+    .await;
+    let dir = scratch("board");
+    let cfg = BenchConfig {
+        target: format!("http://{}", px.addr),
+        out: dir.clone(),
+        concurrency: levels,
+        requests,
+        warmup: arms.len(),
+        outputs: [24, 24, 24],
+        buckets: vec!["balanced".into()],
+        prompts_per_bucket: 10,
+        calibrate: false,
+        quiet: true,
+        api_key: Some(tokentap::keys::Secret::new(key.to_owned())),
+        arms: arms
+            .iter()
+            .map(|(n, _)| ((*n).into(), String::new()))
+            .collect(),
+        route_header: Some("x-tokentap-route".into()),
+        scrape: tokentap::bench::scrape::ScrapePlan::Off,
+        ..BenchConfig::default()
+    };
+    bench::run(&cfg, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    let measured = report::load(std::slice::from_ref(&dir), &mut |w| panic!("{w}")).unwrap();
+    let mut claims: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for r in px.records(measured.len()).await {
+        if let (Some(e), Some(c)) = (&r.experiment, r.gateway_overhead_ms) {
+            claims.entry(e.arm.clone()).or_default().push(c);
+        }
+    }
+    let median = |v: Vec<f64>| tokentap::stats::pct(&tokentap::stats::sorted(v), 0.5);
+    let claims = claims
+        .into_iter()
+        .filter_map(|(a, v)| Some((a, median(v)?)))
+        .collect();
+    (dir, claims)
+}
+
+/// `tokentap report DIR ARGS… --format FORMAT`, as a user runs it.
+fn board_report(dir: &std::path::Path, args: &[&str], format: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .arg("report")
+        .arg(dir)
+        .args(args)
+        .args(["--format", format])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The board's row of `arm`, from the report's JSON.
+fn board_row(json: &str, arm: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    let rows = v["gateway_board"].as_array().cloned().unwrap_or_default();
+    rows.into_iter()
+        .find(|r| r["arm"] == arm)
+        .unwrap_or_else(|| panic!("no board row {arm}: {}", v["gateway_board_not_judged"]))
+}
+
+/// Five arms in one run: direct (the baseline) and hops of 0, 1 and 5 ms and one holding 16 KB.
+/// A sim hop costs its own forwarding even at 0 ms, so the test is on differences: the 1 and
+/// 5 ms hops read their holds (as they happened: the timer rounds up to its tick) above the
+/// 0 ms hop, within their intervals. Every arm saw every prompt (each pair whole); the rows are
+/// sorted by added TTFT; the holding hop is named buffered and sustains no level, while the
+/// baseline sustains both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_board_reads_each_hop_s_cost_and_names_the_buffering_one() {
+    let el = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut sim = Sim::start(fast(), "sim", 3, el, None).await.unwrap();
+    let engine = sim.engine;
+    let arms = [
+        ("direct", engine),
+        ("h0", board_hop(&mut sim, "0", None).await),
+        ("h1", board_hop(&mut sim, "1", None).await),
+        ("h5", board_hop(&mut sim, "5", None).await),
+        ("hbuf", board_hop(&mut sim, "0", Some(16 << 10)).await),
+    ];
+    // 40 groups of five copies a level.
+    let (run, claims) = board_run(&arms, vec![1, 2], 200).await;
+    let pace = ["--pace-gap-ms", "20"];
+    let json = board_report(&run, &pace, "json");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let order: Vec<&str> = v["gateway_board"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["arm"].as_str().unwrap())
+        .collect();
+    assert_eq!(order.len(), 4, "{order:?}");
+    assert_eq!(order[3], "hbuf", "{order:?}");
+    let p50 = |arm: &str| {
+        let row = board_row(&json, arm);
+        let l = &row["levels"][0];
+        assert_eq!(l["level"], 1);
+        // Every prompt went through every arm, and every copy was served.
+        assert_eq!(l["pairs"], 40, "{arm}: {l}");
+        assert_eq!(l["requests"], 40, "{arm}: {l}");
+        assert_eq!(l["baseline_requests"], 40, "{arm}: {l}");
+        assert_eq!(l["errors"], 0, "{arm}: {l}");
+        let a = &l["added_ttft_ms"];
+        let (m, lo, hi) = (
+            a["p50"].as_f64().unwrap(),
+            a["p50_ci95"][0].as_f64().unwrap(),
+            a["p50_ci95"][1].as_f64().unwrap(),
+        );
+        assert!(lo <= m && m <= hi && hi - lo < 4.0, "{arm}: {a}");
+        // Under 100 pairs: no interval for a p99.
+        assert!(
+            a["p99"].is_number() && a["p99_ci95"].is_null(),
+            "{arm}: {a}"
+        );
+        (m, lo, hi)
+    };
+    let firsts: Vec<f64> = order.iter().map(|a| p50(a).0).collect();
+    assert!(
+        firsts.windows(2).all(|w| w[0] <= w[1]),
+        "sorted: {order:?} {firsts:?}"
+    );
+    let (m0, ..) = p50("h0");
+    assert!((-0.5..4.0).contains(&m0), "the 0 ms hop's own cost: {m0}");
+    for (arm, (lo_hold, hi_hold)) in [("h1", (1.0, 3.5)), ("h5", (5.0, 8.0))] {
+        let (m, lo, hi) = p50(arm);
+        let held = claims[arm] - claims["h0"];
+        eprintln!("board: {arm} {m:+.2} ms [{lo:+.2}, {hi:+.2}] against h0 {m0:+.2}; held {held:.2} ms more");
+        assert!(
+            (lo_hold..hi_hold).contains(&held),
+            "{arm}'s own claim: {held}"
+        );
+        assert!(
+            (m - m0 - held).abs() < 1.0,
+            "{arm}: {held:.2} ms above h0: {m} vs {m0}"
+        );
+        assert!(
+            lo - m0 < held + 0.75 && hi - m0 > held - 0.75,
+            "{arm}: [{lo}, {hi}] − {m0}"
+        );
+        let row = board_row(&json, arm);
+        assert_eq!(row["levels"][0]["delivery"]["buffered"], 0, "{arm}");
+    }
+
+    let rowb = board_row(&json, "hbuf");
+    for l in rowb["levels"].as_array().unwrap() {
+        let (d, b) = (&l["delivery"], &l["baseline_delivery"]);
+        assert_eq!(d["buffered"], l["requests"], "{l}");
+        assert_eq!(b["buffered"], 0, "{l}");
+    }
+    let said = rowb["summary"].as_str().unwrap();
+    assert!(
+        said.contains("buffered 80 of 80 streams (direct: 0 of 80)"),
+        "{said}"
+    );
+    assert!(rowb["sustained_streams"].is_null(), "{rowb}");
+    let why = rowb["sustained_reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("C=1: ") && why.contains("first token"),
+        "{why}"
+    );
+    assert_eq!(rowb["baseline_sustained_streams"], 2, "{rowb}");
+    assert_eq!(rowb["pace_from"], "flag");
+    // Every view has the section; the HTML its chart.
+    let md = board_report(&run, &pace, "md");
+    assert!(
+        md.contains("\n## Gateway board: each gateway against direct"),
+        "{md}"
+    );
+    let html = board_report(&run, &pace, "html");
+    assert!(html.contains("Gateway board: added TTFT p50 against direct, by level"));
+    sim.stop(Duration::from_secs(1)).await;
+}

@@ -3,6 +3,7 @@
 //! says so and says what would answer it.
 
 mod binding;
+mod board;
 mod gateway;
 mod streaming;
 
@@ -13,6 +14,7 @@ use super::model::{
 };
 use super::words::{at, ceiling_words, cell_name as name, level_key};
 pub use binding::{binding_answers, binding_text};
+pub use board::board_summary;
 pub use gateway::{hop_summary, tap_summary};
 
 fn range(v: &[f64], unit: &str, digits: usize) -> String {

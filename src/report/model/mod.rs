@@ -3,6 +3,7 @@
 //! the report computes or renders depends on it, never the other way round.
 
 mod binding;
+mod board;
 mod class;
 mod dist;
 mod engine;
@@ -16,6 +17,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub use binding::{BindPoint, Binding, Constraint, Figures as BindingFigures};
+pub use board::{Added, BoardLevel, BoardRow, DeliveryCounts, LevelValue, PaceFrom, Sustained};
 pub use class::Class;
 pub use dist::{dist, Dist};
 pub use engine::{Gauge, Hardware, Slice, Steady, SteadyClock, SteadyDist, Telemetry};
@@ -340,6 +342,7 @@ macro_rules! named {
 }
 
 named!(
+    PaceFrom,
     Tail,
     FailureMode,
     Sources,
@@ -379,6 +382,13 @@ pub struct Report {
     pub gateway_hop: Option<GatewayHop>,
     /// Present when records come from a gateway tap (routes `behind` a gateway).
     pub gateway_tap: Option<GatewayTap>,
+    /// The gateway board: per gateway arm, what it adds to a stream against the baseline arm,
+    /// paired by prompt; present when records with a pair id carry two arms or more.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gateway_board: Vec<BoardRow>,
+    /// Why the board holds no row though records carry arms (no baseline arm), when so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway_board_not_judged: Option<String>,
     /// Per API shape (`chat`, `completions`, `responses`, `messages`, `embeddings`, `other`).
     pub by_api: BTreeMap<String, ShapeRow>,
     /// Per prompt-shape bucket, pooled over concurrency levels and arms.
@@ -448,6 +458,10 @@ mod tests {
         check(
             &[BindPoint::Knee, BindPoint::Slo, BindPoint::Top],
             BindPoint::as_str,
+        );
+        check(
+            &[PaceFrom::Flag, PaceFrom::BaselineItl, PaceFrom::Unknown],
+            PaceFrom::as_str,
         );
         check(
             &[PercentileMethod::Exact, PercentileMethod::Hdr],

@@ -2,6 +2,7 @@
 //! (stable schema) or one self-contained HTML file with SVG charts. Views only format; every
 //! figure and verdict comes from the model.
 
+mod board;
 pub(crate) mod grid;
 pub(crate) mod html;
 mod md;

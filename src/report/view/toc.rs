@@ -10,7 +10,7 @@ use super::sections::{
 use super::tables::{
     cell_rows, hop_rows, hop_title, key_rows, other_rows, prov_rows, readings, slo_rows, tap_rows,
 };
-use super::{runs, streaming};
+use super::{board, runs, streaming};
 use crate::report::model::Report;
 
 /// A section's table: its header and rows, as text.
@@ -90,6 +90,13 @@ pub(super) fn sections(r: &Report) -> Vec<Section> {
         let mut hop = section(hop_title(r), table(t));
         hop.after = After::Para(h.summary.clone());
         s.push(hop);
+    }
+    if let Some(t) = board::table(r) {
+        let mut sec = section(board::title(r), table(t));
+        if let Some(p) = board::after(r) {
+            sec.after = After::Para(p);
+        }
+        s.push(sec);
     }
     if let (Some(rows), Some(t)) = (tap_rows(r), &r.gateway_tap) {
         let mut tap = section(

@@ -3,11 +3,11 @@
 //! experiment arm one dash (and marker); differences carry their 95 % intervals. Reads the
 //! model's public fields; computes no figure, draws nothing (`svg` does).
 
-use crate::report::model::{Cell, Dist, Report};
+use crate::report::model::{Cell, Dist, LevelValue, Report};
 use crate::report::view::svg::{
     self, Chart, Key, Series, Style, Threshold, COLORS, GREY, PCT_COLORS,
 };
-use crate::report::words::level_key;
+use crate::report::words::{level_at, level_key};
 
 /// The series of a (bucket, arm) in every chart: bucket → colour, arm → dash.
 struct Palette {
@@ -111,6 +111,7 @@ pub fn charts(r: &Report) -> Vec<String> {
     };
     let (ttft_slos, tok_slos) = slo_lines(r);
     let mut charts: Vec<String> = hop_chart(r).into_iter().collect();
+    charts.extend(board_chart(r));
     let by_level = !levels.is_empty();
     if by_level {
         charts.push(line_chart(
@@ -264,6 +265,73 @@ fn cell_chart(r: &Report, slos: &[Threshold], levels: bool, rates: bool) -> Stri
             .collect(),
         thresholds: slos.to_vec(),
     })
+}
+
+/// The gateway board: each gateway's added TTFT p50 by level, with its 95 % interval, one line
+/// per gateway.
+fn board_chart(r: &Report) -> Option<String> {
+    let rows = &r.gateway_board;
+    let mut levels: Vec<(crate::report::model::Axis, f64, String)> = rows
+        .iter()
+        .flat_map(|b| &b.levels)
+        .map(|l| {
+            let v = match l.level {
+                LevelValue::Count(c) => c as f64,
+                LevelValue::Rate(x) => x,
+            };
+            (l.axis, v, level_at(l.axis, &l.label))
+        })
+        .collect();
+    levels.sort_by(|a, b| {
+        (a.0, a.1)
+            .partial_cmp(&(b.0, b.1))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    levels.dedup_by(|a, b| a.2 == b.2);
+    if levels.is_empty() {
+        return None;
+    }
+    let series: Vec<Series> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let at = |x: &String| b.levels.iter().find(|l| &level_at(l.axis, &l.label) == x);
+            Series {
+                name: b.arm.clone(),
+                style: Style {
+                    color: COLORS[i % COLORS.len()],
+                    dash: i,
+                },
+                ys: levels
+                    .iter()
+                    .map(|(_, _, x)| at(x).and_then(|l| l.added_ttft_ms.p50))
+                    .collect(),
+                ci: levels
+                    .iter()
+                    .map(|(_, _, x)| at(x).and_then(|l| l.added_ttft_ms.p50_ci95))
+                    .collect(),
+            }
+        })
+        .collect();
+    let legend = series
+        .iter()
+        .map(|s| Key {
+            label: format!("{} (whisker: 95 % interval)", s.name),
+            style: s.style,
+            line: true,
+        })
+        .collect();
+    let baseline = rows.first().map_or("", |b| b.baseline.as_str());
+    Some(svg::lines(Chart {
+        title: format!("Gateway board: added TTFT p50 against {baseline}, by level"),
+        y_label: "ms".into(),
+        x_label: "level".into(),
+        xs: levels.into_iter().map(|l| l.2).collect(),
+        series,
+        thresholds: Vec::new(),
+        legend,
+        ..Chart::default()
+    }))
 }
 
 /// The gateway's TTFT cost per concurrency level: the A/B's paired median beside the tap's,
