@@ -119,6 +119,8 @@ pub struct Acc {
     cache: CacheAcc,
     hop: Vec<HopRec>,
     tap: Vec<TapRec>,
+    /// Records of the tap across pods, joined once every file is read.
+    across: super::join::Pending,
     /// Records read, by [`Class`] as an index.
     classes: [usize; 6],
     /// Served generation streams without usage (no input tokens, so no bucket).
@@ -160,6 +162,7 @@ impl Acc {
             cache: CacheAcc::default(),
             hop: Vec::new(),
             tap: Vec::new(),
+            across: Default::default(),
             classes: [0; 6],
             no_usage: 0,
             streams: 0,
@@ -351,6 +354,16 @@ impl Acc {
 
     fn add_tap(&mut self, r: &Row<'_>, bucket: u32) {
         if r.gateway_tap.is_none() {
+            if r.join_sent || r.join_id.is_some() {
+                let route = self.names.id(r.route.as_str());
+                let (route, bucket) = (self.names.arc(route), self.names.arc(bucket));
+                let boot = r.boot_id.as_ref().map(|b| {
+                    let id = self.names.id(b.as_str());
+                    self.names.arc(id)
+                });
+                let at = self.clock.time(r.ts.as_str());
+                self.across.add(r, route, bucket, at, boot);
+            }
             return;
         }
         let route = self.names.id(r.route.as_str());
@@ -472,7 +485,11 @@ impl Acc {
                 .map(|(t, v)| (t.to_string(), v.finish()))
                 .collect(),
             hop: self.hop,
-            tap: self.tap,
+            tap: {
+                let mut tap = self.tap;
+                tap.extend(self.across.finish());
+                tap
+            },
             traffic: Traffic::of(self.classes, self.streams, self.no_usage),
             other: other_rows(self.other),
             streaming: self.streaming.finish(&names),

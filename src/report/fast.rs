@@ -55,9 +55,13 @@ enum F {
     Status,
     Stream,
     Delivery,
+    Id,
+    JoinId,
+    JoinSent,
+    BootId,
 }
 
-const FIELDS: [(&[u8], F); 32] = [
+const FIELDS: [(&[u8], F); 36] = [
     (b"ts", F::Ts),
     (b"route", F::Route),
     (b"experiment", F::Experiment),
@@ -90,6 +94,10 @@ const FIELDS: [(&[u8], F); 32] = [
     (b"status", F::Status),
     (b"stream", F::Stream),
     (b"delivery", F::Delivery),
+    (b"id", F::Id),
+    (b"join_id", F::JoinId),
+    (b"join_sent", F::JoinSent),
+    (b"boot_id", F::BootId),
 ];
 
 /// The names of the fields the fast path reads: [`Row`]'s (`tests/suite/schema.rs` holds them to it).
@@ -140,7 +148,7 @@ const fn tail(k: &[u8]) -> u64 {
 const fn slot(head: u64, len: usize) -> usize {
     (head
         .wrapping_add(len as u64)
-        .wrapping_mul(0x7ecf_cee9_902d_85e9)
+        .wrapping_mul(0x48cf_ca00_b7b3_0dcb)
         >> 58) as usize
 }
 
@@ -241,6 +249,10 @@ fn read<'a>(b: &'a [u8], i: usize, f: F, r: &mut Row<'a>) -> Option<usize> {
         }
         F::Stream => set!(stream, boolean(b, i)),
         F::Delivery => set!(delivery, nested::<DeliveryRow>(b, i)),
+        F::Id => set!(id, text(b, i)),
+        F::JoinId => set!(join_id, opt_text(b, i)),
+        F::JoinSent => set!(join_sent, boolean(b, i)),
+        F::BootId => set!(boot_id, opt_text(b, i)),
     })
 }
 
@@ -348,6 +360,10 @@ impl Fast {
     pub fn row<'a>(&mut self, b: &'a [u8]) -> Option<Row<'a>> {
         let mut r = Row {
             ts: Text::default(),
+            id: Text::default(),
+            join_id: None,
+            join_sent: false,
+            boot_id: None,
             route: Text::default(),
             method: Text::default(),
             endpoint: Text::default(),
@@ -380,7 +396,7 @@ impl Fast {
             gateway_tap: None,
             delivery: None,
         };
-        let mut seen = 0u32;
+        let mut seen = 0u64;
         let mut i = eat(b, 0, b'{')?;
         // Where the line is in the template's order.
         let mut at = 0usize;
@@ -401,7 +417,7 @@ impl Fast {
                 };
                 i = match f {
                     Some(f) => {
-                        let bit = 1u32 << (f as u32);
+                        let bit = 1u64 << (f as u32);
                         if seen & bit != 0 {
                             return None;
                         }
