@@ -24,7 +24,8 @@
 #   GATEWAY_BOARD_REALISTIC_PACE  the realistic profile's --pace (50,10,100); "model" = the sim's
 #                           cost model (no pace: sustained streams are then not judged)
 #   GATEWAY_BOARD_LEVELS    bench --concurrency (1,8,32)
-#   GATEWAY_BOARD_REQUESTS  bench --requests per cell (24)
+#   GATEWAY_BOARD_REQUESTS  bench --requests per cell (pairs mode: 24; board mode: GROUPS × arms)
+#   GATEWAY_BOARD_GROUPS    board mode: prompts a level, each sent through every arm (20)
 #   GATEWAY_BOARD_ENGINE    sim | rig (sim). rig: the shared rig's vLLM, started with
 #                           RIG_ONLY=vllm $GATEWAY_BOARD_RIG/start.sh and stopped with its stop.sh;
 #                           it needs the rig installed (RIG_HOME, default /opt/rig: install.sh) and
@@ -54,7 +55,9 @@ MODE=${GATEWAY_BOARD_MODE:-board}
 PROFILE=${GATEWAY_BOARD_PROFILE:-public}
 REALISTIC_PACE=${GATEWAY_BOARD_REALISTIC_PACE:-50,10,100}
 LEVELS=${GATEWAY_BOARD_LEVELS:-1,8,32}
-REQUESTS=${GATEWAY_BOARD_REQUESTS:-24}
+REQUESTS=${GATEWAY_BOARD_REQUESTS:-}
+GROUPS_PER_LEVEL=${GATEWAY_BOARD_GROUPS:-20}
+[ -n "$REQUESTS" ] || [ "$MODE" = board ] || REQUESTS=24
 ENGINE=${GATEWAY_BOARD_ENGINE:-sim}
 RIG=${GATEWAY_BOARD_RIG:-/work/shared/rig}
 HOME_DIR=${GATEWAY_BOARD_HOME:-$HOME/.cache/tokentap-gateway-board}
@@ -511,8 +514,9 @@ run_bench() { # label arms-csv
   if [ -f "$run/run.json" ]; then
     local hop=()
     [ "$MODE" = pairs ] && hop=(--hop-arms "$label,direct") # today's gateway_hop: the row against direct
-    timeout 300 "$TT" report "$run" --tap "$PROXYLOG" "${hop[@]}" >"$POUT/report-$label.txt" 2>&1 || true
-    timeout 300 "$TT" report "$run" --tap "$PROXYLOG" "${hop[@]}" --format json --out "$POUT/report-$label.json" 2>/dev/null || true
+    timeout 300 "$TT" report "$run" --tap "$PROXYLOG" "${hop[@]}" "${PACE_ARGS[@]}" >"$POUT/report-$label.txt" 2>&1 || true
+    timeout 300 "$TT" report "$run" --tap "$PROXYLOG" "${hop[@]}" "${PACE_ARGS[@]}" --format json --out "$POUT/report-$label.json" 2>/dev/null || true
+    timeout 300 "$TT" report "$run" --tap "$PROXYLOG" "${hop[@]}" "${PACE_ARGS[@]}" --format html --out "$POUT/report-$label.html" 2>/dev/null || true
     say "report: $POUT/report-$label.txt, JSON $POUT/report-$label.json"
   fi
 }
@@ -524,7 +528,7 @@ run_profile() { # name pace
   TOKENS=64
   [ -n "$pace" ] && TOKENS=$(cut -d, -f3 <<<"$pace")
   say ""
-  say "== profile $name: engine ${ENGINE}${pace:+ --pace $pace}, levels $LEVELS, $REQUESTS requests a cell, $TOKENS tokens"
+  say "== profile $name: engine ${ENGINE}${pace:+ --pace $pace}, levels $LEVELS, ${REQUESTS:-$GROUPS_PER_LEVEL prompts × every arm} a cell, $TOKENS tokens"
   start_engine "$pace"
   # tokentap first (the gateways' upstream), with every route; then each gateway; then verify.
   PROXYLOG="$POUT/proxy-verify.jsonl"
@@ -542,9 +546,18 @@ run_profile() { # name pace
   stop_pid "$TT_PID"
   local bench_rows
   bench_rows=$(tr ' ' '\n' <<<"$ROWS" | grep -vx nginx-gzip | tr '\n' ' ')
+  # The board judges sustained streams against the mock's pace (its gap), when there is one.
+  PACE_ARGS=()
+  [ -n "$pace" ] && PACE_ARGS=(--pace-gap-ms "$(cut -d, -f2 <<<"$pace")")
   case $MODE in
     verify) ;;
-    board) run_bench board "direct,$(tr ' ' ',' <<<"${bench_rows% }")" ;;
+    board)
+      local arms_csv
+      arms_csv="direct,$(tr ' ' ',' <<<"${bench_rows% }")"
+      # Every prompt goes through every arm: whole groups a level.
+      [ -n "${GATEWAY_BOARD_REQUESTS:-}" ] || REQUESTS=$((GROUPS_PER_LEVEL * $(tr ',' '\n' <<<"$arms_csv" | grep -c .)))
+      run_bench board "$arms_csv"
+      ;;
     pairs) for r in $bench_rows; do run_bench "$r" "direct,$r"; done ;;
   esac
   for r in $ROWS; do

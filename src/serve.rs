@@ -116,6 +116,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let config = Arc::new(config);
+    // The host's boot id, read once before any request (records of the tap across pods carry it).
+    let _ = crate::meter::boot_id();
     let listeners = watched(&main, admin_listener.as_ref());
     let backlog = main.backlog.effective.unwrap_or(main.backlog.asked);
     let main = main.listener;
@@ -365,6 +367,16 @@ pub struct Args {
     /// net.core.somaxconn].
     #[arg(long, value_name = "N")]
     pub backlog: Option<u64>,
+    /// Add `x-tokentap-join: <record id>` to what the route forwards (its `join_header`): this
+    /// tokentap is in front of a gateway, and another behind it records the id (docs/tap.md).
+    /// With a file's routes, the first route's.
+    #[arg(long)]
+    pub join_header: bool,
+    /// Whose `x-tokentap-join` the route records as `join_id` (its `join_sources`): addresses
+    /// or CIDR blocks [default: 127.0.0.0/8,::1]. From anyone else the header is taken off and
+    /// not recorded. With a file's routes, the first route's.
+    #[arg(long, value_name = "CIDR,...", value_delimiter = ',')]
+    pub join_sources: Option<Vec<String>>,
 }
 
 /// `tokentap serve`: load the config (errors exit 64 before any port is bound), serve until
@@ -377,6 +389,8 @@ pub fn cli(a: Args) -> crate::cli::Exit {
         admin: a.admin,
         log: a.log.map(|p| p.display().to_string()),
         backlog: a.backlog,
+        join_header: a.join_header,
+        join_sources: a.join_sources,
     };
     let loaded = match &a.config {
         Some(p) => Config::load(p, &over),

@@ -6,8 +6,23 @@
 use http::HeaderMap;
 use serde::Serialize;
 
-/// The header a gateway tap's outer route adds to what it forwards (its record's id).
+/// The header a gateway tap's outer route (or a route with `join_header`) adds to what it
+/// forwards (its record's id). Taken off every request a route receives; recorded as `join_id`
+/// only from a source the route trusts.
 pub const TAP_HEADER: &str = "x-tokentap-join";
+
+/// The [`TAP_HEADER`] value of a record id: its 16 hex digits, as the record's `id` writes it.
+pub fn join_token(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+/// A [`TAP_HEADER`] value back to the id: exactly 16 hex digits, else nothing.
+pub fn parse_join(v: &[u8]) -> Option<u64> {
+    std::str::from_utf8(v)
+        .ok()
+        .filter(|s| s.len() == 16)
+        .and_then(|s| u64::from_str_radix(s, 16).ok())
+}
 /// The header `tokentap bench` names its concurrency level in (taken off, recorded).
 pub const CONCURRENCY_HEADER: &str = "x-tokentap-concurrency";
 /// The header `tokentap bench` names an open-loop cell's offered rate in (taken off, recorded).

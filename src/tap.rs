@@ -229,14 +229,11 @@ impl Joiner {
 
 /// The `x-tokentap-join` value of an outer request (its record id), and back.
 pub fn token(outer_id: u64) -> String {
-    format!("{outer_id:016x}")
+    crate::tags::join_token(outer_id)
 }
 
 pub fn parse_token(v: &[u8]) -> Option<u64> {
-    std::str::from_utf8(v)
-        .ok()
-        .filter(|s| s.len() == 16)
-        .and_then(|s| u64::from_str_radix(s, 16).ok())
+    crate::tags::parse_join(v)
 }
 
 #[cfg(test)]

@@ -89,6 +89,9 @@ CREATE TABLE IF NOT EXISTS requests
     ttft_split_outside_engine_ms Nullable(Float64),
     request_id Nullable(String),                -- the client's, at most 128 bytes
     upstream_request_id Nullable(String),       -- the upstream's (chatcmpl-…), at most 128 bytes
+    join_id Nullable(String),                   -- the tap across pods: the x-tokentap-join id received
+    join_sent UInt8,                            -- the route sent its own id (join_header)
+    boot_id Nullable(String),                   -- the host's boot id, beside join_id / join_sent
     trace_id Nullable(String),
     span_id Nullable(String),
     content_encoding Nullable(String),

@@ -52,6 +52,43 @@ pub fn is_credential(h: &HeaderName, ctx: &Context<'_>) -> bool {
     CREDENTIAL_HEADERS.contains(&h.as_str()) || ctx.secret_headers.contains(h)
 }
 
+/// A list of key ids (`admit_keys`, `join_keys`): `sha256:<64 hex>` fingerprints or aliases of
+/// `[keys.aliases]`, as the records write them (an aliased key is known by its alias). `echo`:
+/// whether an error quotes the value (`admit_keys` always has; `join_keys` never does, as a
+/// pasted key would be printed).
+pub fn key_ids(
+    list: &[String],
+    key: &str,
+    ctx: &Context<'_>,
+    file: &str,
+    echo: bool,
+) -> Result<Vec<String>, ConfigError> {
+    let mut keys = Vec::new();
+    for (j, id) in list.iter().enumerate() {
+        let hex = id.strip_prefix("sha256:");
+        let fingerprint =
+            hex.is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+        if fingerprint {
+            let fp = id.to_ascii_lowercase();
+            keys.push(ctx.aliases.get(&fp).cloned().unwrap_or(fp));
+        } else if ctx.aliases.values().any(|a| a == id) {
+            keys.push(id.clone());
+        } else {
+            let what = if echo {
+                format!("{id:?}")
+            } else {
+                "the value".into()
+            };
+            return Err(err(
+                file,
+                format!("{key}[{j}]"),
+                format!("{what} is neither sha256:<64 hex> (a key's fingerprint: printf %s \"$KEY\" | tokentap fingerprint) nor an alias in [keys.aliases]"),
+            ));
+        }
+    }
+    Ok(keys)
+}
+
 /// The admission of route `i`: `None` when it injects no credential and lists no one.
 pub fn validate(
     r: &RawRoute,
@@ -61,25 +98,7 @@ pub fn validate(
     file: &str,
 ) -> Result<Option<Admit>, ConfigError> {
     let k = |f: &str| format!("routes[{i}].{f}");
-    let mut keys = Vec::new();
-    for (j, id) in r.admit_keys.iter().enumerate() {
-        let hex = id.strip_prefix("sha256:");
-        let fingerprint =
-            hex.is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
-        if fingerprint {
-            // As the records write it: an aliased key is known by its alias.
-            let fp = id.to_ascii_lowercase();
-            keys.push(ctx.aliases.get(&fp).cloned().unwrap_or(fp));
-        } else if ctx.aliases.values().any(|a| a == id) {
-            keys.push(id.clone());
-        } else {
-            return Err(err(
-                file,
-                k(&format!("admit_keys[{j}]")),
-                format!("{id:?} is neither sha256:<64 hex> (a key's fingerprint: printf %s \"$KEY\" | tokentap fingerprint) nor an alias in [keys.aliases]"),
-            ));
-        }
-    }
+    let keys = key_ids(&r.admit_keys, &k("admit_keys"), ctx, file, true)?;
     let sources = Cidr::parse_all(&r.admit_sources, &k("admit_sources"), file)?;
     let anyone = r.inject_without_admission.unwrap_or(false);
     if anyone && !ctx.listen.ip().is_loopback() {

@@ -61,6 +61,10 @@ pub const PATH_PREFIX: &str = "/";
 /// `routes[].behind_window_ms`: how long an outer request waits for its inner one.
 pub const BEHIND_WINDOW_MS: u64 = 60_000;
 
+/// `routes[].join_sources` (and `serve --join-sources`): whose `x-tokentap-join` a route
+/// records when the file names none: loopback.
+pub const JOIN_SOURCES: [&str; 2] = ["127.0.0.0/8", "::1"];
+
 /// `[experiment]`.
 pub const EXPERIMENT_MODE: &str = "off";
 pub const ROUTE_HEADER: &str = "x-tokentap-route";

@@ -11,6 +11,7 @@ mod clickhouse;
 pub mod defaults;
 mod env;
 mod experiment;
+mod join;
 mod listen;
 mod otlp;
 mod parse_error;
@@ -27,6 +28,7 @@ pub use crate::meter::Buckets;
 pub use clickhouse::{basic_auth, ClickHouseConfig};
 pub use env::expand_env;
 pub use experiment::{ExperimentConfig, Mode};
+pub use join::Join;
 pub use otlp::OtlpConfig;
 use raw::RawConfig;
 pub use request_id::RequestIdConfig;
@@ -152,6 +154,11 @@ pub struct Overrides {
     pub admin: Option<String>,
     pub log: Option<String>,
     pub backlog: Option<u64>,
+    /// `serve --join-header`: the first route (the one `--upstream` names) sends
+    /// `x-tokentap-join`.
+    pub join_header: bool,
+    /// `serve --join-sources`: the first route's `join_sources`.
+    pub join_sources: Option<Vec<String>>,
 }
 
 impl Config {
@@ -227,6 +234,7 @@ impl RawConfig {
                 "no route: add a [[routes]] table or pass --upstream URL",
             ));
         }
+        join::flags(&mut self.routes, over)?;
         let listen_s = over
             .listen
             .clone()

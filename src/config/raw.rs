@@ -179,4 +179,11 @@ pub struct RawRoute {
     pub admit_sources: Vec<String>,
     /// A loopback-only sidecar's opt-out: inject credentials for any client.
     pub inject_without_admission: Option<bool>,
+    /// Add `x-tokentap-join: <record id>` to what this route forwards (the tap across pods).
+    pub join_header: Option<bool>,
+    /// Networks whose `x-tokentap-join` is recorded (`join_id`); unset: loopback.
+    pub join_sources: Option<Vec<String>>,
+    /// Key ids (fingerprints or aliases) whose `x-tokentap-join` is recorded.
+    #[serde(default)]
+    pub join_keys: Vec<String>,
 }

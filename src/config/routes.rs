@@ -36,6 +36,8 @@ pub struct RouteConfig {
     pub behind: Option<Behind>,
     /// Who may use this route (always set when it injects a credential).
     pub admit: Option<Admit>,
+    /// The tap across pods: whether the route sends `x-tokentap-join`, and whose it records.
+    pub join: super::join::Join,
 }
 
 /// `behind = "gateway"`: this route serves only the gateway named, and tokentap joins each of
@@ -234,6 +236,7 @@ fn validate_one(
         .filter(|h| admit::is_credential(h, ctx))
         .collect();
     let admit = admit::validate(&r, i, &injected, ctx, file)?;
+    let join = super::join::validate(&r, i, ctx, file)?;
     let ca_file = match r.ca_file {
         None => None,
         Some(p) => {
@@ -258,6 +261,7 @@ fn validate_one(
         ca_file,
         behind,
         admit,
+        join,
     })
 }
 

@@ -1,7 +1,24 @@
 //! A record's gateway-tap fields: which side of the gateway it is on, how its two sides were
-//! joined (or why not), and the relay verdict. Part of the record's schema (`record.rs`).
+//! joined (or why not), and the relay verdict; and the host's boot id that the tap across pods
+//! writes beside `join_id`. Part of the record's schema (`record.rs`).
+
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
+
+/// The host kernel's boot id (`/proc/sys/kernel/random/boot_id`), read once per process: the
+/// same on every process (and container) of one booted host, so records that carry the same one
+/// were stamped on one clock. `None` where it cannot be read (not Linux) or is not a UUID.
+pub fn boot_id() -> Option<&'static str> {
+    static ID: OnceLock<Option<String>> = OnceLock::new();
+    ID.get_or_init(|| {
+        let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let s = s.trim();
+        let uuid = s.len() == 36 && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        uuid.then(|| s.to_owned())
+    })
+    .as_deref()
+}
 
 /// Which side of a gateway tap a record is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

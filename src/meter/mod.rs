@@ -28,6 +28,7 @@ use crate::openai::{self, ServerTimings, Usage};
 use crate::sse::{SseItem, SseSplitter};
 pub use body::{BodyEnd, MeteredBody, Observer};
 pub use bucket::Buckets;
+pub use gateway::boot_id;
 pub use record::{
     tpot_ms, Experiment, Facts, GatewayTap, JoinBy, Outcome, RelayVerdict, RequestRecord, Schedule,
     TapSide, TokensSource, TtftSplit, Unjoined, Verdict,

@@ -303,6 +303,20 @@ pub struct RequestRecord {
     /// names (vLLM's `x-request-id`). At most 128 bytes (cut).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_request_id: Option<String>,
+    /// The tap across pods: the `x-tokentap-join` id this route received from a source it
+    /// trusts (`join_sources`, `join_keys`; a `behind` route: its gateway), 16 hex digits: the
+    /// `id` of the record in front of the gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_id: Option<String>,
+    /// The route added `x-tokentap-join: <this record's id>` to what it forwarded
+    /// (`join_header`). Written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub join_sent: bool,
+    /// On a record with `join_id` or `join_sent`: the host kernel's boot id
+    /// (`/proc/sys/kernel/random/boot_id`). Two records with the same one were stamped on one
+    /// clock (one host), so the report may compare their instants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
     /// With OTLP export on: the request's trace (the caller's, continued from its
     /// `traceparent`, or a new one) and tokentap's span in it, as 32 and 16 hex digits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -360,6 +374,10 @@ pub struct Facts {
     pub upstream_request_id: Option<String>,
     /// The kernel stamped `t0` (the read that completed the request head).
     pub t0_kernel: bool,
+    /// The tap across pods: the `x-tokentap-join` id received from a trusted source, and
+    /// whether the route sent its own (`join_header`).
+    pub join_id: Option<u64>,
+    pub join_sent: bool,
 }
 
 impl Facts {
@@ -383,6 +401,8 @@ impl Facts {
             request_id: None,
             upstream_request_id: None,
             t0_kernel: false,
+            join_id: None,
+            join_sent: false,
         }
     }
 }
@@ -501,6 +521,12 @@ impl RequestRecord {
             ttft_split,
             gateway_tap: None,
             request_id: facts.request_id,
+            join_id: facts.join_id.map(crate::tags::join_token),
+            join_sent: facts.join_sent,
+            boot_id: (facts.join_sent || facts.join_id.is_some())
+                .then(super::gateway::boot_id)
+                .flatten()
+                .map(str::to_owned),
             upstream_request_id: meter.response_id.take().or(facts.upstream_request_id),
             trace_id: None,
             span_id: None,

@@ -44,6 +44,8 @@ pub struct Opening {
     pub facts: Facts,
     pub key: Option<Secret<Vec<u8>>>,
     pub made_id: Option<Made>,
+    /// The `x-tokentap-join` id it came with (taken off), not yet trusted.
+    pub join: Option<u64>,
 }
 
 impl Opening {
@@ -54,6 +56,7 @@ impl Opening {
             facts: Exchange::facts_for(stamp, method, path),
             key: keys::client_key(h),
             made_id: None,
+            join: None,
         }
     }
 
@@ -109,6 +112,7 @@ pub fn route(
     };
     let route = state.routes.get(route).clone();
     let refusal = refusal(state, &route, key, peer);
+    let join_id = o.join.filter(|_| trusts_join(state, &route, key, peer));
     // An experiment's copy goes to a route that injects a credential only for the clients it
     // admits.
     let choice = choice.map(|mut c| {
@@ -122,6 +126,7 @@ pub fn route(
     });
     let mut ex = o.begin(state.clone(), route);
     ex.facts().key_id = key_id;
+    ex.facts().join_id = join_id;
     if let Some(err) = refusal {
         return Err((ex, err));
     }
@@ -152,6 +157,26 @@ fn admitted(state: &State, r: &Route, key: Option<&[u8]>, peer: Option<IpAddr>) 
         .is_none_or(|a| {
             let id = key.map(|k| state.keys.id_of(k));
             a.admits(id.as_deref(), peer)
+        })
+}
+
+/// Whether `route` records the `x-tokentap-join` this client sent: its address is in the
+/// route's `join_sources`, its key in `join_keys`, or it is the gateway of a `behind` route.
+fn trusts_join(state: &State, route: &Route, key: Option<&[u8]>, peer: Option<IpAddr>) -> bool {
+    let Some(c) = route.target.as_ref().map(|t| &t.config) else {
+        return false;
+    };
+    if c.join.trusts_source(peer) {
+        return true;
+    }
+    let gateway = c.behind.as_ref().is_some_and(|b| {
+        let fp = key.map(keys::fingerprint);
+        b.admits(fp.as_deref(), peer)
+    });
+    gateway
+        || (!c.join.keys.is_empty() && {
+            let id = key.map(|k| state.keys.id_of(k));
+            c.join.trusts_key(id.as_deref())
         })
 }
 

@@ -128,10 +128,19 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A gateway tap: the outer side waits for its inner side and tells the gateway its id (in
-/// `x-tokentap-join`, which a gateway may forward); the inner side takes that header off and
-/// joins by it, or by the body's fingerprint.
+/// `x-tokentap-join`, which a gateway may forward); the inner side joins by the id it received
+/// (taken off every request as it arrived, kept only from a trusted sender: `routed`), or by
+/// the body's fingerprint. A route with `join_header` tells the gateway its id too, for a
+/// tokentap behind it in another process (the report joins the two logs).
 fn tap(ex: &mut Exchange, route: &Route, headers: &mut HeaderMap, body: &[u8]) {
     const HEADER: &str = crate::tags::TAP_HEADER;
+    let send_id = route.target.as_ref().is_some_and(|t| t.config.join.header);
+    if send_id {
+        if let Ok(v) = HeaderValue::from_str(&crate::tap::token(ex.id())) {
+            headers.insert(HEADER, v);
+            ex.facts().join_sent = true;
+        }
+    }
     match &route.tap {
         None => {}
         Some(Tap::Outer(joiner)) => {
@@ -141,9 +150,8 @@ fn tap(ex: &mut Exchange, route: &Route, headers: &mut HeaderMap, body: &[u8]) {
             }
         }
         Some(Tap::Inner(joiner)) => {
-            let token = headers
-                .remove(HEADER)
-                .and_then(|v| crate::tap::parse_token(v.as_bytes()));
+            // NB: the header itself was taken off on arrival; it never reaches the engine.
+            let token = ex.facts().join_id;
             let fp = if token.is_none() {
                 openai::fingerprint(body)
             } else {

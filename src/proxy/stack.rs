@@ -1,7 +1,8 @@
 //! The request pipeline as a tower stack, outermost first:
 //!
 //! ```text
-//! RouteHeader   tokentap's own headers are taken off (they never reach an upstream)
+//! RouteHeader   tokentap's own headers are taken off (they never reach an upstream); a
+//!               received `x-tokentap-join` is kept until the route says whether it trusts it
 //! Routing       path → route, key → experiment arm; the request's id (read, or made); the
 //!               request's Exchange begins here; a route behind a gateway serves only the
 //!               gateway (403)
@@ -46,12 +47,16 @@ pub struct Arrival {
     pub load: LoadTags,
     /// The client's address (a gateway tap's `behind_sources`).
     pub peer: Option<IpAddr>,
+    /// The `x-tokentap-join` id received, taken off likewise; recorded only if the route
+    /// trusts its sender (`routed`).
+    pub join: Option<u64>,
     /// `t0` is the kernel's stamp.
     pub t0_kernel: bool,
 }
 
 /// Takes tokentap's own headers off the request, whatever happens next: the experiment's route
-/// header (kept for routing) and bench's tags (kept for the record).
+/// header (kept for routing), bench's tags (kept for the record) and the tap's join header (kept
+/// for the route to judge).
 #[derive(Clone)]
 pub struct RouteHeader<S> {
     /// `experiment.route_header`.
@@ -69,6 +74,11 @@ impl<S: Service<Arrival>> Service<Arrival> for RouteHeader<S> {
         // NB: removed whatever happens next: it never reaches an upstream.
         a.forced = a.head.headers.remove(&self.header);
         a.load = LoadTags::take(&mut a.head.headers);
+        a.join = a
+            .head
+            .headers
+            .remove(crate::tags::TAP_HEADER)
+            .and_then(|v| crate::tags::parse_join(v.as_bytes()));
         self.inner.call(a)
     }
 }
@@ -102,6 +112,7 @@ where
             load,
             peer,
             t0_kernel,
+            join,
         } = a;
         let mut facts = Exchange::facts_for(stamp, &head.method, head.uri.path());
         facts.load = load;
@@ -117,6 +128,7 @@ where
             facts,
             key,
             made_id,
+            join,
         };
         match routed::route(state, opening, head, body, forced.as_ref(), peer) {
             Ok(r) => Respond::Inner {
@@ -201,6 +213,7 @@ impl hyper::service::Service<http::Request<Incoming>> for Proxy {
             load: LoadTags::default(),
             peer: self.1,
             t0_kernel: arrival.is_some(),
+            join: None,
         })
     }
 }

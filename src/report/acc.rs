@@ -120,6 +120,8 @@ pub struct Acc {
     board: Vec<BoardRec>,
     /// What the gateway board is told besides the records (`run.json`, flags).
     pub board_opts: BoardOpts,
+    /// Records of the tap across pods, joined once every file is read.
+    across: super::join::Pending,
     /// Records read, by [`Class`] as an index.
     classes: [usize; 6],
     /// Served generation streams without usage (no input tokens, so no bucket).
@@ -163,6 +165,7 @@ impl Acc {
             tap: Vec::new(),
             board: Vec::new(),
             board_opts: BoardOpts::default(),
+            across: Default::default(),
             classes: [0; 6],
             no_usage: 0,
             streams: 0,
@@ -360,6 +363,16 @@ impl Acc {
 
     fn add_tap(&mut self, r: &Row<'_>, bucket: u32) {
         if r.gateway_tap.is_none() {
+            if r.join_sent || r.join_id.is_some() {
+                let route = self.names.id(r.route.as_str());
+                let (route, bucket) = (self.names.arc(route), self.names.arc(bucket));
+                let boot = r.boot_id.as_ref().map(|b| {
+                    let id = self.names.id(b.as_str());
+                    self.names.arc(id)
+                });
+                let at = self.clock.time(r.ts.as_str());
+                self.across.add(r, route, bucket, at, boot);
+            }
             return;
         }
         let route = self.names.id(r.route.as_str());
@@ -481,7 +494,11 @@ impl Acc {
                 .map(|(t, v)| (t.to_string(), v.finish()))
                 .collect(),
             hop: self.hop,
-            tap: self.tap,
+            tap: {
+                let mut tap = self.tap;
+                tap.extend(self.across.finish());
+                tap
+            },
             board: self.board,
             board_opts: self.board_opts,
             traffic: Traffic::of(self.classes, self.streams, self.no_usage),

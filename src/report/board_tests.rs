@@ -288,6 +288,7 @@ fn the_tap_and_the_resources_join_their_arm() {
             concurrency: Some(1),
             in_flight: 1,
             gateway_overhead_ms: None,
+            across: None,
         })
         .collect();
     let opts = BoardOpts {

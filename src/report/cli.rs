@@ -13,7 +13,7 @@ use crate::cli::Exit;
 #[derive(clap::Args)]
 pub struct Args {
     /// JSONL files or folders holding them (every *.jsonl* file below a folder).
-    #[arg(required_unless_present_any = ["clickhouse", "sql"])]
+    #[arg(required_unless_present_any = ["clickhouse", "sql", "tap"])]
     pub paths: Vec<PathBuf>,
     /// Report the records of a ClickHouse table instead of files, computed in ClickHouse:
     /// http[s]://[USER[:PASSWORD]@]HOST:PORT (else CLICKHOUSE_USER, CLICKHOUSE_PASSWORD).
@@ -47,7 +47,9 @@ pub struct Args {
     pub by_arm: bool,
     /// Records that feed only the gateway-tap section: a proxy log of the traffic whose
     /// client-side records are PATHS (e.g. the demo's `proxy.jsonl` beside its `bench/`), so nothing
-    /// is counted twice.
+    /// is counted twice. Repeat it for the tap across pods: the log of the tokentap in front of
+    /// the gateway and the logs of those behind it, joined by their x-tokentap-join id (then
+    /// PATHS may be left out).
     #[arg(long)]
     pub tap: Vec<PathBuf>,
     /// The experiment arms compared in the gateway-hop section: GATEWAY,DIRECT.
@@ -195,7 +197,14 @@ fn from_files(a: &Args, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit>
     let mut acc = Acc::new(slos, a.by_arm, arms, a.exact_values);
     acc.whole_cell = a.whole_cell;
     acc.board_opts = board_opts(a, &a.paths);
-    stream(&a.paths, &mut warn, &mut acc, false).map_err(|e| match e {
+    // `report --tap A --tap B`: no client-side records, the tap's section alone.
+    let client_side = !a.paths.is_empty() || a.tap.is_empty();
+    let read = if client_side {
+        stream(&a.paths, &mut warn, &mut acc, false)
+    } else {
+        Ok(0)
+    };
+    read.map_err(|e| match e {
         // Files with no line at all: nothing was measured, so nothing is judged (exit 3).
         ReportError::NoRecords { ref skipped, .. } if skipped.is_empty() => {
             eprintln!("tokentap report: not judged: {e}");

@@ -525,6 +525,7 @@ fn tap_rec(r: &Row) -> Option<TapRec> {
         concurrency: int(r, "concurrency").map(|c| c.max(0) as u64),
         in_flight: count(r, "in_flight") as u64,
         gateway_overhead_ms: float(r, "gateway_overhead_ms"),
+        across: None,
     })
 }
 

@@ -59,9 +59,13 @@ enum F {
     ItlP99Ms,
     ItlMaxMs,
     FinishReason,
+    Id,
+    JoinId,
+    JoinSent,
+    BootId,
 }
 
-const FIELDS: [(&[u8], F); 36] = [
+const FIELDS: [(&[u8], F); 40] = [
     (b"ts", F::Ts),
     (b"route", F::Route),
     (b"experiment", F::Experiment),
@@ -98,6 +102,10 @@ const FIELDS: [(&[u8], F); 36] = [
     (b"itl_p99_ms", F::ItlP99Ms),
     (b"itl_max_ms", F::ItlMaxMs),
     (b"finish_reason", F::FinishReason),
+    (b"id", F::Id),
+    (b"join_id", F::JoinId),
+    (b"join_sent", F::JoinSent),
+    (b"boot_id", F::BootId),
 ];
 
 /// The names of the fields the fast path reads: [`Row`]'s (`tests/suite/schema.rs` holds them to it).
@@ -148,13 +156,13 @@ const fn tail(k: &[u8]) -> u64 {
 const fn slot(head: u64, len: usize) -> usize {
     (head
         .wrapping_add(len as u64)
-        .wrapping_mul(0x5ed8_b367_89ad_956d)
-        >> 58) as usize
+        .wrapping_mul(0xd829_6b5c_1fdb_9a59)
+        >> 57) as usize
 }
 
 /// Slot → (head, tail, length, index into [`FIELDS`] + 1); index 0: no field.
-const TABLE: [(u64, u64, usize, u8); 64] = {
-    let mut t = [(0, 0, 0, 0u8); 64];
+const TABLE: [(u64, u64, usize, u8); 128] = {
+    let mut t = [(0, 0, 0, 0u8); 128];
     let mut i = 0;
     while i < FIELDS.len() {
         let k = FIELDS[i].0;
@@ -253,6 +261,10 @@ fn read<'a>(b: &'a [u8], i: usize, f: F, r: &mut Row<'a>) -> Option<usize> {
         F::ItlP99Ms => set!(itl_p99_ms, opt_f64(b, i)),
         F::ItlMaxMs => set!(itl_max_ms, opt_f64(b, i)),
         F::FinishReason => set!(finish_reason, opt_text(b, i)),
+        F::Id => set!(id, text(b, i)),
+        F::JoinId => set!(join_id, opt_text(b, i)),
+        F::JoinSent => set!(join_sent, boolean(b, i)),
+        F::BootId => set!(boot_id, opt_text(b, i)),
     })
 }
 
@@ -360,6 +372,10 @@ impl Fast {
     pub fn row<'a>(&mut self, b: &'a [u8]) -> Option<Row<'a>> {
         let mut r = Row {
             ts: Text::default(),
+            id: Text::default(),
+            join_id: None,
+            join_sent: false,
+            boot_id: None,
             route: Text::default(),
             method: Text::default(),
             endpoint: Text::default(),

@@ -18,7 +18,8 @@ fn every_field_and_no_other_key_is_recognised() {
     }
     for k in [
         &b""[..],
-        b"id",
+        b"ids",
+        b"request_id",
         b"methods",
         b"statu",
         b"upstream_model",
@@ -41,6 +42,8 @@ fn the_fast_path_reads_what_serde_reads_or_defers() {
         r#"{"outcome":"ok","e2e_ms":1,"experiment":{"arm":"gateway","pair_id":"p1"},"gateway_tap":{"side":"outer","peer":"x","join":"header","unjoined":null}}"#,
         r#"{"ttft_split":{"_":"ok","proxy_ms":1},"outcome":"ok","e2e_ms":12.5}"#,
         r#"{"outcome":"ok","e2e_ms":1,"request_id":"a\"}b\\c\u00e9","upstream_request_id":"chatcmpl-1"}"#,
+        r#"{"id":"00000000000000aa","outcome":"ok","e2e_ms":1,"join_id":"00000000000000bb","join_sent":true,"boot_id":"b-1"}"#,
+        r#"{"id":"00000000000000aa","outcome":"ok","e2e_ms":1,"join_id":null,"join_sent":false,"boot_id":null}"#,
     ];
     for l in lines {
         let fast = row(l.as_bytes());

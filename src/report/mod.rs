@@ -18,6 +18,7 @@ pub mod engine;
 mod fast;
 pub(crate) mod fast_check;
 pub mod hop;
+mod join;
 mod json;
 mod model;
 mod names;

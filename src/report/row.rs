@@ -96,6 +96,16 @@ pub struct Row<'a> {
     #[serde(default, borrow)]
     pub ts: Text<'a>,
     #[serde(default, borrow)]
+    pub id: Text<'a>,
+    /// The tap across pods: the join id received (inner side), whether one was sent (outer
+    /// side), and the host's boot id beside them.
+    #[serde(default, borrow)]
+    pub join_id: Option<Text<'a>>,
+    #[serde(default)]
+    pub join_sent: bool,
+    #[serde(default, borrow)]
+    pub boot_id: Option<Text<'a>>,
+    #[serde(default, borrow)]
     pub route: Text<'a>,
     #[serde(default, borrow)]
     pub method: Text<'a>,
@@ -174,6 +184,10 @@ impl<'a> Row<'a> {
         let t = |s: &'a str| Text(Cow::Borrowed(s));
         Row {
             ts: t(&r.ts),
+            id: t(&r.id),
+            join_id: r.join_id.as_deref().map(t),
+            join_sent: r.join_sent,
+            boot_id: r.boot_id.as_deref().map(t),
             route: t(&r.route),
             method: t(&r.method),
             endpoint: t(&r.endpoint),

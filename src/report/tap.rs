@@ -2,12 +2,15 @@
 //! gateway (`behind` routes), per request and at any concurrency, with zero extra engine load.
 //! Figures come from the outer side's records (`gateway_tap.admission_ms`, `relay_ms`,
 //! `ttft_ms`), the gateway's own claim from the same records (`gateway_overhead_ms`), and the
-//! join counts from both sides.
+//! join counts from both sides. Records of the tap across pods come here joined (`join.rs`),
+//! marked with how their instants compare ([`Across`]).
 
 use std::collections::BTreeMap;
 
 use super::hop::diff_stats;
-pub use super::model::{ConcurrencyFrom, GatewayTap, SelfReported, TapSet, UnjoinedBy};
+pub use super::model::{
+    AcrossProcesses, ConcurrencyFrom, GatewayTap, SelfReported, TapSet, UnjoinedBy,
+};
 use super::row::{level_of, Row, TapRow};
 use crate::meter::TapSide;
 
@@ -21,6 +24,20 @@ pub struct TapRec {
     pub concurrency: Option<u64>,
     pub in_flight: u64,
     pub gateway_overhead_ms: Option<f64>,
+    /// A record of the tap across pods (joined by the report, not in process), and how.
+    pub across: Option<Across>,
+}
+
+/// How a record took part in the tap across pods (`report --tap A --tap B`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Across {
+    /// Joined; both records carry one boot id (one host, one clock): admission and relay given.
+    OneClock,
+    /// Joined; their boot ids differ or one is missing: only the TTFT difference, which needs
+    /// no common clock.
+    OwnClocks,
+    /// Left unjoined (its reason is its tap row's).
+    Unjoined,
 }
 
 impl TapRec {
@@ -36,6 +53,7 @@ impl TapRec {
             concurrency: r.concurrency,
             in_flight: r.in_flight,
             gateway_overhead_ms: r.gateway_overhead_ms,
+            across: None,
         })
     }
 }
@@ -125,6 +143,7 @@ pub fn compute<'a>(records: impl Iterator<Item = &'a TapRec>) -> Option<GatewayT
         .map(|((_, label), rs)| (label, tap_set(&rs)))
         .collect();
     let gateway_requests = outer.len();
+    let across_processes = across(&outer, &inner);
     let join_rate = joined.len() as f64 / gateway_requests.max(1) as f64;
     Some(GatewayTap {
         routes,
@@ -143,7 +162,32 @@ pub fn compute<'a>(records: impl Iterator<Item = &'a TapRec>) -> Option<GatewayT
         by_concurrency: per_level.into_iter().collect(),
         concurrency_from,
         gateway_requests,
+        across_processes,
         // The sentence is the answers' (`answers::tap_summary`).
         summary: String::new(),
+    })
+}
+
+/// The tap across pods' part: its joins, how many could compare instants, and its unjoined.
+fn across(outer: &[&TapRec], inner: &[&TapRec]) -> Option<AcrossProcesses> {
+    let taking_part: Vec<Across> = outer.iter().chain(inner).filter_map(|r| r.across).collect();
+    if taking_part.is_empty() {
+        return None;
+    }
+    let of = |want: Across| {
+        outer
+            .iter()
+            .filter(|r| r.across == Some(want) && r.tap.peer)
+            .count()
+    };
+    let (one_clock, own_clocks) = (of(Across::OneClock), of(Across::OwnClocks));
+    Some(AcrossProcesses {
+        joined: one_clock + own_clocks,
+        one_clock,
+        own_clocks,
+        unjoined: taking_part
+            .iter()
+            .filter(|a| **a == Across::Unjoined)
+            .count(),
     })
 }

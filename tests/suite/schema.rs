@@ -660,6 +660,9 @@ fn the_readmes_record_carries_every_field() {
         "run",
         "prompt_index",
         "request_id",
+        "join_id",
+        "join_sent",
+        "boot_id",
     ];
     let missing: Vec<&&String> = missing
         .into_iter()

@@ -518,3 +518,249 @@ async fn one_tokentap_taps_two_gateways_at_once() {
         4
     );
 }
+
+/// The tap across pods: one tokentap in front of the gateway (`join_header = true`), another
+/// behind it (trusting loopback, the default), each with its own log; the sim's hop between them
+/// holds each request a drawn 20±5 ms and forwards client headers, as a gateway configured to.
+/// `report --tap OUTER --tap INNER` joins every request by its header, and its hop figure agrees
+/// with the in-process tap's on the same set-up (the same hop's draws, in the same order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tap_across_two_tokentaps_joins_every_request_by_header() {
+    use std::sync::atomic::AtomicBool;
+    use tokentap::bench::{self, BenchConfig};
+    use tokentap::sim::{HopDelay, Profile, Sim};
+    const N: usize = 40;
+    let profile = Profile {
+        prefill_base_ms: 8.0,
+        prefill_per_token_ms: 0.005,
+        prefill_per_seq_ms: 1.0,
+        step_base_ms: 3.0,
+        step_per_seq_ms: 0.2,
+        ..Profile::v100()
+    };
+    let listeners = || async {
+        (
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        )
+    };
+    let load = |target: String, name: &str| BenchConfig {
+        target,
+        out: scratch(name),
+        concurrency: vec![1],
+        requests: N,
+        warmup: 0,
+        buckets: vec!["balanced".into()],
+        outputs: [6, 6, 6],
+        prompts_per_bucket: N,
+        calibrate: false,
+        quiet: true,
+        scrape: tokentap::bench::scrape::ScrapePlan::Off,
+        ..BenchConfig::default()
+    };
+    let hop: HopDelay = "20±5".parse().unwrap();
+
+    // Two tokentaps, the hop between them.
+    let (el, hl) = listeners().await;
+    let hop_addr = hl.local_addr().unwrap();
+    let mut sim = Sim::start(profile.clone(), "sim", 5, el, None)
+        .await
+        .unwrap();
+    let mut inner = proxy_toml(&format!(
+        "[[routes]]\nname = \"engine\"\nupstream = \"http://{}\"\n",
+        sim.engine
+    ))
+    .await;
+    let mut outer = proxy_toml(&format!(
+        "[[routes]]\nname = \"gateway\"\nupstream = \"http://{hop_addr}\"\njoin_header = true\n"
+    ))
+    .await;
+    sim.start_hop(hl, hop, inner.url("").parse().unwrap(), 5)
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    bench::run(
+        &load(format!("http://{}", outer.addr), "podtap"),
+        stop.clone(),
+    )
+    .await
+    .unwrap();
+    // bench's model listing (GET /v1/models), then N streamed chats.
+    let (outs, ins) = (outer.records(N + 1).await, inner.records(N + 1).await);
+    outer.shutdown().await;
+    inner.shutdown().await;
+    assert_eq!((outs.len(), ins.len()), (N + 1, N + 1));
+    assert!(outs.iter().all(|r| r.join_sent && r.join_id.is_none()));
+    assert!(outs.iter().chain(&ins).all(|r| r.outcome == Outcome::Ok));
+    let streamed = |rs: &[RequestRecord]| {
+        rs.iter()
+            .filter(|r| r.stream && r.ttft_ms.is_some())
+            .count()
+    };
+    assert_eq!((streamed(&outs), streamed(&ins)), (N, N));
+    // Each inner record names its own outer one; none of them sent an id.
+    let ids: std::collections::HashSet<&str> = outs.iter().map(|r| r.id.as_str()).collect();
+    assert!(ins
+        .iter()
+        .all(|r| !r.join_sent && r.join_id.as_deref().is_some_and(|j| ids.contains(j))));
+    // Per request: the hop figure minus what the hop says it held.
+    let inner_ttft: std::collections::HashMap<&str, f64> = ins
+        .iter()
+        .filter_map(|r| Some((r.join_id.as_deref()?, r.ttft_ms?)))
+        .collect();
+    let err = tokentap::stats::sorted(
+        outs.iter()
+            .filter_map(|r| Some(r.ttft_ms? - inner_ttft[r.id.as_str()] - r.gateway_overhead_ms?)),
+    );
+    assert_eq!(err.len(), N);
+    assert!(err[0] >= 0.0, "the hop figure is under the hold: {err:?}");
+    let med = tokentap::stats::pct(&err, 0.5).unwrap();
+    assert!(
+        (0.0..3.0).contains(&med),
+        "hop − hold median {med}: {err:?}"
+    );
+
+    // The same set-up in one process: the gateway's route and the engine's (`behind`).
+    let (el, hl) = listeners().await;
+    let hop_addr = hl.local_addr().unwrap();
+    let mut sim2 = Sim::start(profile, "sim", 5, el, None).await.unwrap();
+    let mut one = proxy_toml(&format!(
+        "[[routes]]\nname = \"gateway\"\nupstream = \"http://{hop_addr}\"\n\
+         [[routes]]\nname = \"engine\"\nupstream = \"http://{}\"\npath_prefix = \"/engine\"\n\
+         behind = \"gateway\"\nbehind_sources = [\"127.0.0.1\"]\n",
+        sim2.engine
+    ))
+    .await;
+    sim2.start_hop(hl, hop, one.url("/engine").parse().unwrap(), 5)
+        .unwrap();
+    bench::run(&load(format!("http://{}", one.addr), "onetap"), stop)
+        .await
+        .unwrap();
+    assert_eq!(one.records(2 * (N + 1)).await.len(), 2 * (N + 1));
+    one.shutdown().await;
+
+    let report = |taps: &[&std::path::Path]| -> serde_json::Value {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"));
+        cmd.args(["report", "--format", "json"]);
+        for t in taps {
+            cmd.arg("--tap").arg(t);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["gateway_tap"].clone()
+    };
+    let across = report(&[&outer.log, &inner.log]);
+    let within = report(&[&one.log]);
+    let summary = across["summary"].as_str().unwrap();
+    // Every request, the model listing too.
+    let all = N + 1;
+    assert_eq!(across["joined"], all, "{summary}");
+    assert_eq!(across["join_rate"], 1.0, "{summary}");
+    assert_eq!(across["join_by"]["header"], all, "{summary}");
+    assert_eq!(across["unjoined"], 0, "{summary}");
+    let a = &across["across_processes"];
+    // One host: both records carry its boot id, so admission and relay are given too.
+    assert_eq!(
+        (&a["joined"], &a["one_clock"]),
+        (&all.into(), &all.into()),
+        "{a}"
+    );
+    assert_eq!(across["admission_ms"]["n"], all, "{summary}");
+    assert!(summary.contains("given for all 41"), "{summary}");
+    assert_eq!(within["joined"], all);
+    assert!(within.get("across_processes").is_none());
+    let (x, w) = (&across["ttft_ms"], &within["ttft_ms"]);
+    let ci = |v: &serde_json::Value| {
+        [
+            v["ci95"][0].as_f64().unwrap(),
+            v["ci95"][1].as_f64().unwrap(),
+        ]
+    };
+    let (xm, wm, xc, wc) = (
+        x["median"].as_f64().unwrap(),
+        w["median"].as_f64().unwrap(),
+        ci(x),
+        ci(w),
+    );
+    assert!(
+        (wc[0]..=wc[1]).contains(&xm) || (xc[0]..=xc[1]).contains(&wm),
+        "across processes {xm} {xc:?}, in one process {wm} {wc:?}"
+    );
+    assert!((15.0..30.0).contains(&xm), "{xm}");
+}
+
+/// A client cannot forge a join: an `x-tokentap-join` from a sender the route does not trust
+/// (`join_sources` without loopback; `join_keys` without its key) is not recorded, and no
+/// upstream ever sees the header, trusted or not.
+#[tokio::test]
+async fn a_join_header_from_an_untrusted_sender_is_not_recorded_nor_forwarded() {
+    let engine = Upstream::spawn(|_| engine_script()).await;
+    let trusted_key = "sk-the-gateways-key";
+    let px = proxy_toml(&format!(
+        "[[routes]]\nname = \"elsewhere\"\nupstream = \"{u}\"\npath_prefix = \"/elsewhere\"\n\
+         join_sources = [\"10.0.0.0/8\"]\n\
+         [[routes]]\nname = \"bykey\"\nupstream = \"{u}\"\npath_prefix = \"/bykey\"\n\
+         join_sources = []\njoin_keys = [\"{}\"]\n\
+         [[routes]]\nname = \"local\"\nupstream = \"{u}\"\npath_prefix = \"/local\"\n",
+        fingerprint(trusted_key.as_bytes()),
+        u = engine.url()
+    ))
+    .await;
+    let c = client();
+    let forged = "00000000deadbeef";
+    let other = "Bearer sk-a-client".to_owned();
+    let gateway = format!("Bearer {trusted_key}");
+    let cases = [
+        ("/elsewhere", &other, None),
+        ("/bykey", &other, None),
+        ("/bykey", &gateway, Some(forged)),
+        ("/local", &other, Some(forged)),
+    ];
+    for (prefix, auth, _) in &cases {
+        let got = send(
+            &c,
+            "POST",
+            &px.url(&format!("{prefix}/v1/chat/completions")),
+            &[
+                ("authorization", auth.as_str()),
+                ("x-tokentap-join", forged),
+            ],
+            chat_body("m", true),
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.status, 200);
+    }
+    let recs = px.records(cases.len()).await;
+    assert_eq!(recs.len(), cases.len());
+    for ((prefix, _, want), r) in cases.iter().zip(&recs) {
+        assert_eq!(r.join_id.as_deref(), *want, "{prefix}");
+        assert!(!r.join_sent);
+        assert_eq!(r.boot_id.is_some(), want.is_some(), "{prefix}");
+        assert!(r.gateway_tap.is_none());
+    }
+    let seen = engine.requests();
+    assert_eq!(seen.len(), cases.len());
+    assert!(seen.iter().all(|r| r.header("x-tokentap-join").is_none()));
+    // In the report the untrusted ones are no part of any join; the trusted ones name no
+    // outer record here, and are counted, not guessed.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .args(["report", "--format", "json", "--tap"])
+        .arg(&px.log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &v["gateway_tap"];
+    assert_eq!(t["joined"], 0, "{t}");
+    assert_eq!(t["unjoined_by_reason"]["inner"]["no_match"], 2, "{t}");
+    assert_eq!(t["across_processes"]["unjoined"], 2, "{t}");
+}

@@ -1,7 +1,7 @@
 //! The gateway sections in sentences: the paired hop (`gateway_hop.summary`) and the tapped hop
 //! (`gateway_tap.summary`), each with its figures.
 
-use crate::report::model::{DiffStats, GatewayHop, GatewayTap};
+use crate::report::model::{AcrossProcesses, DiffStats, GatewayHop, GatewayTap};
 
 fn fmt_ci(d: &DiffStats) -> String {
     match (d.median, d.ci95) {
@@ -167,5 +167,36 @@ pub fn tap_summary(t: &GatewayTap) -> String {
             .collect();
         summary.push_str(&format!(" Unjoined (never guessed): {}.", all.join(", ")));
     }
+    if let Some(a) = &t.across_processes {
+        summary.push_str(&across_sentence(a));
+    }
     summary
+}
+
+/// What the tap across pods gave, and why: the TTFT difference needs no common clock;
+/// admission and relay compare two processes' instants, given only on one host's clock.
+fn across_sentence(a: &AcrossProcesses) -> String {
+    if a.joined == 0 {
+        return format!(
+            " Across processes, no record was joined by its x-tokentap-join id ({} unjoined).",
+            a.unjoined
+        );
+    }
+    let mut s = format!(
+        " Across processes, {} joined by their x-tokentap-join id ({} unjoined); the gateway's share of TTFT there is a difference of two durations, each on its own process's clock, and needs no common clock.",
+        a.joined, a.unjoined
+    );
+    s.push_str(&match (a.one_clock, a.own_clocks) {
+        (_, 0) => format!(
+            " Admission and relay compare instants of the two processes: given for all {}, whose two records carry one boot id (one host, one clock).",
+            a.one_clock
+        ),
+        (0, n) => format!(
+            " Admission and relay compare instants of the two processes: not given for any ({n} joins whose records carry different boot ids, or none: no common clock)."
+        ),
+        (one, n) => format!(
+            " Admission and relay compare instants of the two processes: given for {one} whose two records carry one boot id (one host, one clock), not given for {n} (different boot ids, or none)."
+        ),
+    });
+    s
 }

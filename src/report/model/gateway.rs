@@ -115,6 +115,10 @@ pub struct GatewayTap {
     pub by_concurrency: BTreeMap<String, TapSet>,
     /// `load_generator` or `in_flight`.
     pub concurrency_from: ConcurrencyFrom,
+    /// The tap across pods, when records of it were read: joins made by the report across
+    /// processes (by `x-tokentap-join` id), and which of them could give admission and relay.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub across_processes: Option<AcrossProcesses>,
     pub summary: String,
     /// The levels of `by_concurrency` in level order (not written: the keys say them).
     #[serde(skip)]
@@ -122,6 +126,21 @@ pub struct GatewayTap {
     /// Gateway-side requests, joined or not (not written: `joined` ÷ `join_rate`).
     #[serde(skip)]
     pub gateway_requests: usize,
+}
+
+/// The tap across pods: records of several tokentap processes joined by the report. The TTFT
+/// difference needs no common clock; admission and relay compare the two processes' instants,
+/// and are given only when both records carry one boot id (one host).
+#[derive(Debug, Clone, Serialize)]
+pub struct AcrossProcesses {
+    /// Gateway-side records joined across processes (every one by header).
+    pub joined: usize,
+    /// Of them, joins whose two records carry one boot id: admission and relay are given.
+    pub one_clock: usize,
+    /// Of them, joins whose boot ids differ or are missing: the TTFT difference alone.
+    pub own_clocks: usize,
+    /// Records of either side left unjoined (their reasons are in `unjoined_by_reason`).
+    pub unjoined: usize,
 }
 
 /// What a gateway tap's levels are.

@@ -22,8 +22,8 @@ pub use class::Class;
 pub use dist::{dist, Dist};
 pub use engine::{Gauge, Hardware, Slice, Steady, SteadyClock, SteadyDist, Telemetry};
 pub use gateway::{
-    ConcurrencyFrom, DiffStats, GatewayHop, GatewayTap, HopSet, OrderEffect, SelfReported,
-    SplitStats, TapSet, UnjoinedBy,
+    AcrossProcesses, ConcurrencyFrom, DiffStats, GatewayHop, GatewayTap, HopSet, OrderEffect,
+    SelfReported, SplitStats, TapSet, UnjoinedBy,
 };
 pub use shapes::{CacheBucket, CacheSplit, Method, PercentileMethod, ShapeRow, StreamRow, TurnRow};
 pub use slo::{SloKind, SloP95, Slos};
