@@ -1010,7 +1010,7 @@ async fn the_board_reads_each_hop_s_cost_and_names_the_buffering_one() {
     assert!(rowb["sustained_streams"].is_null(), "{rowb}");
     let why = rowb["sustained_reason"].as_str().unwrap();
     assert!(
-        why.starts_with("C=1: ") && why.contains("first token"),
+        why.starts_with("C=1: ") && why.contains("buffered (held"),
         "{why}"
     );
     assert_eq!(rowb["baseline_sustained_streams"], 2, "{rowb}");
