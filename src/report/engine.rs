@@ -38,10 +38,9 @@ struct RunScrape {
     telemetry: Telemetry,
 }
 
-/// The `run.json` beside each input (a folder's own, a file's folder's), read once each.
-fn run_files(paths: &[std::path::PathBuf], warn: &mut dyn FnMut(String)) -> Vec<RunFile> {
-    let mut seen = Vec::new();
-    let mut out = Vec::new();
+/// The `run.json` beside each input (a folder's own, a file's folder's), each once, that exist.
+fn run_json_paths(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<std::path::PathBuf> = Vec::new();
     for p in paths {
         let dir = if p.is_dir() {
             Some(p.as_path())
@@ -51,10 +50,17 @@ fn run_files(paths: &[std::path::PathBuf], warn: &mut dyn FnMut(String)) -> Vec<
         let Some(f) = dir.map(|d| d.join("run.json")) else {
             continue;
         };
-        if seen.contains(&f) || !f.is_file() {
-            continue;
+        if !out.contains(&f) && f.is_file() {
+            out.push(f);
         }
-        seen.push(f.clone());
+    }
+    out
+}
+
+/// The `run.json` beside each input, read once each.
+fn run_files(paths: &[std::path::PathBuf], warn: &mut dyn FnMut(String)) -> Vec<RunFile> {
+    let mut out = Vec::new();
+    for f in run_json_paths(paths) {
         match std::fs::read_to_string(&f)
             .map_err(|e| e.to_string())
             .and_then(|t| serde_json::from_str::<RunFile>(&t).map_err(|e| e.to_string()))
@@ -76,20 +82,7 @@ pub fn board_run(
     paths: &[std::path::PathBuf],
 ) -> (Option<String>, Vec<super::board::ArmResources>) {
     let (mut baseline, mut resources) = (None, Vec::new());
-    let mut seen = Vec::new();
-    for p in paths {
-        let dir = if p.is_dir() {
-            Some(p.as_path())
-        } else {
-            p.parent()
-        };
-        let Some(f) = dir.map(|d| d.join("run.json")) else {
-            continue;
-        };
-        if seen.contains(&f) {
-            continue;
-        }
-        seen.push(f.clone());
+    for f in run_json_paths(paths) {
         let Some(v) = std::fs::read_to_string(&f)
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())

