@@ -57,9 +57,13 @@ const TWO_FOR_COPIES: &str = "mirror and paired copy a request to one other arm:
 pub fn validate(
     e: RawExperiment,
     routes: &[RouteConfig],
+    ctx: &super::admit::Context<'_>,
     file: &str,
 ) -> Result<ExperimentConfig, ConfigError> {
     let mode = mode(e.mode.as_deref(), file)?;
+    // Fingerprints or aliases, as the records write them; never a key (nor quoted back).
+    let direct_keys =
+        super::admit::key_ids(&e.direct_keys, "experiment.direct_keys", ctx, file, false)?;
     let route_header_s = e
         .route_header
         .clone()
@@ -113,7 +117,7 @@ pub fn validate(
         cache_salt: e.cache_salt.unwrap_or(false),
         route_header,
         allow_forcing: e.allow_forcing.unwrap_or(false),
-        direct_keys: e.direct_keys.into_iter().collect(),
+        direct_keys: direct_keys.into_iter().collect(),
     })
 }
 
@@ -356,6 +360,28 @@ mod tests {
             .unwrap()
             .experiment;
         assert_eq!((c.baseline, c.gateway), (2, 0));
+    }
+
+    #[test]
+    fn direct_keys_are_fingerprints_or_aliases_never_keys() {
+        let fp = format!("sha256:{}", "0a".repeat(32));
+        let c = load(&format!(
+            "arms=['direct','gateway']\ndirect_keys=['{fp}']\n"
+        ))
+        .unwrap()
+        .experiment;
+        assert!(c.direct_keys.contains(&fp));
+        for bad in ["sk-live-123456", "sha256:…", "nonsense"] {
+            let e = error(&format!(
+                "arms=['direct','gateway']\ndirect_keys=['{bad}']\n"
+            ));
+            assert!(
+                e.starts_with(
+                    "t.toml: experiment.direct_keys[0]: the value is neither sha256:<64 hex>"
+                ) && !e.contains(bad),
+                "{e}"
+            );
+        }
     }
 
     #[test]

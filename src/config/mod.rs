@@ -266,7 +266,7 @@ impl RawConfig {
             listen,
         };
         let routes = routes::validate(std::mem::take(&mut self.routes), &ctx, file)?;
-        let experiment = experiment::validate(self.experiment, &routes, file)?;
+        let experiment = experiment::validate(self.experiment, &routes, &ctx, file)?;
         let request_id = request_id::validate(self.request_id, file)?;
         let otlp = otlp::validate(self.otlp, file)?;
         let clickhouse = clickhouse::validate(self.clickhouse, file)?;

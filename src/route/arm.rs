@@ -159,7 +159,7 @@ mod tests {
                 "[[routes]]\nname='direct'\nupstream='http://a:1'\n\
                  [[routes]]\nname='gateway'\nupstream='http://b:1'\npath_prefix='/gateway'\n\
                  [[routes]]\nname='other'\nupstream='http://c:1'\npath_prefix='/other'\n\
-                 [experiment]\narms=['direct','gateway']\ndirect_keys=['team-direct']\n{experiment}"
+                 [keys.aliases]\n'sha256:abababababababababababababababababababababababababababababababab'='team-direct'\n[experiment]\narms=['direct','gateway']\ndirect_keys=['team-direct']\n{experiment}"
             ),
             "t",
             &Overrides::default(),
@@ -279,7 +279,7 @@ mod tests {
                  [[routes]]\nname='nginx'\nupstream='http://b:1'\npath_prefix='/nginx'\n\
                  [[routes]]\nname='litellm'\nupstream='http://c:1'\npath_prefix='/litellm'\n\
                  [[routes]]\nname='other'\nupstream='http://d:1'\npath_prefix='/other'\n\
-                 [experiment]\narms=['nginx','direct','litellm']\ndirect_keys=['team-direct']\n{experiment}"
+                 [keys.aliases]\n'sha256:abababababababababababababababababababababababababababababababab'='team-direct'\n[experiment]\narms=['nginx','direct','litellm']\ndirect_keys=['team-direct']\n{experiment}"
             ),
             "t",
             &Overrides::default(),

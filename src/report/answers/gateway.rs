@@ -113,7 +113,17 @@ fn per_level(h: &GatewayHop, tapped: bool) -> String {
 /// The gateway-tap section in sentences.
 pub fn tap_summary(t: &GatewayTap) -> String {
     let overall = &t.overall;
-    let mut summary = format!(
+    // Several gateway routes tapped at once: the figures below pool them.
+    let pooled = match t.routes.as_slice() {
+        [] | [_] => String::new(),
+        many => format!(
+            "These figures pool {} gateway routes ({}): the gateway board gives each its own, for bench's arms. ",
+            many.len(),
+            many.join(", ")
+        ),
+    };
+    let mut summary = pooled;
+    summary.push_str(&format!(
         "The gateway tap joined {} of {} gateway requests ({:.0} %); the gateway's share of TTFT is {} median (p95 {}), admission {}, relay {}.",
         t.joined,
         t.gateway_requests,
@@ -126,7 +136,7 @@ pub fn tap_summary(t: &GatewayTap) -> String {
             .unwrap_or_else(|| "-".into()),
         med(&overall.admission_ms),
         med(&overall.relay_ms),
-    );
+    ));
     if t.levels.len() > 1 {
         let parts: Vec<String> = t
             .levels
@@ -143,8 +153,16 @@ pub fn tap_summary(t: &GatewayTap) -> String {
         ));
     }
     if let Some(s) = &t.self_reported_ms {
+        let who = if t.routes.len() > 1 {
+            format!(
+                "The gateway that states its own overhead ({} requests) claims",
+                s.n
+            )
+        } else {
+            "The gateway claims".into()
+        };
         summary.push_str(&format!(
-            " The gateway claims {} median; measured − claimed {} median.",
+            " {who} {} median; measured − claimed {} median.",
             s.claimed_ms
                 .median
                 .map(|v| format!("{v:.1} ms"))

@@ -332,12 +332,46 @@ fn gateway(r: &Report) -> String {
             };
             format!("The paired A/B reads {}{tail}.", levels(&m))
         });
-    match (tap, ab) {
-        (None, None) => "Not measured in these records: run a gateway A/B (two arms) or a gateway tap (a route `behind` the gateway).".into(),
-        (Some(t), None) => t,
-        (None, Some(a)) => a,
-        (Some(t), Some(a)) => format!("{t} {a}"),
+    // Several gateways as arms of one run: each its own figure, from the board.
+    let board = board_answer(r);
+    let tap = tap.map(|t| match r.gateway_tap.as_ref().map(|t| t.routes.len()) {
+        Some(n) if n > 1 => t.replacen(
+            "Measured on every request by the gateway tap",
+            &format!("Pooled over {n} gateway routes, the gateway tap"),
+            1,
+        ),
+        _ => t,
+    });
+    let parts: Vec<String> = [board, tap, ab].into_iter().flatten().collect();
+    if parts.is_empty() {
+        return "Not measured in these records: run a gateway A/B (two or more arms) or a gateway tap (a route `behind` the gateway).".into();
     }
+    parts.join(" ")
+}
+
+/// Each gateway arm's added TTFT p50 at its lowest level, from the gateway board.
+fn board_answer(r: &Report) -> Option<String> {
+    let first = r.gateway_board.first()?;
+    let each: Vec<String> = r
+        .gateway_board
+        .iter()
+        .map(
+            |b| match b.levels.first().and_then(|l| l.added_ttft_ms.p50) {
+                Some(m) => format!("{} {m:+.1} ms", b.arm),
+                None => format!("{} no served pair", b.arm),
+            },
+        )
+        .collect();
+    let at = first
+        .levels
+        .first()
+        .map(|l| format!(" at {}", crate::report::words::level_at(l.axis, &l.label)))
+        .unwrap_or_default();
+    Some(format!(
+        "Per gateway (the gateway board, TTFT p50 paired against {}{at}): {}.",
+        first.baseline,
+        each.join(", ")
+    ))
 }
 
 /// The write-up's next step 2: what a shared prefix gives back.

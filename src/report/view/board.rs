@@ -110,7 +110,7 @@ pub(super) fn table(r: &Report) -> Option<(Vec<&'static str>, Vec<Vec<String>>)>
 
 /// What follows the table: each gateway's sentence, the baseline's sustained streams and the
 /// pace they were judged against.
-pub(super) fn after(r: &Report) -> Option<String> {
+pub(super) fn after(r: &Report) -> Option<Vec<String>> {
     let first = r.gateway_board.first()?;
     let mut s: Vec<String> = r.gateway_board.iter().map(|b| b.summary.clone()).collect();
     let axis = first.levels.first().map(|l| l.axis);
@@ -130,7 +130,8 @@ pub(super) fn after(r: &Report) -> Option<String> {
     s.push(format!("The baseline, {}, {base}.", first.baseline));
     s.push(match first.pace_ms {
         Some(p) => format!(
-            "Sustained: every stream of a level served whole (finish reason, the baseline copy's token count), no gap and no first token later than the baseline copy's by over 2 × the pace ({p:.2} ms, {}), no failure below 1,000 streams (0.1 % from 1,000), and every lower level sustained too.",
+            "Sustained: every stream of a level served whole (finish reason, the baseline copy's token count), no gap between events over 2 × the pace ({:.2} ms: the pace {p:.2} ms, from {}), no stream held and let go in bursts (buffered), no failure below 1,000 streams (0.1 % from 1,000), and every lower level sustained too. The wait for the first token is not a stall: it is the added TTFT.",
+            2.0 * p,
             match first.pace_from {
                 PaceFrom::Flag => "--pace-gap-ms",
                 _ => "the baseline's median inter-token gap at its lowest level",
@@ -138,5 +139,5 @@ pub(super) fn after(r: &Report) -> Option<String> {
         ),
         None => "Sustained streams are not judged: no pace (--pace-gap-ms).".into(),
     });
-    Some(s.join(" "))
+    Some(s)
 }

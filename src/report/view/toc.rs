@@ -30,7 +30,7 @@ pub(super) enum Body {
 /// What follows a section's table.
 pub(super) enum After {
     Nothing,
-    /// Lines of a list (the provisioning readings).
+    /// Lines of a list (the provisioning readings, the gateway board's sentences).
     List(Vec<String>),
     /// A paragraph (a gateway section's summary).
     Para(String),
@@ -93,8 +93,8 @@ pub(super) fn sections(r: &Report) -> Vec<Section> {
     }
     if let Some(t) = board::table(r) {
         let mut sec = section(board::title(r), table(t));
-        if let Some(p) = board::after(r) {
-            sec.after = After::Para(p);
+        if let Some(lines) = board::after(r) {
+            sec.after = After::List(lines);
         }
         s.push(sec);
     }
