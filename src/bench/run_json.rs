@@ -35,6 +35,7 @@ impl RunInfo {
         let (dataset, prompt_set_sha256) = plan.source();
         let interrupted = s.stop.load(Ordering::Relaxed);
         let verdict = verdict_of(cfg, plan, &out.cells, interrupted);
+        let stall_share = super::stall::run_share(&out.cells);
         RunInfo {
             tool: "tokentap bench",
             tool_version: env!("CARGO_PKG_VERSION"),
@@ -71,6 +72,7 @@ impl RunInfo {
             },
             experiment: experiment(cfg),
             arm_resources: Vec::new(),
+            stall_share,
             verdict,
         }
     }

@@ -18,6 +18,12 @@ pub const KV_FULL: f64 = 0.95;
 pub const QUEUE_MEAN: f64 = 0.5;
 /// The client's lag p99 above this (ms) means bench, not the server, set the pace.
 pub const CLIENT_LAG_MS: f64 = 10.0;
+/// bench's own stall share above this (its `run.json`): its scheduler was behind its plan or
+/// held at its in-flight limit for more of the cell than this, so bench set the pace.
+pub const BENCH_STALL_SHARE: f64 = 0.05;
+/// bench's own reader lag p99 above this (ms, its `run.json`): its TTFTs carry that much of its
+/// own delay.
+pub const BENCH_READER_LAG_MS: f64 = 1.0;
 /// Time outside the engine at or above this share of TTFT (medians) is the gateway's.
 pub const GATEWAY_SHARE: f64 = 0.5;
 /// Running, while requests waited, at or above this share of the bucket's plateau is flat at
