@@ -1,9 +1,10 @@
 //! The binding constraint per bucket, at its knee or where the interactive SLO first fails:
-//! the client, the gateway, the KV cache, the batch limit, compute, memory bandwidth, per-step
-//! overhead, queueing — each named only when its own figures show it, else "not identified" —
-//! or not reached, with the figures beside the verdict; and how close the engine came to the
-//! card's limits (MBU, MFU). The rule is docs/report.md's "The binding constraint"; it reads
-//! the cells' engine figures. NB: no cause is ever named by elimination: the last branch is
+//! the client (its lag, or bench's own stall share or reader lag), the gateway, the KV cache,
+//! the batch limit, compute, memory bandwidth, per-step overhead, queueing — each named only
+//! when its own figures show it, else "not identified" — or not reached, with the figures
+//! beside the verdict; and how close the engine came to the card's limits (MBU, MFU). The rule
+//! is docs/report.md's "The binding constraint"; it reads the cells' engine figures and bench's
+//! own lag. NB: no cause is ever named by elimination: the last branch is
 //! `NotIdentified`.
 
 use super::answers;
@@ -69,6 +70,8 @@ fn figures(c: &Cell, b: &Bucket) -> Figures {
         mbu: t.mbu,
         mfu: t.mfu,
         client_lag_p99_ms: c.client_lag_ms.as_ref().and_then(|d| d.p99),
+        bench_stall_share: c.bench_stall_share,
+        bench_reader_lag_p99_ms: c.bench_reader_lag_p99_ms,
         outside_engine_share: outside,
         kv_cache_tokens: t.kv_cache_tokens,
         kv_cache_usage_waiting: usage_waiting,
@@ -146,10 +149,19 @@ fn step_flat(f: &Figures) -> bool {
     }
 }
 
+/// The client set the pace: its lag p99 over [`CLIENT_LAG_MS`], or bench's own stall share or
+/// reader lag p99 over their bounds (its `run.json`).
+fn client(f: &Figures) -> bool {
+    f.client_lag_p99_ms.is_some_and(|l| l > CLIENT_LAG_MS)
+        || f.bench_stall_share.is_some_and(|s| s > BENCH_STALL_SHARE)
+        || f.bench_reader_lag_p99_ms
+            .is_some_and(|l| l > BENCH_READER_LAG_MS)
+}
+
 /// The rule, in order: the client, the gateway, the KV cache, the batch limit, compute, memory
 /// bandwidth, per-step overhead, queueing; a cause no figure shows is never named.
 pub fn verdict(f: &Figures, scraped: bool) -> Constraint {
-    if f.client_lag_p99_ms.is_some_and(|l| l > CLIENT_LAG_MS) {
+    if client(f) {
         return Constraint::Client;
     }
     if f.outside_engine_share.is_some_and(|s| s >= GATEWAY_SHARE) {
@@ -179,7 +191,15 @@ pub fn verdict(f: &Figures, scraped: bool) -> Constraint {
 
 /// Name each bucket's binding constraint, and add the answers the engine's figures give.
 pub fn settle(r: &mut Report) {
-    if !r.cells.iter().any(|c| c.engine.is_some()) {
+    // Without the engine's figures, only a client that set the pace can be named.
+    let flagged = |c: &Cell| {
+        client(&Figures {
+            bench_stall_share: c.bench_stall_share,
+            bench_reader_lag_p99_ms: c.bench_reader_lag_p99_ms,
+            ..Figures::default()
+        })
+    };
+    if !r.cells.iter().any(|c| c.engine.is_some() || flagged(c)) {
         return;
     }
     let mut out = Vec::new();
@@ -384,6 +404,25 @@ mod tests {
         };
         assert_eq!(verdict(&client, true), Constraint::Client);
         assert_eq!(verdict(&client, false), Constraint::Client);
+        // bench's own lag past its bounds, from its run.json; at the bounds, not.
+        for (stall, reader) in [
+            (Some(0.3), None),
+            (None, Some(3.2)),
+            (Some(0.06), Some(0.2)),
+        ] {
+            let own = Figures {
+                bench_stall_share: stall,
+                bench_reader_lag_p99_ms: reader,
+                ..queue(0.99, 3.0)
+            };
+            assert_eq!(verdict(&own, false), Constraint::Client, "{own:?}");
+        }
+        let within = Figures {
+            bench_stall_share: Some(BENCH_STALL_SHARE),
+            bench_reader_lag_p99_ms: Some(BENCH_READER_LAG_MS),
+            ..queue(0.99, 3.0)
+        };
+        assert_eq!(verdict(&within, true), Constraint::KvCache);
         let gateway = Figures {
             outside_engine_share: Some(0.7),
             ..queue(0.99, 3.0)
