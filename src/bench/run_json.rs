@@ -94,7 +94,8 @@ fn experiment(cfg: &BenchConfig) -> Option<super::arms::ExperimentInfo> {
 }
 
 /// The run's verdict: its cells by the rule (`verdict::judge`), with the planned cells it could
-/// not measure — a named bucket without prompts, the cells a stop left unrun.
+/// not measure — a named bucket without prompts, the cells a stop left unrun — and the cells
+/// whose own lag passed its bound (`stall::warnings`).
 fn verdict_of(
     cfg: &BenchConfig,
     plan: &Plan,
@@ -116,7 +117,10 @@ fn verdict_of(
         max_error_rate: cfg.max_error_rate,
         unmeasured,
     };
-    super::verdict::judge(cells, &rules)
+    let mut v = super::verdict::judge(cells, &rules);
+    // bench's own lag: a warning beside the verdict, never a change of its status.
+    v.client_lag = super::stall::warnings(cells);
+    v
 }
 
 impl LoadInfo {
