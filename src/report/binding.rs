@@ -25,6 +25,10 @@ pub const BENCH_STALL_SHARE: f64 = 0.05;
 /// bench's own reader lag p99 above this (ms, its `run.json`): its TTFTs carry that much of its
 /// own delay.
 pub const BENCH_READER_LAG_MS: f64 = 1.0;
+/// …and binds only when it is also above this share of the cell's TTFT p50: a delay of bench's
+/// own that is a material part of the latency the verdict explains (1 ms in a 300 ms TTFT is
+/// not what binds; the run's own warning still says it).
+pub const BENCH_READER_LAG_SHARE: f64 = 0.1;
 /// Time outside the engine at or above this share of TTFT (medians) is the gateway's.
 pub const GATEWAY_SHARE: f64 = 0.5;
 /// Running, while requests waited, at or above this share of the bucket's plateau is flat at
@@ -72,6 +76,7 @@ fn figures(c: &Cell, b: &Bucket) -> Figures {
         client_lag_p99_ms: c.client_lag_ms.as_ref().and_then(|d| d.p99),
         bench_stall_share: c.bench_stall_share,
         bench_reader_lag_p99_ms: c.bench_reader_lag_p99_ms,
+        ttft_ms_p50: c.ttft_ms.p50,
         outside_engine_share: outside,
         kv_cache_tokens: t.kv_cache_tokens,
         kv_cache_usage_waiting: usage_waiting,
@@ -149,13 +154,17 @@ fn step_flat(f: &Figures) -> bool {
     }
 }
 
-/// The client set the pace: its lag p99 over [`CLIENT_LAG_MS`], or bench's own stall share or
-/// reader lag p99 over their bounds (its `run.json`).
+/// The client set the pace: its lag p99 over [`CLIENT_LAG_MS`], or bench's own stall share over
+/// its bound, or its reader lag p99 over its bound and a material share of TTFT (its
+/// `run.json`).
 fn client(f: &Figures) -> bool {
-    f.client_lag_p99_ms.is_some_and(|l| l > CLIENT_LAG_MS)
+    let reader = match (f.bench_reader_lag_p99_ms, f.ttft_ms_p50) {
+        (Some(l), Some(t)) => l > BENCH_READER_LAG_MS && l > BENCH_READER_LAG_SHARE * t,
+        _ => false,
+    };
+    reader
+        || f.client_lag_p99_ms.is_some_and(|l| l > CLIENT_LAG_MS)
         || f.bench_stall_share.is_some_and(|s| s > BENCH_STALL_SHARE)
-        || f.bench_reader_lag_p99_ms
-            .is_some_and(|l| l > BENCH_READER_LAG_MS)
 }
 
 /// The rule, in order: the client, the gateway, the KV cache, the batch limit, compute, memory
@@ -196,6 +205,7 @@ pub fn settle(r: &mut Report) {
         client(&Figures {
             bench_stall_share: c.bench_stall_share,
             bench_reader_lag_p99_ms: c.bench_reader_lag_p99_ms,
+            ttft_ms_p50: c.ttft_ms.p50,
             ..Figures::default()
         })
     };
@@ -404,25 +414,28 @@ mod tests {
         };
         assert_eq!(verdict(&client, true), Constraint::Client);
         assert_eq!(verdict(&client, false), Constraint::Client);
-        // bench's own lag past its bounds, from its run.json; at the bounds, not.
-        for (stall, reader) in [
-            (Some(0.3), None),
-            (None, Some(3.2)),
-            (Some(0.06), Some(0.2)),
-        ] {
-            let own = Figures {
-                bench_stall_share: stall,
-                bench_reader_lag_p99_ms: reader,
-                ..queue(0.99, 3.0)
-            };
-            assert_eq!(verdict(&own, false), Constraint::Client, "{own:?}");
-        }
-        let within = Figures {
-            bench_stall_share: Some(BENCH_STALL_SHARE),
-            bench_reader_lag_p99_ms: Some(BENCH_READER_LAG_MS),
+        // bench's own lag past its bounds, from its run.json (TTFT p50 20 ms); at the bounds,
+        // or a reader lag past 1 ms but a small share of TTFT, not.
+        let own = |stall, reader, ttft| Figures {
+            bench_stall_share: stall,
+            bench_reader_lag_p99_ms: reader,
+            ttft_ms_p50: Some(ttft),
             ..queue(0.99, 3.0)
         };
-        assert_eq!(verdict(&within, true), Constraint::KvCache);
+        for f in [
+            own(Some(0.3), None, 20.0),
+            own(None, Some(3.2), 20.0),
+            own(Some(0.06), Some(0.2), 20.0),
+        ] {
+            assert_eq!(verdict(&f, false), Constraint::Client, "{f:?}");
+        }
+        for f in [
+            own(Some(BENCH_STALL_SHARE), Some(BENCH_READER_LAG_MS), 5.0),
+            own(Some(0.0), Some(3.2), 300.0),
+            own(None, Some(3.2), f64::NAN),
+        ] {
+            assert_eq!(verdict(&f, true), Constraint::KvCache, "{f:?}");
+        }
         let gateway = Figures {
             outside_engine_share: Some(0.7),
             ..queue(0.99, 3.0)
