@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::dataset::Chosen;
 use super::request::{self, Message, Req};
-use super::{BenchConfig, CellInfo, OpenInfo};
+use super::{BenchConfig, CellInfo, LagStats, OpenInfo};
 use crate::meter::{Outcome, RequestRecord};
 
 /// What every request of a run shares, and how request `i` of a cell is made.
@@ -142,8 +142,18 @@ impl Out {
             scrape: None,
             steady_state: None,
             timeslices: Vec::new(),
+            stall_share: None,
+            reader_lag_ms: None,
         });
         self.records.extend(records);
+    }
+
+    /// The last cell's own lag: its stall share and reader lag.
+    pub fn own_lag(&mut self, stall_share: Option<f64>, reader_lag_ms: Option<LagStats>) {
+        if let Some(c) = self.cells.last_mut() {
+            c.stall_share = stall_share;
+            c.reader_lag_ms = reader_lag_ms;
+        }
     }
 
     /// The last cell's scrape window.

@@ -1,6 +1,7 @@
 //! The closed loop: exactly C requests in flight, each worker sending its next request as its
 //! last one ends; W warm-up requests first, not recorded. A cell's requests are tallied as they
-//! finish (`Tally`, which conversations share).
+//! finish (`Tally`, which conversations share). bench's own lag: each worker's gap from reading
+//! a response's end to setting out its next request (`stall::Gaps`), and its reader lag.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -15,6 +16,10 @@ use crate::meter::{Outcome, RequestRecord};
 pub struct CellResult {
     pub records: Vec<RequestRecord>,
     pub wall_s: f64,
+    /// bench's own stall share (`stall::Gaps`); none for conversations (think time is planned).
+    pub stall_share: Option<f64>,
+    /// bench's reader lag over the cell, ms (`stall::Probe`).
+    pub reader_lag_ms: Option<super::LagStats>,
 }
 
 /// A closed loop's requests as they finish: the measured ones (index `warmup` on) counted,
@@ -28,6 +33,7 @@ pub(crate) struct Tally<'a> {
     errors: AtomicUsize,
     results: Mutex<Vec<(usize, RequestRecord)>>,
     first: Mutex<Option<Instant>>,
+    probe: super::stall::Probe,
 }
 
 impl<'a> Tally<'a> {
@@ -42,6 +48,7 @@ impl<'a> Tally<'a> {
             errors: AtomicUsize::new(0),
             results: Mutex::new(Vec::with_capacity(requests)),
             first: Mutex::new(None),
+            probe: super::stall::Probe::start(),
         }
     }
 
@@ -88,6 +95,8 @@ impl<'a> Tally<'a> {
         CellResult {
             records: records.into_iter().map(|(_, r)| r).collect(),
             wall_s,
+            stall_share: None,
+            reader_lag_ms: self.probe.finish(),
         }
     }
 }
@@ -109,19 +118,31 @@ pub(crate) async fn run(
         in_flight: conc as u64,
         schedule: None,
     };
+    let gaps = super::stall::Gaps::default();
     let worker = || async {
+        // When this worker read its last response's end (its next request is then due).
+        let mut ended: Option<Instant> = None;
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= total || stop.load(Ordering::Relaxed) {
                 return;
             }
             tally.starting(i);
-            tally.finished(i, target.one(&make(i), sent, stop).await);
+            let req = make(i);
+            // Only between measured requests: the cell's wall time is theirs.
+            if let Some(e) = ended.filter(|_| i >= warmup) {
+                gaps.next(e);
+            }
+            let rec = target.one(&req, sent, stop).await;
+            ended = Some(Instant::now());
+            tally.finished(i, rec);
         }
     };
     let workers: Vec<_> = (0..conc).map(|_| worker()).collect();
     join_all(workers).await;
-    tally.finish()
+    let mut cell = tally.finish();
+    cell.stall_share = gaps.share(conc, cell.wall_s);
+    cell
 }
 
 /// Poll futures concurrently on this task (no spawn: they borrow the cell's state).

@@ -1,6 +1,6 @@
 //! What `run.json` says of a bench run: the tool, the prompts, every knob of the load, each
 //! cell (and an open loop's offered, scheduled and achieved rates with the client's lag), the
-//! saturation search and the replay.
+//! saturation search and the replay; bench's own lag (its stall share and reader lag).
 
 use std::collections::BTreeMap;
 
@@ -71,6 +71,14 @@ pub struct CellInfo {
     /// `--timeslice`: the cell's windows.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeslices: Vec<crate::report::engine::Slice>,
+    /// bench's own stall share: the share of the cell's wall time its scheduler was behind its
+    /// plan or held at its in-flight limit (docs/bench.md "bench's own lag"); absent for
+    /// conversations, whose think time is the plan's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall_share: Option<f64>,
+    /// How late bench's runtime polled a ready task over the cell, ms (its reader lag).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reader_lag_ms: Option<LagStats>,
 }
 
 /// What an open-loop cell offered and what the client achieved.
@@ -182,6 +190,9 @@ pub struct RunInfo {
     /// `--arm-pid`, `--arm-cgroup`: each arm's own CPU seconds and peak memory over the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub arm_resources: Vec<super::resources::ArmResources>,
+    /// bench's own stall share over the run: its cells' stalled time ÷ their wall time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall_share: Option<f64>,
     /// Whether the run measured what it was asked to (its exit status): `ok`, `failed` (a
     /// cell served nothing, or failed above `--max-error-rate`) or `not_judged` (nothing, or
     /// not every planned cell, was measured), with each reason.

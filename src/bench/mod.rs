@@ -37,6 +37,7 @@ pub mod scrape;
 mod search;
 mod session;
 mod slices;
+mod stall;
 mod steady;
 pub mod summary;
 mod sweep;

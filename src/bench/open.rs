@@ -3,7 +3,8 @@
 //! requests in flight; a request that finds the cap full waits for a slot, and that wait is
 //! recorded as client queue time (`client_queue_ms`), never as part of its TTFT, which starts
 //! when it is sent. How late the client itself was (`client_lag_ms`: a busy machine, a rate it
-//! cannot generate) is recorded too, so a schedule the client did not keep is never silent.
+//! cannot generate) is recorded too, so a schedule the client did not keep is never silent;
+//! and, over the cell, the share of its wall time some due request waited (`stall`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,6 +36,10 @@ pub struct OpenResult {
     /// Measured requests' due and actual send times, seconds from the start of the cell.
     pub due_s: Vec<f64>,
     pub sent_s: Vec<f64>,
+    /// bench's own stall share over the wall time (`stall::open_share`).
+    pub stall_share: Option<f64>,
+    /// bench's reader lag over the cell, ms (`stall::Probe`).
+    pub reader_lag_ms: Option<LagStats>,
 }
 
 impl OpenResult {
@@ -72,6 +77,7 @@ pub(crate) async fn run(s: &Session<'_>, label: &str, plan: Vec<Planned>) -> Ope
     progress.begin(label, measured, plan.len() - measured);
     let sem = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
     let in_flight = Arc::new(AtomicUsize::new(0));
+    let probe = super::stall::Probe::start();
     // A little ahead, so the first request is not late by the time it takes to get here.
     let start = Instant::now() + Duration::from_millis(20);
     let mut set = JoinSet::new();
@@ -141,6 +147,12 @@ pub(crate) async fn run(s: &Session<'_>, label: &str, plan: Vec<Planned>) -> Ope
         (Some(f), Some(l)) => l.saturating_duration_since(f).as_secs_f64(),
         _ => 0.0,
     };
+    let since = |t: Instant| t.saturating_duration_since(start);
+    let mut waits: Vec<(Duration, Duration)> = done.iter().map(|d| (d.2, since(d.1))).collect();
+    let stall_share = match (first, last) {
+        (Some(f), Some(l)) => super::stall::open_share(&mut waits, since(f), since(l)),
+        _ => None,
+    };
     let due_s = done.iter().map(|d| d.2.as_secs_f64()).collect();
     let sent_s = done
         .iter()
@@ -153,5 +165,7 @@ pub(crate) async fn run(s: &Session<'_>, label: &str, plan: Vec<Planned>) -> Ope
         wall_s,
         due_s,
         sent_s,
+        stall_share,
+        reader_lag_ms: probe.finish(),
     }
 }

@@ -436,6 +436,7 @@ pub(crate) async fn send(
     let sent = r.info(info.offered_rate);
     info.sent = Some(sent.clone());
     out.push("replay", None, r.records, r.wall_s, Some(sent));
+    out.own_lag(r.stall_share, r.reader_lag_ms);
     out.window(begun, s.load.mark().await);
     info
 }

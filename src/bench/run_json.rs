@@ -35,6 +35,7 @@ impl RunInfo {
         let (dataset, prompt_set_sha256) = plan.source();
         let interrupted = s.stop.load(Ordering::Relaxed);
         let verdict = verdict_of(cfg, plan, &out.cells, interrupted);
+        let stall_share = super::stall::run_share(&out.cells);
         RunInfo {
             tool: "tokentap bench",
             tool_version: env!("CARGO_PKG_VERSION"),
@@ -71,6 +72,7 @@ impl RunInfo {
             },
             experiment: experiment(cfg),
             arm_resources: Vec::new(),
+            stall_share,
             verdict,
         }
     }
@@ -92,7 +94,8 @@ fn experiment(cfg: &BenchConfig) -> Option<super::arms::ExperimentInfo> {
 }
 
 /// The run's verdict: its cells by the rule (`verdict::judge`), with the planned cells it could
-/// not measure — a named bucket without prompts, the cells a stop left unrun.
+/// not measure — a named bucket without prompts, the cells a stop left unrun — and the cells
+/// whose own lag passed its bound (`stall::warnings`).
 fn verdict_of(
     cfg: &BenchConfig,
     plan: &Plan,
@@ -114,7 +117,10 @@ fn verdict_of(
         max_error_rate: cfg.max_error_rate,
         unmeasured,
     };
-    super::verdict::judge(cells, &rules)
+    let mut v = super::verdict::judge(cells, &rules);
+    // bench's own lag: a warning beside the verdict, never a change of its status.
+    v.client_lag = super::stall::warnings(cells);
+    v
 }
 
 impl LoadInfo {

@@ -1,4 +1,5 @@
-//! The stdout summary of a bench run: per bucket × concurrency, percentiles from exact values.
+//! The stdout summary of a bench run: per bucket × concurrency, percentiles from exact values;
+//! the open loops' schedules, failures, and bench's own lag with its warnings.
 
 use std::fmt::Write;
 
@@ -151,11 +152,40 @@ fn notes(s: &mut String, info: &RunInfo) {
             why.join(", ")
         );
     }
+    own_lag(s, info);
     if let Some(o) = &info.client_overhead_ttft_ms {
         let _ = writeln!(
             s,
             "bench client's own TTFT overhead: p50 {:.3} ms, p99 {:.3} ms (n={}).",
             o.p50, o.p99, o.n
+        );
+    }
+}
+
+/// bench's own lag per cell (`stall 0.3 %, reader lag p99 0.4 ms`), then a warning for each
+/// cell where it passed its bound (run.json `verdict.client_lag`).
+fn own_lag(s: &mut String, info: &RunInfo) {
+    for c in &info.cells {
+        let lag = c.reader_lag_ms.as_ref();
+        if c.stall_share.is_none() && lag.is_none() {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "bench's own lag, {}: stall {} %, reader lag p99 {} ms (max {} ms).",
+            super::verdict::name(c),
+            f(c.stall_share.map(|v| 100.0 * v), 1),
+            f(lag.and_then(|l| l.p99), 2),
+            f(lag.and_then(|l| l.max), 2),
+        );
+    }
+    if let Some(r) = info.stall_share {
+        let _ = writeln!(s, "bench's own stall over the run: {:.1} %.", 100.0 * r);
+    }
+    for w in &info.verdict.client_lag {
+        let _ = writeln!(
+            s,
+            "WARNING bench's own lag: {w} (not a failed run: the exit status stands; run.json verdict.client_lag)."
         );
     }
 }

@@ -77,6 +77,7 @@ pub(crate) async fn measure(
             let make = |i: usize| s.load.request(c, i, level);
             let cell = closed::run(s, &label, &make, conc, (requests, warmup)).await;
             out.push(c.spec.name, Some(conc), cell.records, cell.wall_s, None);
+            out.own_lag(cell.stall_share, cell.reader_lag_ms);
         }
         Level::Rate(rate) => {
             let n = warmup + requests;
@@ -104,6 +105,7 @@ pub(crate) async fn measure(
                 ));
             }
             out.push(c.spec.name, None, r.records, r.wall_s, Some(oi));
+            out.own_lag(r.stall_share, r.reader_lag_ms);
         }
     }
     let ended = s.load.mark().await;

@@ -99,6 +99,7 @@ pub(crate) async fn run(
         let begun = s.load.mark().await;
         let cell = run_cell(s, convs, specs, conc).await;
         out.push("conversations", Some(conc), cell.records, cell.wall_s, None);
+        out.own_lag(cell.stall_share, cell.reader_lag_ms);
         out.window(begun, s.load.mark().await);
     }
 }

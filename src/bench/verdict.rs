@@ -108,6 +108,10 @@ pub enum Status {
 pub struct RunVerdict {
     pub status: Status,
     pub reasons: Vec<String>,
+    /// Cells where bench's own lag passed its bound (stall share, reader lag p99), a sentence
+    /// each (`stall::warnings`): a warning about the instrument, which never changes the status.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub client_lag: Vec<String>,
 }
 
 /// What the rule needs to know of the run besides its cells.
@@ -123,7 +127,7 @@ pub struct Rules {
 }
 
 /// A cell as the reasons name it: `balanced C=8`, `short-long 4/s`.
-fn name(c: &CellInfo) -> String {
+pub(crate) fn name(c: &CellInfo) -> String {
     match (&c.open_loop, c.concurrency) {
         (Some(o), _) => format!("{} {}/s", c.bucket, o.offered_rate),
         (None, Some(n)) => format!("{} C={n}", c.bucket),
@@ -204,6 +208,7 @@ pub fn judge(cells: &[CellInfo], rules: &Rules) -> RunVerdict {
     RunVerdict {
         status,
         reasons: failed,
+        client_lag: Vec::new(),
     }
 }
 

@@ -1,9 +1,10 @@
 //! The binding constraint per bucket, at its knee or where the interactive SLO first fails:
-//! the client, the gateway, the KV cache, the batch limit, compute, memory bandwidth, per-step
-//! overhead, queueing — each named only when its own figures show it, else "not identified" —
-//! or not reached, with the figures beside the verdict; and how close the engine came to the
-//! card's limits (MBU, MFU). The rule is docs/report.md's "The binding constraint"; it reads
-//! the cells' engine figures. NB: no cause is ever named by elimination: the last branch is
+//! the client (its lag, or bench's own stall share or reader lag), the gateway, the KV cache,
+//! the batch limit, compute, memory bandwidth, per-step overhead, queueing — each named only
+//! when its own figures show it, else "not identified" — or not reached, with the figures
+//! beside the verdict; and how close the engine came to the card's limits (MBU, MFU). The rule
+//! is docs/report.md's "The binding constraint"; it reads the cells' engine figures and bench's
+//! own lag. NB: no cause is ever named by elimination: the last branch is
 //! `NotIdentified`.
 
 use super::answers;
@@ -18,6 +19,16 @@ pub const KV_FULL: f64 = 0.95;
 pub const QUEUE_MEAN: f64 = 0.5;
 /// The client's lag p99 above this (ms) means bench, not the server, set the pace.
 pub const CLIENT_LAG_MS: f64 = 10.0;
+/// bench's own stall share above this (its `run.json`): its scheduler was behind its plan or
+/// held at its in-flight limit for more of the cell than this, so bench set the pace.
+pub const BENCH_STALL_SHARE: f64 = 0.05;
+/// bench's own reader lag p99 above this (ms, its `run.json`): its TTFTs carry that much of its
+/// own delay.
+pub const BENCH_READER_LAG_MS: f64 = 1.0;
+/// …and binds only when it is also above this share of the cell's TTFT p50: a delay of bench's
+/// own that is a material part of the latency the verdict explains (1 ms in a 300 ms TTFT is
+/// not what binds; the run's own warning still says it).
+pub const BENCH_READER_LAG_SHARE: f64 = 0.1;
 /// Time outside the engine at or above this share of TTFT (medians) is the gateway's.
 pub const GATEWAY_SHARE: f64 = 0.5;
 /// Running, while requests waited, at or above this share of the bucket's plateau is flat at
@@ -63,6 +74,9 @@ fn figures(c: &Cell, b: &Bucket) -> Figures {
         mbu: t.mbu,
         mfu: t.mfu,
         client_lag_p99_ms: c.client_lag_ms.as_ref().and_then(|d| d.p99),
+        bench_stall_share: c.bench_stall_share,
+        bench_reader_lag_p99_ms: c.bench_reader_lag_p99_ms,
+        ttft_ms_p50: c.ttft_ms.p50,
         outside_engine_share: outside,
         kv_cache_tokens: t.kv_cache_tokens,
         kv_cache_usage_waiting: usage_waiting,
@@ -140,10 +154,23 @@ fn step_flat(f: &Figures) -> bool {
     }
 }
 
+/// The client set the pace: its lag p99 over [`CLIENT_LAG_MS`], or bench's own stall share over
+/// its bound, or its reader lag p99 over its bound and a material share of TTFT (its
+/// `run.json`).
+fn client(f: &Figures) -> bool {
+    let reader = match (f.bench_reader_lag_p99_ms, f.ttft_ms_p50) {
+        (Some(l), Some(t)) => l > BENCH_READER_LAG_MS && l > BENCH_READER_LAG_SHARE * t,
+        _ => false,
+    };
+    reader
+        || f.client_lag_p99_ms.is_some_and(|l| l > CLIENT_LAG_MS)
+        || f.bench_stall_share.is_some_and(|s| s > BENCH_STALL_SHARE)
+}
+
 /// The rule, in order: the client, the gateway, the KV cache, the batch limit, compute, memory
 /// bandwidth, per-step overhead, queueing; a cause no figure shows is never named.
 pub fn verdict(f: &Figures, scraped: bool) -> Constraint {
-    if f.client_lag_p99_ms.is_some_and(|l| l > CLIENT_LAG_MS) {
+    if client(f) {
         return Constraint::Client;
     }
     if f.outside_engine_share.is_some_and(|s| s >= GATEWAY_SHARE) {
@@ -173,7 +200,16 @@ pub fn verdict(f: &Figures, scraped: bool) -> Constraint {
 
 /// Name each bucket's binding constraint, and add the answers the engine's figures give.
 pub fn settle(r: &mut Report) {
-    if !r.cells.iter().any(|c| c.engine.is_some()) {
+    // Without the engine's figures, only a client that set the pace can be named.
+    let flagged = |c: &Cell| {
+        client(&Figures {
+            bench_stall_share: c.bench_stall_share,
+            bench_reader_lag_p99_ms: c.bench_reader_lag_p99_ms,
+            ttft_ms_p50: c.ttft_ms.p50,
+            ..Figures::default()
+        })
+    };
+    if !r.cells.iter().any(|c| c.engine.is_some() || flagged(c)) {
         return;
     }
     let mut out = Vec::new();
@@ -378,6 +414,28 @@ mod tests {
         };
         assert_eq!(verdict(&client, true), Constraint::Client);
         assert_eq!(verdict(&client, false), Constraint::Client);
+        // bench's own lag past its bounds, from its run.json (TTFT p50 20 ms); at the bounds,
+        // or a reader lag past 1 ms but a small share of TTFT, not.
+        let own = |stall, reader, ttft| Figures {
+            bench_stall_share: stall,
+            bench_reader_lag_p99_ms: reader,
+            ttft_ms_p50: Some(ttft),
+            ..queue(0.99, 3.0)
+        };
+        for f in [
+            own(Some(0.3), None, 20.0),
+            own(None, Some(3.2), 20.0),
+            own(Some(0.06), Some(0.2), 20.0),
+        ] {
+            assert_eq!(verdict(&f, false), Constraint::Client, "{f:?}");
+        }
+        for f in [
+            own(Some(BENCH_STALL_SHARE), Some(BENCH_READER_LAG_MS), 5.0),
+            own(Some(0.0), Some(3.2), 300.0),
+            own(None, Some(3.2), f64::NAN),
+        ] {
+            assert_eq!(verdict(&f, true), Constraint::KvCache, "{f:?}");
+        }
         let gateway = Figures {
             outside_engine_share: Some(0.7),
             ..queue(0.99, 3.0)

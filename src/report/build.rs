@@ -317,6 +317,8 @@ fn cell_of(cell: CellIn, whole_cell: bool, slos: &Slos) -> Cell {
         client_queue_ms: queue,
         client_lag_ms: lag,
         engine: None,
+        bench_stall_share: None,
+        bench_reader_lag_p99_ms: None,
         timeslices: Vec::new(),
         steady_state: chosen.steady_state,
     }

@@ -7,7 +7,8 @@ use serde::Deserialize;
 
 pub use super::model::{Gauge, Hardware, Slice, Steady, SteadyClock, SteadyDist, Telemetry};
 
-/// What `report` reads of a `run.json`: each cell's level and telemetry, and the hardware.
+/// What `report` reads of a `run.json`: each cell's level, telemetry and bench's own lag, and
+/// the hardware.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct RunFile {
@@ -24,6 +25,15 @@ struct RunCell {
     scrape: Option<RunScrape>,
     timeslices: Vec<Slice>,
     steady_state: Option<Steady>,
+    /// bench's own stall share and reader lag (docs/bench.md "bench's own lag").
+    stall_share: Option<f64>,
+    reader_lag_ms: Option<RunLag>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RunLag {
+    p99: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -111,7 +121,9 @@ pub fn attach(r: &mut super::Report, paths: &[std::path::PathBuf], warn: &mut dy
     for run in &runs {
         for rc in &run.cells {
             let t = rc.scrape.as_ref().map(|s| &s.telemetry);
-            if t.is_none() && rc.timeslices.is_empty() && rc.steady_state.is_none() {
+            let reader_lag = rc.reader_lag_ms.as_ref().and_then(|l| l.p99);
+            let own = rc.stall_share.is_some() || reader_lag.is_some();
+            if t.is_none() && rc.timeslices.is_empty() && rc.steady_state.is_none() && !own {
                 continue;
             }
             for c in r.cells.iter_mut().filter(|c| c.bucket == rc.bucket) {
@@ -121,6 +133,8 @@ pub fn attach(r: &mut super::Report, paths: &[std::path::PathBuf], warn: &mut dy
                     _ => false,
                 };
                 if same {
+                    c.bench_stall_share = rc.stall_share;
+                    c.bench_reader_lag_p99_ms = reader_lag;
                     c.engine = t.cloned();
                     c.timeslices.clone_from(&rc.timeslices);
                     if rc.steady_state.is_some() {

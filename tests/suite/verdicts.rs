@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokentap::sim::Profile;
 use tokentap_test_support as support;
 
-use support::load::sim_on;
+use support::load::{sim_on, sim_paced};
 use support::{Script, Upstream};
 
 fn bin() -> Command {
@@ -544,6 +544,129 @@ async fn a_lagging_client_is_named_the_client() {
     assert_eq!(
         gate, 0,
         "every cell meets 500 ms: the knee is not an SLO miss"
+    );
+}
+
+/// bench's own lag in a healthy run: one stream at a time against the paced mock (about 120 ms a
+/// request). Its stall share (per request, the gap from one response's end to the next send)
+/// stays far under 5 % by construction; its reader lag is measured, and the run's warnings are
+/// exactly the cells whose figures passed a bound (the reader lag is a timed figure, so a
+/// loaded machine may flag it: then it must say so, and the exit status stands).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_run_reports_its_own_lag_within_bounds() {
+    let sim = sim_paced("20,10,10".parse().unwrap());
+    let dir = support::scratch("verdict-own-lag-healthy");
+    let target = format!("http://{}", sim.engine);
+    let o = bench_n(&target, &dir, "8", &[]).await;
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let info = run_json(&dir);
+    let cell = &info["cells"][0];
+    let stall = cell["stall_share"].as_f64().unwrap();
+    assert!((0.0..0.05).contains(&stall), "{cell}");
+    assert!(info["stall_share"].as_f64().unwrap() < 0.05, "{info}");
+    let p99 = cell["reader_lag_ms"]["p99"].as_f64().unwrap();
+    let max = cell["reader_lag_ms"]["max"].as_f64().unwrap();
+    assert!(p99 >= 0.0 && max >= p99 && max < 1000.0, "{cell}");
+    let flagged = p99 > tokentap::report::binding::BENCH_READER_LAG_MS;
+    let warned = info["verdict"].get("client_lag").is_some();
+    assert_eq!(
+        warned, flagged,
+        "warned only when a bound was passed: {info}"
+    );
+    assert_eq!(info["verdict"]["status"], "ok");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("bench's own lag, balanced C=1: stall ")
+            && out.contains("bench's own stall over the run: "),
+        "{out}"
+    );
+    assert_eq!(out.contains("WARNING bench's own lag"), flagged, "{out}");
+}
+
+/// bench starved by its own cap: an open loop at 50 requests a second with one request in flight
+/// at most, against the paced mock (about 120 ms a request). By construction, from the second
+/// request on one is always due and waiting, so the stall share is near 100 %. The summary
+/// warns, naming the cell and the figure; run.json says so in `verdict.client_lag` while the
+/// run passes (exit 0); and the report names the cell's binding constraint `client`, with the
+/// stall share among its figures, though nothing was scraped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starved_bench_warns_of_its_own_lag_and_binds_as_the_client() {
+    let sim = sim_paced("20,10,10".parse().unwrap());
+    let dir = support::scratch("verdict-own-lag-starved");
+    let target = format!("http://{}", sim.engine);
+    let o = run(strs(&[
+        "bench",
+        "--target",
+        &target,
+        "--out",
+        &dir.display().to_string(),
+        "--request-rate",
+        "50",
+        "--arrival",
+        "constant",
+        "--max-concurrency",
+        "1",
+        "--requests",
+        "10",
+        "--warmup",
+        "0",
+        "--buckets",
+        "balanced",
+        "--no-estimate",
+        "--no-calibrate",
+        "--scrape",
+        "off",
+    ]))
+    .await;
+    assert_eq!(code(&o), 0, "a warning, not a failed run: {}", err(&o));
+    let info = run_json(&dir);
+    let cell = &info["cells"][0];
+    let stall = cell["stall_share"].as_f64().unwrap();
+    assert!(stall > 0.5, "{cell}");
+    assert!(info["stall_share"].as_f64().unwrap() > 0.5, "{info}");
+    assert_eq!(info["verdict"]["status"], "ok");
+    assert!(info["verdict"]["reasons"].as_array().unwrap().is_empty());
+    let warned = info["verdict"]["client_lag"][0].as_str().unwrap();
+    assert!(
+        warned.starts_with("balanced 50/s: stall share ")
+            && warned.contains("(bound 5 %)")
+            && warned.contains("--max-concurrency"),
+        "{warned}"
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!("WARNING bench's own lag: {warned}")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "bench's own lag, balanced 50/s: stall {:.1} %",
+            100.0 * stall
+        )),
+        "{out}"
+    );
+    // The report: the cell misses a 5 ms interactive SLO (TTFT is the mock's 20 ms), so it is
+    // the cell examined, and bench set its pace.
+    let slo = dir.join("slo.toml");
+    std::fs::write(&slo, "ttft_interactive_ms = 5\n").unwrap();
+    let r = report(
+        &dir,
+        &["--format", "json", "--slo", &slo.display().to_string()],
+    )
+    .await;
+    assert!(r.status.success(), "{}", err(&r));
+    let r: Value = serde_json::from_slice(&r.stdout).unwrap();
+    let b = &r["binding"][0];
+    assert_eq!(b["constraint"], "client", "{b}");
+    assert_eq!(b["at"], "50/s", "{b}");
+    assert_eq!(
+        b["figures"]["bench_stall_share"].as_f64(),
+        Some(stall),
+        "{b}"
+    );
+    assert!(
+        b["text"].as_str().unwrap().contains("bench's stall share"),
+        "{b}"
     );
 }
 

@@ -48,6 +48,12 @@ fn describe(f: &Figures) -> String {
     if let Some(l) = f.client_lag_p99_ms {
         parts.push(format!("client lag p99 {l:.1} ms"));
     }
+    if let Some(s) = f.bench_stall_share {
+        parts.push(format!("bench's stall share {:.1} %", 100.0 * s));
+    }
+    if let Some(l) = f.bench_reader_lag_p99_ms {
+        parts.push(format!("bench's reader lag p99 {l:.2} ms"));
+    }
     if let Some(s) = f.outside_engine_share {
         parts.push(format!("{} of TTFT outside the engine", pct(s)));
     }

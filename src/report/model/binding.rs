@@ -63,6 +63,11 @@ pub struct Figures {
     pub mbu: Option<f64>,
     pub mfu: Option<f64>,
     pub client_lag_p99_ms: Option<f64>,
+    /// bench's own stall share and reader lag p99 (ms) over the cell, from its `run.json`.
+    pub bench_stall_share: Option<f64>,
+    pub bench_reader_lag_p99_ms: Option<f64>,
+    /// The cell's TTFT p50: bench's reader lag binds only as a material share of it.
+    pub ttft_ms_p50: Option<f64>,
     /// Time outside the engine ÷ TTFT (medians).
     pub outside_engine_share: Option<f64>,
     /// The KV cache's size, tokens per engine (vLLM's `vllm:cache_config_info`).

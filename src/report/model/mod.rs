@@ -103,6 +103,12 @@ pub struct Cell {
     /// The engine's and GPUs' figures over the cell, from bench's scrapes (`run.json`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine: Option<Telemetry>,
+    /// bench's own stall share over the cell (`run.json` `cells[].stall_share`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bench_stall_share: Option<f64>,
+    /// bench's own reader lag p99 over the cell, ms (`run.json` `cells[].reader_lag_ms.p99`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bench_reader_lag_p99_ms: Option<f64>,
     /// `bench --timeslice`: the cell's windows, from `run.json`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeslices: Vec<Slice>,
