@@ -128,6 +128,7 @@ impl Out {
                 .filter(|r| r.outcome == Outcome::ClientCancelled)
                 .count(),
             failures: super::verdict::failures(&records),
+            arms: super::verdict::arms_served(&records),
             wall_s,
             output_tokens: out_tokens,
             aggregate_tok_s: if wall_s > 0.0 {

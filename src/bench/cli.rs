@@ -79,8 +79,9 @@ pub struct Args {
     /// The arm (route) names for --route-header: two or more, distinct. --requests and
     /// --warmup count copies and are rounded up to whole groups (one copy per arm): 30 with 4
     /// arms is 32.
-    #[arg(long, value_delimiter = ',', default_value = "direct,gateway")]
-    pub arms: Vec<String>,
+    /// Default with --route-header: direct,gateway.
+    #[arg(long, value_delimiter = ',')]
+    pub arms: Option<Vec<String>>,
     /// The baseline arm, one of --arms (recorded in run.json) [default: direct if it is an
     /// arm, else the first].
     #[arg(long)]
@@ -344,7 +345,11 @@ fn config(a: Args) -> Result<BenchConfig, String> {
         gpu,
     } = Parsed::of(&a)?;
     let a_arms = ArmFlags {
-        arms: a.arms.clone(),
+        given: a.arms.is_some(),
+        arms: a
+            .arms
+            .clone()
+            .unwrap_or_else(|| vec!["direct".into(), "gateway".into()]),
         baseline: a.baseline.clone(),
         cache_salt: a.cache_salt,
         arm_pid: a.arm_pid.clone(),
@@ -384,7 +389,11 @@ fn config(a: Args) -> Result<BenchConfig, String> {
         prompts_per_bucket: a.prompts_per_bucket,
         calibrate: !a.no_calibrate,
         arms: if a.route_header.is_some() {
-            a.arms.iter().map(|n| (n.clone(), String::new())).collect()
+            a_arms
+                .arms
+                .iter()
+                .map(|n| (n.clone(), String::new()))
+                .collect()
         } else {
             Vec::new()
         },
@@ -422,6 +431,11 @@ fn config(a: Args) -> Result<BenchConfig, String> {
 /// `--baseline`, `--arm-pid` and `--arm-cgroup` name one of them.
 fn arms(a: &ArmFlags, mut cfg: BenchConfig) -> Result<BenchConfig, String> {
     let names: Vec<&str> = cfg.arms.iter().map(|a| a.0.as_str()).collect();
+    if a.given && cfg.route_header.is_none() {
+        return Err(
+            "--arms names the routes --route-header chooses between: give --route-header too (tokentap's experiment.route_header, e.g. x-tokentap-route)".into(),
+        );
+    }
     if cfg.route_header.is_some() {
         let mut distinct = names.clone();
         distinct.sort_unstable();
@@ -458,6 +472,15 @@ fn arms(a: &ArmFlags, mut cfg: BenchConfig) -> Result<BenchConfig, String> {
         for v in values {
             let w = super::resources::Watch::parse(flag, v)?;
             one_of(flag, &w.arm)?;
+            if watch
+                .iter()
+                .any(|x: &super::resources::Watch| x.arm == w.arm)
+            {
+                return Err(format!(
+                    "{flag}: arm {:?} is watched twice (one pid or cgroup an arm)",
+                    w.arm
+                ));
+            }
             watch.push(w);
         }
     }
@@ -469,6 +492,8 @@ fn arms(a: &ArmFlags, mut cfg: BenchConfig) -> Result<BenchConfig, String> {
 
 /// The flags about the arms, read after the rest of the config.
 struct ArmFlags {
+    /// Whether `--arms` was given (without it, `direct,gateway`).
+    given: bool,
     arms: Vec<String>,
     baseline: Option<String>,
     cache_salt: bool,

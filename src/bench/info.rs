@@ -43,6 +43,9 @@ pub struct CellInfo {
     /// code (`verdict::FailureCount`); absent when every request was served.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<super::verdict::FailureCount>,
+    /// Each experiment arm's asked and served requests (`--arms`); absent without arms.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arms: Vec<super::verdict::ArmServed>,
     pub wall_s: f64,
     /// Output tokens of the requests served (a cut stream's partial output is not counted).
     pub output_tokens: u64,

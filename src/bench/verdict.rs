@@ -16,6 +16,9 @@ use crate::meter::{Outcome, RequestRecord};
 /// key: docs/records.md).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct FailureCount {
+    /// The experiment arm of these requests (`--arms`), when the run has arms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arm: Option<String>,
     pub status: u16,
     /// The record's `outcome`.
     pub outcome: &'static str,
@@ -38,6 +41,10 @@ impl std::fmt::Display for FailureCount {
             (Some(t), None) => write!(f, " (type {t})"),
             (None, Some(c)) => write!(f, " (code {c})"),
             (None, None) => Ok(()),
+        }?;
+        match &self.arm {
+            Some(a) => write!(f, " on arm {a}"),
+            None => Ok(()),
         }
     }
 }
@@ -61,8 +68,14 @@ fn type_and_code(error: Option<&str>) -> (Option<String>, Option<String>) {
     (field("type="), field("code="))
 }
 
-/// One way a request failed: status, outcome, error type and code.
-type Why = (u16, &'static str, Option<String>, Option<String>);
+/// One way a request failed: arm, status, outcome, error type and code.
+type Why = (
+    Option<String>,
+    u16,
+    &'static str,
+    Option<String>,
+    Option<String>,
+);
 
 /// Why a cell's requests failed, most frequent first. Requests bench itself cancelled (its
 /// stop) are not failures.
@@ -73,12 +86,15 @@ pub fn failures(records: &[RequestRecord]) -> Vec<FailureCount> {
         .filter(|r| !served(r) && r.outcome != Outcome::ClientCancelled)
     {
         let (t, c) = type_and_code(r.error.as_deref());
-        *by.entry((r.status, r.outcome.as_str(), t, c)).or_default() += 1;
+        let arm = r.experiment.as_ref().map(|e| e.arm.clone());
+        *by.entry((arm, r.status, r.outcome.as_str(), t, c))
+            .or_default() += 1;
     }
     let mut out: Vec<FailureCount> = by
         .into_iter()
         .map(
-            |((status, outcome, error_type, error_code), requests)| FailureCount {
+            |((arm, status, outcome, error_type, error_code), requests)| FailureCount {
+                arm,
                 status,
                 outcome,
                 error_type,
@@ -89,6 +105,37 @@ pub fn failures(records: &[RequestRecord]) -> Vec<FailureCount> {
         .collect();
     out.sort_by(|a, b| b.requests.cmp(&a.requests).then_with(|| a.cmp(b)));
     out
+}
+
+/// One experiment arm's requests in a cell (`--arms`): asked (not cancelled by bench) and
+/// served.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArmServed {
+    pub arm: String,
+    pub asked: usize,
+    pub served: usize,
+}
+
+/// Each arm's asked and served requests, in arm-name order; empty for a run without arms.
+pub fn arms_served(records: &[RequestRecord]) -> Vec<ArmServed> {
+    let mut by: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for r in records
+        .iter()
+        .filter(|r| r.outcome != Outcome::ClientCancelled)
+    {
+        if let Some(e) = &r.experiment {
+            let n = by.entry(e.arm.as_str()).or_default();
+            n.0 += 1;
+            n.1 += usize::from(served(r));
+        }
+    }
+    by.into_iter()
+        .map(|(arm, (asked, served))| ArmServed {
+            arm: arm.to_owned(),
+            asked,
+            served,
+        })
+        .collect()
 }
 
 /// A run's verdict.
@@ -183,7 +230,26 @@ pub fn judge(cells: &[CellInfo], rules: &Rules) -> RunVerdict {
                     name(c),
                     list(&c.failures)
                 ));
-            } else if let Some(max) = rules.max_error_rate {
+                continue;
+            }
+            // An arm that served nothing gave no evidence of itself: its row of a board is
+            // a failure, whatever the other arms did.
+            for a in c.arms.iter().filter(|a| a.asked > 0 && a.served == 0) {
+                let mine: Vec<FailureCount> = c
+                    .failures
+                    .iter()
+                    .filter(|f| f.arm.as_deref() == Some(a.arm.as_str()))
+                    .cloned()
+                    .collect();
+                failed.push(format!(
+                    "{} arm {}: none of {} requests served: {}",
+                    name(c),
+                    a.arm,
+                    a.asked,
+                    list(&mine)
+                ));
+            }
+            if let Some(max) = rules.max_error_rate {
                 let rate = bad as f64 / n as f64;
                 if rate > max {
                     failed.push(format!(

@@ -25,8 +25,11 @@ async fn streaming_ok_with_usage_and_exact_timing() {
         .collect();
     assert!(sent[1] >= 60.0, "{sent:?}");
     let ttft = r.ttft_ms.unwrap();
+    // The upper slack is for a loaded machine, where the upstream's own clock can start late
+    // (its task first runs after the request arrived): 19 ms was seen under two busy loops and
+    // two builds; quiet, the two agree within 2 ms.
     assert!(
-        ttft >= sent[1] - 1.0 && ttft < sent[1] + 15.0,
+        ttft >= sent[1] - 1.0 && ttft < sent[1] + 40.0,
         "ttft {ttft} sent {sent:?}"
     );
     let tpot = r.tpot_ms.unwrap();

@@ -801,6 +801,33 @@ async fn arm_resources_are_read_from_proc() {
         assert_eq!(out.status.code(), Some(64), "{bad:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("two or more distinct route names"));
     }
+    // --arms without the header that chooses the arm, and one arm watched twice: refused too.
+    let me = std::process::id().to_string();
+    let twice = [
+        "--route-header".to_string(),
+        "x-tokentap-route".into(),
+        "--arms".into(),
+        "direct,nginx".into(),
+        "--arm-pid".into(),
+        format!("nginx={me}"),
+        "--arm-pid".into(),
+        format!("nginx={me}"),
+    ];
+    let alone = ["--arms".to_string(), "direct,nginx".into()];
+    for (args, says) in [
+        (&alone[..], "give --route-header too"),
+        (&twice[..], "arm \"nginx\" is watched twice"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+            .args(["bench", "--target", "http://127.0.0.1:9", "--out"])
+            .arg(scratch("arms-bad"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+    }
 }
 
 // The gateway board, over real sockets: one sim engine, sim hops in front of it, tokentap with

@@ -499,9 +499,10 @@ async fn one_tokentap_taps_two_gateways_at_once() {
                 format!("engine-{name}"),
                 "joined to its own gateway"
             );
-            // The tap's hop minus what this gateway says it held: its own forwarding only.
+            // The tap's hop minus what this gateway says it held: its own forwarding only
+            // (under a millisecond quiet; 6.1 ms was seen on a loaded machine).
             let d = g.ttft_ms.unwrap() - r.gateway_overhead_ms.unwrap();
-            assert!((0.0..5.0).contains(&d), "{name}: tap − hold {d}");
+            assert!((0.0..15.0).contains(&d), "{name}: tap − hold {d}");
             let held = r.gateway_overhead_ms.unwrap();
             let want: f64 = hold.parse().unwrap();
             assert!(

@@ -166,6 +166,74 @@ async fn every_request_502_fails_bench_and_misses_every_slo() {
     assert_eq!(cell["goodput"], 0.0);
 }
 
+/// One arm of an experiment serves nothing (its gateway is down) while the other serves
+/// every request: bench fails, naming the arm and its status; the cell's other arm does not
+/// make the dead one's row a pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_arm_that_served_nothing_fails_bench() {
+    let sim = sim_on(Profile::instant());
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let key = "sk-verdict-arms";
+    let proxy = support::proxy_toml(&format!(
+        "[[routes]]\nname = \"direct\"\nupstream = \"http://{}\"\n\
+         [[routes]]\nname = \"down\"\nupstream = \"http://{dead}\"\npath_prefix = \"/down\"\n\
+         [experiment]\narms = [\"direct\", \"down\"]\nallow_forcing = true\ndirect_keys = [\"{}\"]\n",
+        sim.engine,
+        tokentap::keys::fingerprint(key.as_bytes())
+    ))
+    .await;
+    let dir = support::scratch("verdict-arm-down");
+    let mut a = strs(&[
+        "bench",
+        "--target",
+        &proxy.url(""),
+        "--out",
+        &dir.display().to_string(),
+        "--concurrency",
+        "1",
+        "--requests",
+        "8",
+        "--warmup",
+        "0",
+        "--buckets",
+        "balanced",
+        "--no-estimate",
+        "--no-calibrate",
+        "--scrape",
+        "off",
+        "--route-header",
+        "x-tokentap-route",
+        "--arms",
+        "direct,down",
+    ]);
+    a.extend(strs(&["--api-key-env", "TOKENTAP_VERDICT_ARMS_KEY"]));
+    let o = tokio::task::spawn_blocking(move || {
+        bin()
+            .args(&a)
+            .env("TOKENTAP_VERDICT_ARMS_KEY", key)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let e = err(&o);
+    assert_eq!(code(&o), 1, "{e}");
+    assert!(
+        e.contains("balanced C=1 arm down: none of 4 requests served: 4 × status 502"),
+        "{e}"
+    );
+    assert!(e.contains("on arm down"), "{e}");
+    let run_json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(
+        run_json["cells"][0]["arms"],
+        serde_json::json!([{"arm": "direct", "asked": 4, "served": 4}, {"arm": "down", "asked": 4, "served": 0}])
+    );
+}
+
 /// Half the requests fail (an upstream that answers every other request with 500): bench
 /// passes without a bound and fails with `--max-error-rate`; the SLO gate fails (a failure is
 /// beyond every threshold, and half is more than 5 %).
