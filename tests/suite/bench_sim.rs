@@ -202,7 +202,9 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
         assert_eq!(p.upstream_request_id, b.upstream_request_id);
         if b.concurrency == Some(1) {
             let (bt, pt) = (b.ttft_ms.unwrap(), p.ttft_ms.unwrap());
-            assert!(bt >= pt - 0.5 && bt - pt < 5.0, "bench {bt} proxy {pt}");
+            // Quiet, within a millisecond; 8 ms was seen with two busy loops and two builds on
+            // the two cores (bench's own reading then waits for a core).
+            assert!(bt >= pt - 0.5 && bt - pt < 20.0, "bench {bt} proxy {pt}");
         }
     }
 

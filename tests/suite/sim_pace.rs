@@ -140,22 +140,27 @@ fn a_paced_stream_keeps_its_schedule_as_a_client_sees_it() {
     for (k, (_, at)) in got.iter().enumerate() {
         assert!(*at >= pace.due(k as u32), "token {k} at {at:?}: early");
     }
-    // On the schedule, not on the last write: each gap is GAP, and the whole span (k − 1) × GAP,
-    // off by no more than the sim's own lateness and the client's reading. A pacer that slept
-    // a gap after each write would drift by its lateness at every token.
-    let bound = late + CLIENT;
+    // On the schedule, not on the last write. A client's read is never early, only late by its
+    // own wake-up (which a loaded machine stretches to several milliseconds on any one token),
+    // so the best-read token of a stretch shows where the schedule stands: the last five
+    // tokens' best offset from their due instants equals the first five's within the sim's
+    // lateness and a client's grain. A pacer that slept a gap after each write would drift by
+    // its lateness at every token. Each single gap is held loosely (a late read on a busy core).
+    let off = |k: usize| got[k].1 - pace.due(k as u32);
+    let best = |ks: std::ops::Range<usize>| ks.map(off).min().unwrap();
+    let (head, tail) = (best(0..5), best(15..20));
+    assert!(
+        tail.abs_diff(head) <= late + CLIENT,
+        "the schedule moved by {:?} over 15 tokens, sim late ≤ {late:?}",
+        tail.abs_diff(head)
+    );
     for w in got.windows(2) {
         let gap = w[1].1.abs_diff(w[0].1);
         assert!(
-            gap.abs_diff(pace.gap) <= bound,
+            gap.abs_diff(pace.gap) <= late + 4 * CLIENT,
             "gap {gap:?}, sim late ≤ {late:?}"
         );
     }
-    let span = got[19].1 - got[0].1;
-    assert!(
-        span.abs_diff(pace.gap * 19) <= bound,
-        "span {span:?}, sim late ≤ {late:?}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
