@@ -975,6 +975,20 @@ async fn the_board_reads_each_hop_s_cost_and_names_the_buffering_one() {
         .collect();
     assert_eq!(order.len(), 4, "{order:?}");
     assert_eq!(order[3], "hbuf", "{order:?}");
+    // The report's answer gives each gateway its own figure, never one pooled over them.
+    let cost = v["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["question"] == "What does the gateway cost, at which concurrency?")
+        .map(|a| a["answer"].as_str().unwrap().to_owned())
+        .unwrap();
+    assert!(
+        cost.starts_with(
+            "Per gateway (the gateway board, TTFT p50 paired against direct at C=1): h0 +"
+        ) && cost.contains("hbuf +"),
+        "{cost}"
+    );
     let p50 = |arm: &str| {
         let row = board_row(&json, arm);
         let l = &row["levels"][0];

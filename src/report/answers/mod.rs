@@ -349,8 +349,12 @@ fn gateway(r: &Report) -> String {
     parts.join(" ")
 }
 
-/// Each gateway arm's added TTFT p50 at its lowest level, from the gateway board.
+/// Each gateway arm's added TTFT p50 at its lowest level, from the gateway board, when there
+/// are several (with one, the paired A/B below says the same).
 fn board_answer(r: &Report) -> Option<String> {
+    if r.gateway_board.len() < 2 {
+        return None;
+    }
     let first = r.gateway_board.first()?;
     let each: Vec<String> = r
         .gateway_board
