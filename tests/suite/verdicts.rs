@@ -39,6 +39,11 @@ async fn bench(target: &str, out: &Path, extra: &[&str]) -> Output {
 
 /// `bench` at one cell of `n` requests.
 async fn bench_n(target: &str, out: &Path, n: &str, extra: &[&str]) -> Output {
+    run(bench_args(target, out, n, extra)).await
+}
+
+/// The arguments of `bench` at one cell of `n` requests (balanced, C=1, no warm-up).
+fn bench_args(target: &str, out: &Path, n: &str, extra: &[&str]) -> Vec<String> {
     let mut a = strs(&[
         "bench",
         "--target",
@@ -59,7 +64,7 @@ async fn bench_n(target: &str, out: &Path, n: &str, extra: &[&str]) -> Output {
         "off",
     ]);
     a.extend(strs(extra));
-    run(a).await
+    a
 }
 
 async fn report(path: &Path, extra: &[&str]) -> Output {
@@ -186,30 +191,19 @@ async fn an_arm_that_served_nothing_fails_bench() {
     ))
     .await;
     let dir = support::scratch("verdict-arm-down");
-    let mut a = strs(&[
-        "bench",
-        "--target",
+    let a = bench_args(
         &proxy.url(""),
-        "--out",
-        &dir.display().to_string(),
-        "--concurrency",
-        "1",
-        "--requests",
+        &dir,
         "8",
-        "--warmup",
-        "0",
-        "--buckets",
-        "balanced",
-        "--no-estimate",
-        "--no-calibrate",
-        "--scrape",
-        "off",
-        "--route-header",
-        "x-tokentap-route",
-        "--arms",
-        "direct,down",
-    ]);
-    a.extend(strs(&["--api-key-env", "TOKENTAP_VERDICT_ARMS_KEY"]));
+        &[
+            "--route-header",
+            "x-tokentap-route",
+            "--arms",
+            "direct,down",
+            "--api-key-env",
+            "TOKENTAP_VERDICT_ARMS_KEY",
+        ],
+    );
     let o = tokio::task::spawn_blocking(move || {
         bin()
             .args(&a)
