@@ -178,9 +178,10 @@ pub fn compute(
     if arms.len() < 2 {
         return None;
     }
-    let (baseline, from) = match (&opts.run_baseline, &opts.flag_baseline) {
-        (Some(b), _) => (b.as_str(), "run.json's experiment.baseline"),
-        (None, Some(b)) => (b.as_str(), "--board-baseline"),
+    // The user's flag first: it is how a board is read against another arm than the run's.
+    let (baseline, from) = match (&opts.flag_baseline, &opts.run_baseline) {
+        (Some(b), _) => (b.as_str(), "--board-baseline"),
+        (None, Some(b)) => (b.as_str(), "run.json's experiment.baseline"),
         (None, None) if arms.contains("direct") => ("direct", "the arm named direct"),
         (None, None) => {
             let names: Vec<&str> = arms.iter().copied().collect();

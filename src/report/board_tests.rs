@@ -218,7 +218,7 @@ fn from_a_thousand_streams_a_level_allows_one_in_a_thousand_failures() {
 }
 
 #[test]
-fn the_baseline_is_run_json_s_then_the_flag_s_then_direct_else_not_judged() {
+fn the_baseline_is_the_flag_s_then_run_json_s_then_direct_else_not_judged() {
     let recs = sweep(&[1], 10, &[("a", 1.0), ("b", 2.0)]);
     let rows = board(&recs, &BoardOpts::default());
     assert!(rows.iter().all(|r| r.baseline == "direct") && rows.len() == 2);
@@ -233,10 +233,15 @@ fn the_baseline_is_run_json_s_then_the_flag_s_then_direct_else_not_judged() {
         rows.iter().map(|r| r.arm.as_str()).collect::<Vec<_>>(),
         ["direct", "b"]
     );
-    // run.json's wins over the flag.
+    // The flag wins over run.json's; without the flag, run.json's is the baseline.
     let run = BoardOpts {
         run_baseline: Some("b".into()),
         ..flag
+    };
+    assert!(board(&recs, &run).iter().all(|r| r.baseline == "a"));
+    let run = BoardOpts {
+        flag_baseline: None,
+        ..run
     };
     assert!(board(&recs, &run).iter().all(|r| r.baseline == "b"));
     // No arm named direct and none named: not judged, never a guess.

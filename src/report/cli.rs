@@ -60,8 +60,8 @@ pub struct Args {
     /// from the start.
     #[arg(long, default_value_t = DEFAULT_EXACT_VALUES)]
     pub exact_values: usize,
-    /// The gateway board's baseline arm, when `run.json` names none (`experiment.baseline`);
-    /// without either, the arm named `direct`.
+    /// The gateway board's baseline arm (over `run.json`'s `experiment.baseline`); without
+    /// either, the arm named `direct`.
     #[arg(long, value_name = "NAME")]
     pub board_baseline: Option<String>,
     /// The gateway board's pace (ms between tokens) that sustained streams are judged against
@@ -179,11 +179,6 @@ fn positive_ms(s: &str) -> Result<f64, String> {
 /// beside `paths`, and the flags.
 fn board_opts(a: &Args, paths: &[PathBuf]) -> BoardOpts {
     let (run_baseline, resources) = super::engine::board_run(paths);
-    if let (Some(r), Some(f)) = (&run_baseline, &a.board_baseline) {
-        if r != f {
-            eprintln!("tokentap report: warning: --board-baseline {f}: run.json names the baseline {r}, which the board uses");
-        }
-    }
     BoardOpts {
         run_baseline,
         flag_baseline: a.board_baseline.clone(),
