@@ -56,6 +56,7 @@ pub mod serve;
 pub mod server;
 pub mod sim;
 pub mod sink;
+pub mod slo;
 pub mod spread;
 pub mod sse;
 pub mod stats;

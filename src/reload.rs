@@ -168,6 +168,10 @@ fn bound_at_start(old: &Config, new: &mut Config) -> Vec<&'static str> {
     if keep("clickhouse", old.clickhouse != new.clickhouse) {
         new.clickhouse.clone_from(&old.clickhouse);
     }
+    // The histograms' bucket edges and the SLO counts are set up at start.
+    if keep("slo", old.slo != new.slo) {
+        new.slo = old.slo.clone();
+    }
     let (ol, nl) = (old.limits, &mut new.limits);
     if keep(
         "limits.max_key_labels",

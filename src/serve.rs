@@ -212,7 +212,11 @@ fn open_sink(config: &Config) -> Result<(Arc<Sink>, Drains), ServeError> {
         }
         None => (None, None),
     };
-    let metrics = Metrics::new(config.limits.max_key_labels, config.limits.max_model_labels)?;
+    let metrics = Metrics::new(
+        config.limits.max_key_labels,
+        config.limits.max_model_labels,
+        &config.slo,
+    )?;
     let mut sink = Sink::new(metrics, log_tx, counters);
     let mut exporter = None;
     if let Some(o) = &config.otlp {

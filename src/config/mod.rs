@@ -18,6 +18,7 @@ mod parse_error;
 pub mod raw;
 mod request_id;
 mod routes;
+mod slo;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -104,6 +105,8 @@ pub struct Config {
     pub otlp: Option<OtlpConfig>,
     /// `[clickhouse]`: records also inserted into ClickHouse, off when `None`.
     pub clickhouse: Option<ClickHouseConfig>,
+    /// `[slo]`: the thresholds every request is counted against.
+    pub slo: crate::slo::Slos,
 }
 
 #[derive(Debug, Clone)]
@@ -270,6 +273,7 @@ impl RawConfig {
         let request_id = request_id::validate(self.request_id, file)?;
         let otlp = otlp::validate(self.otlp, file)?;
         let clickhouse = clickhouse::validate(self.clickhouse, file)?;
+        let slo = slo::validate(self.slo, file)?;
         Ok(Config {
             source: file.to_owned(),
             listen,
@@ -287,6 +291,7 @@ impl RawConfig {
             request_id,
             otlp,
             clickhouse,
+            slo,
         })
     }
 

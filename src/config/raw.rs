@@ -30,6 +30,8 @@ pub struct RawConfig {
     pub request_id: RawRequestId,
     pub otlp: Option<RawOtlp>,
     pub clickhouse: Option<RawClickHouse>,
+    /// `[slo]`, with the keys of `report --slo FILE`.
+    pub slo: Option<crate::slo::Slos>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -119,6 +119,7 @@ pub(super) fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Rep
         answers: Vec::new(),
         records: read.records,
         sources,
+        window: None,
         traffic: read.traffic,
         judged: JUDGED,
         percentiles: read.method,

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use super::board::BoardOpts;
+use super::model::Window;
 use super::sql::Params;
 use super::{
     finish, gate, read::stream, render, Acc, Format, GateVerdict, Report, ReportError, SloGate,
@@ -68,6 +69,13 @@ pub struct Args {
     /// (no silence over 2 × it); else the baseline's median inter-token gap at its lowest level.
     #[arg(long, value_name = "MS", value_parser = positive_ms)]
     pub pace_gap_ms: Option<f64>,
+    /// Only the records whose `ts` is at or after this time (RFC 3339, UTC, e.g.
+    /// 2026-12-05T09:00:00Z), from files or ClickHouse.
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only the records whose `ts` is before this time.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
     /// Take every closed-loop cell's figures from all its requests. By default a cell whose
     /// plateau (C in flight; ramp-up and drain left out) holds at least 20 requests takes its
     /// latency figures, SLO verdicts and goodput from the plateau (`cells[].figures`).
@@ -100,7 +108,15 @@ pub fn cli(a: Args) -> Exit {
         Ok(t) => t,
         Err(e) => return Exit::Usage(e.to_string()),
     };
+    let window = match Window::of(a.since.as_deref(), a.until.as_deref()) {
+        Ok(w) => w,
+        Err(e) => return Exit::Usage(e.to_string()),
+    };
+    if window.as_ref().is_some_and(Window::is_empty) {
+        return Exit::Usage("--until must be after --since".into());
+    }
     let params = Params {
+        window,
         table,
         top: a.top,
         by_arm: a.by_arm,
@@ -118,7 +134,7 @@ pub fn cli(a: Args) -> Exit {
             Ok(r) => r,
             Err(e) => return e,
         },
-        None => match from_files(&a, &slos, (g, d)) {
+        None => match from_files(&a, &params, &slos, (g, d)) {
             Ok(r) => r,
             Err(e) => return e,
         },
@@ -187,15 +203,16 @@ fn board_opts(a: &Args, paths: &[PathBuf]) -> BoardOpts {
     }
 }
 
-fn from_files(a: &Args, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit> {
+fn from_files(a: &Args, p: &Params, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit> {
     let mut warn = |w: String| eprintln!("tokentap report: warning: {w}");
     let mut acc = Acc::new(slos, a.by_arm, arms, a.exact_values);
+    let mut window = p.window.clone();
     acc.whole_cell = a.whole_cell;
     acc.board_opts = board_opts(a, &a.paths);
     // `report --tap A --tap B`: no client-side records, the tap's section alone.
     let client_side = !a.paths.is_empty() || a.tap.is_empty();
     let read = if client_side {
-        stream(&a.paths, &mut warn, &mut acc, false)
+        stream(&a.paths, &mut warn, &mut acc, false, window.as_mut())
     } else {
         Ok(0)
     };
@@ -208,11 +225,21 @@ fn from_files(a: &Args, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit>
         e => Exit::Failed(format!("report: {e}")),
     })?;
     if !a.tap.is_empty() {
-        stream(&a.tap, &mut warn, &mut acc, true)
+        stream(&a.tap, &mut warn, &mut acc, true, window.as_mut())
             .map_err(|e| Exit::Failed(format!("report: --tap: {e}")))?;
     }
     let mut rep = finish(acc, slos, a.top, arms);
     super::engine::attach(&mut rep, &a.paths, &mut warn);
+    if let Some(w) = &window {
+        if w.outside > 0 {
+            eprintln!(
+                "tokentap report: {} records left out: outside {}, or without a readable ts",
+                w.outside,
+                w.words()
+            );
+        }
+    }
+    rep.window = window;
     Ok(rep)
 }
 
@@ -223,5 +250,7 @@ fn from_clickhouse(url: &str, p: &Params, slos: &Slos, a: &Args) -> Result<Repor
         .map_err(|e| Exit::Failed(format!("report: {e}")))?;
     // No run.json beside a table: the board's baseline and pace from the flags alone.
     read.board_opts = board_opts(a, &[]);
-    Ok(super::report_of(read, slos, (&p.gateway, &p.direct)))
+    let mut rep = super::report_of(read, slos, (&p.gateway, &p.direct));
+    rep.window.clone_from(&p.window);
+    Ok(rep)
 }

@@ -46,12 +46,14 @@ pub fn load(
 
 /// Stream records from files and folders into a report being read, line by line: only the
 /// fields the report uses are parsed, and nothing of a line is kept but its figures.
-/// `tap_only` records feed the gateway-tap section alone. Returns the records read.
+/// `tap_only` records feed the gateway-tap section alone; a record outside `window` (`--since`,
+/// `--until`) feeds nothing and is counted there. Returns the records read.
 pub fn stream(
     paths: &[PathBuf],
     warn: &mut dyn FnMut(String),
     acc: &mut super::Acc,
     tap_only: bool,
+    mut window: Option<&mut super::model::Window>,
 ) -> Result<usize, ReportError> {
     let mut fast = super::fast::Fast::default();
     scan(paths, warn, &mut |line| {
@@ -59,6 +61,12 @@ pub fn stream(
             Some(r) => r,
             None => serde_json::from_slice::<super::row::Row<'_>>(line)?,
         };
+        if let Some(w) = window.as_deref_mut() {
+            if !w.holds(row.ts.as_str()) {
+                w.outside += 1;
+                return Ok(());
+            }
+        }
         if tap_only {
             acc.add_tap_only(&row);
         } else {

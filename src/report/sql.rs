@@ -27,6 +27,18 @@ pub struct Params {
     pub direct: String,
     pub goodput_ttft_ms: f64,
     pub goodput_tok_s: f64,
+    /// `--since` / `--until`: only the rows whose `ts` falls in it.
+    pub window: Option<super::model::Window>,
+}
+
+impl Params {
+    /// What the queries read `FROM`: the table, or its rows in the window.
+    pub fn from(&self) -> String {
+        let t = &self.table;
+        self.window
+            .as_ref()
+            .map_or_else(|| t.clone(), |w| w.from_sql(t))
+    }
 }
 
 /// One query: its name (also its `query_id` prefix) and what it gives.
@@ -217,7 +229,7 @@ ORDER BY bucket_, arm, rate_, level, live_",
         s_tpot = sorted("tpot_ms", "tpot"),
         any_split = any_split.join(" OR "),
         split_arrays = split_arrays.join(",\n        "),
-        t = p.table,
+        t = p.from(),
     )
 }
 
@@ -261,7 +273,7 @@ LIMIT {top}",
         e2e = dist("e2e", "e2e"),
         s_ttft = sorted_if("ttft_ms", "ttft", SERVED),
         s_tpot = sorted_if("tpot_ms", "tpot", SERVED),
-        t = p.table,
+        t = p.from(),
         top = p.top,
     )
 }
@@ -390,7 +402,7 @@ fn hop_rows(p: &Params) -> String {
 FROM {t}
 WHERE experiment_arm IN ({g}, {d}) AND {OK}
 ORDER BY ts_us, id",
-        t = p.table,
+        t = p.from(),
         g = lit(&p.gateway),
         d = lit(&p.direct),
     )
@@ -495,7 +507,7 @@ ORDER BY scope, name",
         d_ttft = diff("ttft", "g_ttft", "d_ttft"),
         d_uh = diff("upstream_headers", "g_uh", "d_uh"),
         d_tpot = diff("tpot", "g_tpot", "d_tpot"),
-        t = p.table,
+        t = p.from(),
         g = lit(&p.gateway),
         d = lit(&p.direct),
     )
@@ -503,7 +515,8 @@ ORDER BY scope, name",
 
 /// Every query, in the order `report --clickhouse` runs them.
 pub fn queries(p: &Params) -> Vec<Query> {
-    let t = p.table.as_str();
+    let from = p.from();
+    let t = from.as_str();
     let q = |name, about, report, sql| Query {
         name,
         about,
@@ -532,7 +545,7 @@ pub fn file(p: &Params) -> String {
     let mut out = format!(
         "-- tokentap report's queries for ClickHouse: what `tokentap report --clickhouse URL` runs,\n\
          -- printed by `tokentap report --sql`, here for table {}, --top {}{}, --hop-arms {},{},\n\
-         -- goodput TTFT <= {} ms and tok/s >= {}.\n\
+         -- goodput TTFT <= {} ms and tok/s >= {}{}.\n\
          -- Percentiles are nearest-rank: the value at rank ceil(p·n) of the sorted values, with no\n\
          -- interpolation, over the requests served (`outcome = 'ok'`). Only generations are judged\n\
          -- (a generating shape not refused with a client's 4xx). Errors are every outcome but `ok`\n\
@@ -546,6 +559,7 @@ pub fn file(p: &Params) -> String {
         p.direct,
         p.goodput_ttft_ms,
         p.goodput_tok_s,
+        super::model::Window::phrase(p.window.as_ref()),
     );
     for q in queries(p) {
         out.push_str(&format!("\n-- {}: {}\n{};\n", q.name, q.about, q.sql));
@@ -568,6 +582,7 @@ mod tests {
             direct: "direct".into(),
             goodput_ttft_ms: slos.goodput_ttft_ms,
             goodput_tok_s: slos.goodput_tok_s,
+            window: None,
         };
         let file_text = include_str!("../../deploy/clickhouse/report.sql");
         assert!(

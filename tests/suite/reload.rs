@@ -336,17 +336,18 @@ async fn limits_and_timeouts_change_for_new_requests_and_listener_settings_wait_
     wait_received(&up, 1).await;
 
     // One in flight; the new cap is 1, the first-byte deadline 100 ms, and the metrics' key
-    // label cap (bound when the recorder was made) and the listener's backlog change too. (A
-    // moved listener is in `cli.rs`: here the command line's addresses override the file's.)
+    // label cap and the SLO thresholds (bound when the recorder was made) and the listener's
+    // backlog change too. (A moved listener is in `cli.rs`: here the command line's addresses
+    // override the file's.)
     let extra = "[listen]\nbacklog = 300\n[limits]\nmax_concurrent = 1\nmax_key_labels = 7\n\
-                 [timeouts]\nfirst_byte_ms = 100\n";
+                 [timeouts]\nfirst_byte_ms = 100\n[slo]\nttft_strict_ms = 250\n";
     write(&px.file, &route(&up.url()), extra);
     let (status, out) = px.reload().await;
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["result"], "restart_needed", "{out}");
     assert_eq!(
         out["restart_needed"],
-        serde_json::json!(["listen.backlog", "limits.max_key_labels"])
+        serde_json::json!(["listen.backlog", "slo", "limits.max_key_labels"])
     );
 
     // The cap counts the request still running on the old config.

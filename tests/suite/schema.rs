@@ -556,6 +556,7 @@ fn the_reports_queries_name_columns_of_the_table() {
         direct: "direct".into(),
         goodput_ttft_ms: 1000.0,
         goodput_tok_s: 10.0,
+        window: None,
     };
     let mut seen = 0;
     for q in tokentap::report::sql::queries(&p) {

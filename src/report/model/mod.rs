@@ -11,6 +11,7 @@ mod gateway;
 mod shapes;
 mod slo;
 mod steady;
+mod window;
 
 use std::collections::BTreeMap;
 
@@ -28,6 +29,7 @@ pub use gateway::{
 pub use shapes::{CacheBucket, CacheSplit, Method, PercentileMethod, ShapeRow, StreamRow, TurnRow};
 pub use slo::{SloKind, SloP95, Slos};
 pub use steady::{Figures, WholeCell, STEADY_MIN_REQUESTS};
+pub use window::{BadTime, Window};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
@@ -372,6 +374,9 @@ pub struct Report {
     pub records: usize,
     /// `bench`, `live` or `mixed`.
     pub sources: Sources,
+    /// `--since` / `--until`: the records are those of this window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
     /// What the records were: generations (judged), client errors, other traffic.
     pub traffic: Traffic,
     /// The rule for what is judged, in one line.

@@ -27,7 +27,7 @@ fn opening(r: &Report) -> String {
         s,
         "<h1>tokentap report</h1><p>{} records ({}). {}</p><dl class=\"answers\">",
         r.records,
-        r.sources.as_str(),
+        r.scope(),
         svg::escape(r.judged)
     );
     for a in &r.answers {

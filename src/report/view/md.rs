@@ -9,7 +9,7 @@ pub(super) fn md(r: &Report) -> String {
     let mut s = format!(
         "# tokentap report\n\n{} records ({}). {}\n\n",
         r.records,
-        r.sources.as_str(),
+        r.scope(),
         r.judged
     );
     for a in &r.answers {

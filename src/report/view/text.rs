@@ -9,7 +9,7 @@ pub(super) fn text(r: &Report) -> String {
     let mut s = format!(
         "tokentap report — {} records ({})\n{}\n\n",
         r.records,
-        r.sources.as_str(),
+        r.scope(),
         r.judged
     );
     for a in &r.answers {

@@ -15,7 +15,7 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use crate::meter::{GatewayTap, RequestRecord, TapSide};
+use crate::meter::{GatewayTap, Outcome, RequestRecord, TapSide};
 
 mod listen;
 mod stream;
@@ -47,6 +47,7 @@ pub const CLICKHOUSE_EXPORTED: &str = "tokentap_clickhouse_rows_inserted_total";
 pub const CLICKHOUSE_FAILED: &str = "tokentap_clickhouse_insert_failures_total";
 pub const RELOADS: &str = "tokentap_config_reloads_total";
 pub const RELOAD_OK: &str = "tokentap_config_last_reload_successful";
+pub const SLO_REQUESTS: &str = "tokentap_slo_requests_total";
 
 /// Latency buckets (seconds) for TTFT, E2E and header time: every SLO threshold of the write-up
 /// (0.1, 0.2, 0.5, 1 s) is an edge, and steps of 10–20 ms below 0.2 s tell 80 ms from 120 ms.
@@ -70,6 +71,19 @@ pub const HOP_BUCKETS: &[f64] = &[
     0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075,
     0.1, 0.125, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0,
 ];
+
+/// `buckets` with each of `edges` added, unless one lies within a microsecond of an edge it
+/// has (1/6 s is the bucket 0.166667 already: a series' `le` never changes).
+fn with_edges(buckets: &[f64], edges: &[f64]) -> Vec<f64> {
+    let mut out = buckets.to_vec();
+    for e in edges {
+        if !out.iter().any(|b| (b - e).abs() < 1e-6) {
+            out.push(*e);
+        }
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
 
 /// A capped set of label values: the first `cap` distinct values pass, the rest are `other`.
 struct Capped {
@@ -150,6 +164,9 @@ struct Handles {
     labels: [Label; 4],
     /// `tokentap_requests_total` by (outcome, status class).
     requests: Mutex<Vec<(&'static str, &'static str, metrics::Counter)>>,
+    /// `tokentap_slo_requests_total` by route and key, per SLO of [`crate::slo::Slos::judge`]:
+    /// (met, missed).
+    slo: Vec<(metrics::Counter, metrics::Counter)>,
 }
 
 pub struct Metrics {
@@ -161,6 +178,8 @@ pub struct Metrics {
     handles: Mutex<HashMap<String, Arc<Handles>>>,
     keys: Capped,
     models: Capped,
+    /// `[slo]`: what each request is counted against.
+    slos: crate::slo::Slos,
 }
 
 /// Every metric's type, unit and help text, in the order they were first described (ITL's is
@@ -191,6 +210,7 @@ const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
     (CLICKHOUSE_FAILED, Kind::Counter, None, "ClickHouse INSERTs that failed for good (their rows are counted as dropped)."),
     (RELOADS, Kind::Counter, None, "Config reloads (SIGHUP, POST /reload), by result: ok, restart_needed (applied; some settings wait for a restart), error (refused; the old config serves), unauthorized."),
     (RELOAD_OK, Kind::Gauge, None, "1 when the last reload was applied (or none was asked), 0 when it was refused."),
+    (SLO_REQUESTS, Kind::Counter, None, "Requests judged against each configured SLO ([slo]), by result: met or missed. A stream the service failed or throttled is a miss; requests the client cancelled and its own 4xx are in none. Summed over replicas, an exact attainment."),
 ];
 
 /// A metric's type, for its `# TYPE` line.
@@ -230,15 +250,20 @@ fn status_class(status: u16) -> &'static str {
 
 impl Metrics {
     /// `max_keys` and `max_models` cap the distinct label values (`limits.max_key_labels`,
-    /// `limits.max_model_labels`).
+    /// `limits.max_model_labels`); `slos` (`[slo]`) are counted per request, and each of their
+    /// thresholds is a TTFT or TPOT bucket edge.
     pub fn new(
         max_keys: usize,
         max_models: usize,
+        slos: &crate::slo::Slos,
     ) -> Result<Self, metrics_exporter_prometheus::BuildError> {
         let mut builder = PrometheusBuilder::new();
+        let ttft = with_edges(LATENCY_BUCKETS, &slos.ttft_edges_s());
+        let tpot = with_edges(TOKEN_BUCKETS, &slos.tpot_edges_s());
         for (names, buckets) in [
-            (&[TTFT, TTFO, E2E, UPSTREAM_HEADERS][..], LATENCY_BUCKETS),
-            (&[TPOT][..], TOKEN_BUCKETS),
+            (&[TTFT][..], &ttft[..]),
+            (&[TTFO, E2E, UPSTREAM_HEADERS][..], LATENCY_BUCKETS),
+            (&[TPOT][..], &tpot[..]),
             (&[GATEWAY_HOP, GATEWAY_RELAY][..], HOP_BUCKETS),
             (&[stream::STAMP_LAG][..], stream::LAG_BUCKETS),
         ] {
@@ -264,6 +289,7 @@ impl Metrics {
             handles: Mutex::new(HashMap::new()),
             keys: Capped::new(max_keys),
             models: Capped::new(max_models),
+            slos: slos.clone(),
         })
     }
 
@@ -407,6 +433,21 @@ impl Metrics {
             .entry(itl_labels)
             .or_insert_with(|| Arc::new(FixedHist::new()))
             .clone();
+        let slo = crate::slo::Slos::NAMES
+            .iter()
+            .map(|name| {
+                let counter = |result: &'static str| {
+                    let l = vec![
+                        route.clone(),
+                        key.clone(),
+                        Label::new("slo", *name),
+                        Label::new("result", result),
+                    ];
+                    r.register_counter(&Self::key(SLO_REQUESTS, l), &META)
+                };
+                (counter("met"), counter("missed"))
+            })
+            .collect();
         let h = Arc::new(Handles {
             ttft: r.register_histogram(&Self::key(TTFT, rmk()), &META),
             ttfo: r.register_histogram(&Self::key(TTFO, rmk()), &META),
@@ -421,6 +462,7 @@ impl Metrics {
             itl,
             labels: [route, model, key, api],
             requests: Mutex::new(Vec::new()),
+            slo,
         });
         self.handles.lock().ok()?.insert(id, h.clone());
         Some(h)
@@ -480,6 +522,22 @@ impl Metrics {
                     c.increment(1);
                     reqs.push((outcome, class, c));
                 }
+            }
+        }
+        let judged = self.slos.judge(&crate::slo::Request {
+            generates: rec.api.generates(),
+            status: rec.status,
+            ok: rec.outcome == Outcome::Ok,
+            cancelled: rec.outcome == Outcome::ClientCancelled,
+            stream: rec.stream,
+            ttft_ms: rec.ttft_ms,
+            tpot_ms: rec.tpot_ms,
+        });
+        for ((_, standing), (met, missed)) in judged.iter().zip(&h.slo) {
+            match standing {
+                Some(true) => met.increment(1),
+                Some(false) => missed.increment(1),
+                None => {}
             }
         }
         if let Some(v) = rec.ttft_ms {

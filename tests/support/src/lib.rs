@@ -664,10 +664,19 @@ pub async fn send(
 /// A raw TCP client that has sent a complete streamed chat request to `addr` (for tests that
 /// read partially, hang up, or need the wire).
 pub async fn raw_chat(addr: std::net::SocketAddr) -> TcpStream {
+    raw_chat_with(addr, &[]).await
+}
+
+/// [`raw_chat`] with extra request headers.
+pub async fn raw_chat_with(addr: std::net::SocketAddr, headers: &[(&str, &str)]) -> TcpStream {
     let body = chat_body("m", true);
     let mut s = TcpStream::connect(addr).await.unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();
