@@ -461,6 +461,9 @@ FROM default.requests
 WHERE isNotNull(experiment_arm) AND isNotNull(experiment_pair_id) AND ifNull(tap_side, '') != 'inner'
 ORDER BY ts_us, id;
 
+-- shards: per bench shard and N (`bench --shard I/N`), its records; run with --run-id, that run's, which is whole when it has every shard from 1 to N
+SELECT shard, shards, count() AS records FROM default.requests GROUP BY shard, shards;
+
 -- gateway_hop: gateway_hop: the paired differences gateway − direct (same pair_id, both served), overall, per bucket and per level of the gateway copy, without the report's bootstrap intervals
 SELECT
     scope, name, pairs,

@@ -71,6 +71,9 @@ CREATE TABLE IF NOT EXISTS requests
     turn Nullable(UInt32),
     prompt_index Nullable(UInt64),
     run Nullable(UInt32),
+    run_id Nullable(String),                    -- bench's run (every shard of a distributed run shares it)
+    shard Nullable(UInt32),                     -- bench --shard I/N: I, from 1
+    shards Nullable(UInt32),                    -- and N
     tap_side Nullable(String),
     tap_peer Nullable(String),
     tap_join Nullable(String),

@@ -59,6 +59,10 @@ pub struct Args {
     /// the counts of judged cells printed). Without it, an unjudged cell exits 3.
     #[arg(long, requires = "fail_on_regression")]
     pub allow_unjudged: bool,
+    /// Compare a distributed bench run that is not whole (shards of different runs, or
+    /// shards missing). Without it, a side whose shards' `run.json` say so is refused.
+    #[arg(long)]
+    pub allow_partial: bool,
     /// The equivalence margin: a metric reads `unchanged` only when every cell's 95 % interval
     /// lies within ± this; otherwise `inconclusive` (or moved). `PCT%` for latencies and
     /// throughputs (relative), `Npp` for error_rate and goodput (percentage points), or both:
@@ -388,13 +392,14 @@ pub fn cli(a: Args) -> Exit {
     };
     let mut sides = Vec::new();
     for p in &a.paths {
-        match side::read(p, &slos) {
+        match side::read(p, &slos, a.allow_partial) {
             Ok(s) => sides.push(s),
             // A run that measured nothing has nothing to compare: not judged, not failed.
             Err(side::ReadError::Nothing(e)) => {
                 eprintln!("tokentap compare: not judged: {e}: nothing measured to compare");
                 return Exit::NotJudged;
             }
+            Err(side::ReadError::NotOneRun(e)) => return Exit::Usage(format!("compare: {e}")),
             Err(e) => return Exit::Failed(format!("compare: {e}")),
         }
     }

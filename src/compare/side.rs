@@ -106,24 +106,35 @@ pub enum ReadError {
     /// A file that cannot be read or parsed.
     #[error("{0}")]
     Unreadable(String),
+    /// A distributed run's shards that are not one whole run.
+    #[error("{0}")]
+    NotOneRun(String),
 }
 
 /// Read one side: every `*.jsonl*` below `path` (the report's reader), and `run.json` beside
-/// them when `path` is a folder.
-pub fn read(path: &Path, slos: &Slos) -> Result<Side, ReadError> {
+/// them when `path` is a folder (a distributed run's parent folder: its first shard's, once
+/// the shards are checked to be one whole run, unless `allow_partial`).
+pub fn read(path: &Path, slos: &Slos, allow_partial: bool) -> Result<Side, ReadError> {
+    let dir = [PathBuf::from(path)];
+    let shards = report::shards::check(&dir, allow_partial).map_err(ReadError::NotOneRun)?;
     let mut warn = |w: String| eprintln!("tokentap compare: warning: {w}");
     let records = report::load(&[PathBuf::from(path)], &mut warn).map_err(|e| match e {
         ReportError::Empty(_) | ReportError::NoRecords { .. } => ReadError::Nothing(e),
         e => ReadError::Unreadable(e.to_string()),
     })?;
-    let run = match path.is_dir() {
-        true => match std::fs::read(path.join("run.json")) {
-            Ok(b) => Some(serde_json::from_slice(&b).map_err(|e| {
-                ReadError::Unreadable(format!("{}: {e}", path.join("run.json").display()))
-            })?),
+    let run_file = match shards {
+        Some(_) => report::engine::run_json_paths(&dir).into_iter().next(),
+        None => Some(path.join("run.json")),
+    };
+    let run = match (path.is_dir(), run_file) {
+        (true, Some(f)) => match std::fs::read(&f) {
+            Ok(b) => Some(
+                serde_json::from_slice(&b)
+                    .map_err(|e| ReadError::Unreadable(format!("{}: {e}", f.display())))?,
+            ),
             Err(_) => None,
         },
-        false => None,
+        _ => None,
     };
     Ok(of_records(path.display().to_string(), run, &records, slos))
 }

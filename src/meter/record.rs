@@ -284,6 +284,15 @@ pub struct RequestRecord {
     /// The run of a repeated sweep (`tokentap bench --runs N`, N > 1) this request is, from 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<u32>,
+    /// The bench run this request belongs to (`tokentap bench`; every shard of a distributed
+    /// run shares it: `--run-id`). Not the repetition index, which is `run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Which shard of a distributed run sent it (`bench --shard I/N`: I, from 1), and N.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
     /// Request head → request written upstream (tokentap's own share of TTFT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_sent_ms: Option<f64>,
@@ -517,6 +526,9 @@ impl RequestRecord {
             turn: facts.load.turn,
             prompt_index: None,
             run: None,
+            run_id: None,
+            shard: None,
+            shards: None,
             upstream_sent_ms,
             ttft_split,
             gateway_tap: None,

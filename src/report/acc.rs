@@ -91,6 +91,8 @@ pub(super) struct Read {
     pub streaming: Vec<super::streaming::StreamRow>,
     /// Whether cells keep their whole-cell figures even when a plateau holds enough.
     pub whole_cell: bool,
+    /// `report --clickhouse --run-id`: (shard, N, records) of the run's rows.
+    pub shards: Vec<(u32, u32, usize)>,
 }
 
 /// The report's reading state. Feed it with [`Acc::add`] (and [`Acc::add_tap_only`]), then
@@ -505,6 +507,7 @@ impl Acc {
             other: other_rows(self.other),
             streaming: self.streaming.finish(&names),
             whole_cell: self.whole_cell,
+            shards: Vec::new(),
         }
     }
 }

@@ -120,6 +120,7 @@ pub(super) fn report_of(read: acc::Read, slos: &Slos, arms: (&str, &str)) -> Rep
         records: read.records,
         sources,
         window: None,
+        distributed: None,
         traffic: read.traffic,
         judged: JUDGED,
         percentiles: read.method,

@@ -69,6 +69,15 @@ pub struct Args {
     /// (no silence over 2 × it); else the baseline's median inter-token gap at its lowest level.
     #[arg(long, value_name = "MS", value_parser = positive_ms)]
     pub pace_gap_ms: Option<f64>,
+    /// With --clickhouse: only the rows of this bench run (`run_id`: every shard of a
+    /// distributed run), which must hold every shard from 1 to N unless --allow-partial.
+    #[arg(long, value_name = "ID", requires = "clickhouse")]
+    pub run_id: Option<String>,
+    /// Report a distributed bench run that is not whole: shards of different runs, or a run
+    /// with shards missing (each shard's folder has its `run.json`). Without it, such a set is
+    /// refused, naming what is wrong.
+    #[arg(long)]
+    pub allow_partial: bool,
     /// Only the records whose `ts` is at or after this time (RFC 3339, UTC, e.g.
     /// 2026-12-05T09:00:00Z), from files or ClickHouse.
     #[arg(long, value_name = "TIME")]
@@ -115,7 +124,13 @@ pub fn cli(a: Args) -> Exit {
     if window.as_ref().is_some_and(Window::is_empty) {
         return Exit::Usage("--until must be after --since".into());
     }
+    if let Some(id) = a.run_id.as_deref().filter(|id| !super::sql::run_id_ok(id)) {
+        return Exit::Usage(format!(
+            "--run-id {id:?}: a run id is letters, digits, '.', '_', '-' and ':'"
+        ));
+    }
     let params = Params {
+        run_id: a.run_id.clone(),
         window,
         table,
         top: a.top,
@@ -205,6 +220,11 @@ fn board_opts(a: &Args, paths: &[PathBuf]) -> BoardOpts {
 
 fn from_files(a: &Args, p: &Params, slos: &Slos, arms: (&str, &str)) -> Result<Report, Exit> {
     let mut warn = |w: String| eprintln!("tokentap report: warning: {w}");
+    let distributed = super::shards::check(&a.paths, a.allow_partial)
+        .map_err(|e| Exit::Usage(format!("report: {e}")))?;
+    if let Some(why) = distributed.as_ref().and_then(|d| d.partial.as_ref()) {
+        eprintln!("tokentap report: warning: {why}; reported as it is (--allow-partial)");
+    }
     let mut acc = Acc::new(slos, a.by_arm, arms, a.exact_values);
     let mut window = p.window.clone();
     acc.whole_cell = a.whole_cell;
@@ -240,6 +260,7 @@ fn from_files(a: &Args, p: &Params, slos: &Slos, arms: (&str, &str)) -> Result<R
         }
     }
     rep.window = window;
+    rep.distributed = distributed;
     Ok(rep)
 }
 
@@ -250,7 +271,13 @@ fn from_clickhouse(url: &str, p: &Params, slos: &Slos, a: &Args) -> Result<Repor
         .map_err(|e| Exit::Failed(format!("report: {e}")))?;
     // No run.json beside a table: the board's baseline and pace from the flags alone.
     read.board_opts = board_opts(a, &[]);
+    let distributed = match &p.run_id {
+        Some(id) => super::shards::of_rows(id, &read.shards, a.allow_partial)
+            .map_err(|e| Exit::Usage(format!("report: {e}")))?,
+        None => None,
+    };
     let mut rep = super::report_of(read, slos, (&p.gateway, &p.direct));
     rep.window.clone_from(&p.window);
+    rep.distributed = distributed;
     Ok(rep)
 }

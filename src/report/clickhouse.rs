@@ -258,6 +258,7 @@ async fn read_all(src: &Source, p: &Params, budget: usize) -> Result<Read, Click
         other,
         streaming: Vec::new(), // NB: the table has no delivery columns yet
         whole_cell: false,
+        shards: take("shards").iter().map(super::shards::row).collect(),
     })
 }
 

@@ -49,20 +49,34 @@ struct RunScrape {
 }
 
 /// The `run.json` beside each input (a folder's own, a file's folder's), each once, that exist.
-fn run_json_paths(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+/// A folder without one gives those of its sub-folders: a distributed run's shard folders
+/// (`bench --shard` writes `OUT/shard-I-of-N/`).
+pub fn run_json_paths(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
     let mut out: Vec<std::path::PathBuf> = Vec::new();
+    let mut add = |f: std::path::PathBuf| {
+        if !out.contains(&f) && f.is_file() {
+            out.push(f);
+        }
+    };
     for p in paths {
         let dir = if p.is_dir() {
             Some(p.as_path())
         } else {
             p.parent()
         };
-        let Some(f) = dir.map(|d| d.join("run.json")) else {
+        let Some(d) = dir else { continue };
+        if d.join("run.json").is_file() || !p.is_dir() {
+            add(d.join("run.json"));
             continue;
-        };
-        if !out.contains(&f) && f.is_file() {
-            out.push(f);
         }
+        let mut subs: Vec<std::path::PathBuf> = std::fs::read_dir(d)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("run.json"))
+            .collect();
+        subs.sort();
+        subs.into_iter().for_each(&mut add);
     }
     out
 }

@@ -16,30 +16,7 @@
 //!
 //! Only SQL that ClickHouse 18.16 and today's ClickHouse both accept.
 
-/// What the queries depend on: the table and the report's settings.
-#[derive(Debug, Clone)]
-pub struct Params {
-    /// `database.table`, both plain identifiers.
-    pub table: String,
-    pub top: usize,
-    pub by_arm: bool,
-    pub gateway: String,
-    pub direct: String,
-    pub goodput_ttft_ms: f64,
-    pub goodput_tok_s: f64,
-    /// `--since` / `--until`: only the rows whose `ts` falls in it.
-    pub window: Option<super::model::Window>,
-}
-
-impl Params {
-    /// What the queries read `FROM`: the table, or its rows in the window.
-    pub fn from(&self) -> String {
-        let t = &self.table;
-        self.window
-            .as_ref()
-            .map_or_else(|| t.clone(), |w| w.from_sql(t))
-    }
-}
+pub use super::sqlparams::{run_id_ok, Params};
 
 /// One query: its name (also its `query_id` prefix) and what it gives.
 #[derive(Debug, Clone)]
@@ -513,6 +490,10 @@ ORDER BY scope, name",
     )
 }
 
+fn shards(t: &str) -> String {
+    format!("SELECT shard, shards, count() AS records FROM {t} GROUP BY shard, shards")
+}
+
 /// Every query, in the order `report --clickhouse` runs them.
 pub fn queries(p: &Params) -> Vec<Query> {
     let from = p.from();
@@ -536,6 +517,7 @@ pub fn queries(p: &Params) -> Vec<Query> {
         q("hop_rows", "the served requests of the two experiment arms: the gateway-hop section pairs them and bootstraps its intervals", true, hop_rows(p)),
         q("tap_rows", "the gateway tap's records: the tap section joins them", true, tap_rows(t)),
         q("board_rows", "the client-facing records with an arm and a pair id, served or not: the gateway board pairs them and bootstraps its intervals", true, board_rows(t)),
+        q("shards", "per bench shard and N (`bench --shard I/N`), its records; run with --run-id, that run's, which is whole when it has every shard from 1 to N", p.run_id.is_some(), shards(t)),
         q("gateway_hop", "gateway_hop: the paired differences gateway − direct (same pair_id, both served), overall, per bucket and per level of the gateway copy, without the report's bootstrap intervals", false, gateway_hop(p)),
     ]
 }
@@ -583,6 +565,7 @@ mod tests {
             goodput_ttft_ms: slos.goodput_ttft_ms,
             goodput_tok_s: slos.goodput_tok_s,
             window: None,
+            run_id: None,
         };
         let file_text = include_str!("../../deploy/clickhouse/report.sql");
         assert!(

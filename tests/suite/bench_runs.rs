@@ -288,8 +288,8 @@ fn compare_on_two_three_run_folders_takes_its_intervals_from_the_runs() {
     let d = dirs();
     let slos = Slos::default();
     let (b, n) = (
-        tokentap::compare::side::read(&d.base, &slos).unwrap(),
-        tokentap::compare::side::read(&d.faster, &slos).unwrap(),
+        tokentap::compare::side::read(&d.base, &slos, false).unwrap(),
+        tokentap::compare::side::read(&d.faster, &slos, false).unwrap(),
     );
     let c = tokentap::compare::compare(&b, &n, 42, false);
     assert_eq!(c.intervals, "runs", "{}", c.intervals_note);

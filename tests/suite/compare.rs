@@ -127,8 +127,8 @@ fn tokentap(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
 fn compared(base: &Path, new: &Path, unpaired: bool) -> Comparison {
     let slos = Slos::default();
     let (b, n) = (
-        side::read(base, &slos).unwrap(),
-        side::read(new, &slos).unwrap(),
+        side::read(base, &slos, false).unwrap(),
+        side::read(new, &slos, false).unwrap(),
     );
     compare::compare(&b, &n, 42, unpaired)
 }
@@ -344,7 +344,7 @@ fn every_format_renders_and_html_draws_both_runs() {
 fn mismatches_and_slo_changes_are_named() {
     let r = runs();
     let slos = Slos::default();
-    let base = side::read(&r.base, &slos).unwrap();
+    let base = side::read(&r.base, &slos, false).unwrap();
     // NEW: the faster run without its long-short cell, under another model name, with its
     // balanced TTFTs pushed past the interactive SLO, and a different requests_per_cell.
     let mut recs = bench_records(&r.faster);
@@ -547,8 +547,8 @@ fn the_same_engine_twice_at_20_requests_is_unchanged_within_the_margin() {
     // A margin narrower than the intervals: the same runs are then inconclusive, never
     // unchanged.
     let (b, n) = (
-        side::read(&r.base, &Slos::default()).unwrap(),
-        side::read(&r.again, &Slos::default()).unwrap(),
+        side::read(&r.base, &Slos::default(), false).unwrap(),
+        side::read(&r.again, &Slos::default(), false).unwrap(),
     );
     let tight = compare::evidence::Equivalence {
         relative_pct: 1e-6,

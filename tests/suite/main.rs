@@ -20,6 +20,7 @@ mod cut_streams;
 mod deploy;
 mod experiments;
 mod fixtures_replay;
+mod fleet;
 mod fleet_slo;
 mod fuzz_replay;
 mod kernel_stamps;

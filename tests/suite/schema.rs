@@ -557,6 +557,7 @@ fn the_reports_queries_name_columns_of_the_table() {
         goodput_ttft_ms: 1000.0,
         goodput_tok_s: 10.0,
         window: None,
+        run_id: Some("r1".into()),
     };
     let mut seen = 0;
     for q in tokentap::report::sql::queries(&p) {
@@ -659,6 +660,9 @@ fn the_readmes_record_carries_every_field() {
         "client_lag_ms",
         "turn",
         "run",
+        "run_id",
+        "shard",
+        "shards",
         "prompt_index",
         "request_id",
         "join_id",

@@ -8,10 +8,10 @@ mod class;
 mod dist;
 mod engine;
 mod gateway;
+mod scope;
 mod shapes;
 mod slo;
 mod steady;
-mod window;
 
 use std::collections::BTreeMap;
 
@@ -26,10 +26,10 @@ pub use gateway::{
     AcrossProcesses, ConcurrencyFrom, DiffStats, GatewayHop, GatewayTap, HopSet, OrderEffect,
     SelfReported, SplitStats, TapSet, UnjoinedBy,
 };
+pub use scope::{BadTime, Distributed, Window};
 pub use shapes::{CacheBucket, CacheSplit, Method, PercentileMethod, ShapeRow, StreamRow, TurnRow};
 pub use slo::{SloKind, SloP95, Slos};
 pub use steady::{Figures, WholeCell, STEADY_MIN_REQUESTS};
-pub use window::{BadTime, Window};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
@@ -377,6 +377,9 @@ pub struct Report {
     /// `--since` / `--until`: the records are those of this window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<Window>,
+    /// The distributed bench run the records make up, when its shards' `run.json` say so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<Distributed>,
     /// What the records were: generations (judged), client errors, other traffic.
     pub traffic: Traffic,
     /// The rule for what is judged, in one line.

@@ -176,6 +176,9 @@ pub fn record(i: u64, seed: u64, mix: Mix) -> RequestRecord {
         turn: None,
         prompt_index: None,
         run: None,
+        run_id: None,
+        shard: None,
+        shards: None,
         upstream_sent_ms: Some(r.unit() * 0.4),
         ttft_split: ok.then_some(TtftSplit {
             proxy_ms: Some(0.3),

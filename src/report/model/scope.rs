@@ -1,6 +1,7 @@
-//! `report --since T --until T`: only the records whose `ts` falls in `[since, until)`, from
-//! files or from ClickHouse, so that the exact percentiles of the records cover the same window
-//! as a Prometheus rule's `rate(…[5m])`.
+//! What the report's records are, for its first line: a window of time (`report --since T
+//! --until T`: only the records whose `ts` falls in `[since, until)`, from files or from
+//! ClickHouse, so that the exact percentiles of the records cover the same window as a
+//! Prometheus rule's `rate(…[5m])`), and a distributed bench run read as one.
 
 use std::time::SystemTime;
 
@@ -18,6 +19,19 @@ pub struct Window {
     pub outside: usize,
     #[serde(skip)]
     bounds: (Option<SystemTime>, Option<SystemTime>),
+}
+
+/// The distributed bench run the records make up (`bench --shard I/N`), read as one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Distributed {
+    pub run_id: String,
+    /// N.
+    pub shards: u32,
+    /// The shards read, from 1.
+    pub present: Vec<u32>,
+    /// What `--allow-partial` let through, when anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial: Option<String>,
 }
 
 /// A bound that is not a time.
@@ -68,10 +82,10 @@ impl Window {
         matches!(self.bounds, (Some(s), Some(u)) if u <= s)
     }
 
-    /// The table's rows in the window, for a query's `FROM`. `ts` is a `String` column in the
-    /// records' own form, which sorts as the time does. The bounds are times tokentap formatted
-    /// (digits, `-`, `:`, `.`, `T`, `Z`): nothing in them needs quoting.
-    pub fn from_sql(&self, table: &str) -> String {
+    /// The window as SQL conditions on `ts`, a `String` column in the records' own form, which
+    /// sorts as the time does. The bounds are times tokentap formatted (digits, `-`, `:`, `.`,
+    /// `T`, `Z`): nothing in them needs quoting.
+    pub fn conditions(&self) -> Vec<String> {
         let mut cond = Vec::new();
         if let Some(s) = &self.since {
             cond.push(format!("ts >= '{s}'"));
@@ -79,7 +93,7 @@ impl Window {
         if let Some(u) = &self.until {
             cond.push(format!("ts < '{u}'"));
         }
-        format!("(SELECT * FROM {table} WHERE {})", cond.join(" AND "))
+        cond
     }
 
     /// ", records with ts from … until …" for a window, nothing for none.
@@ -102,10 +116,24 @@ impl super::Report {
     /// Where the records came from, and their window when one was given: the report's first
     /// line.
     pub fn scope(&self) -> String {
-        match &self.window {
-            Some(w) => format!("{}; {}", self.sources.as_str(), w.words()),
-            None => self.sources.as_str().to_owned(),
+        let mut s = self.sources.as_str().to_owned();
+        if let Some(d) = &self.distributed {
+            if d.present.len() as u32 == d.shards {
+                s += &format!("; run {}, its {} shards merged", d.run_id, d.shards);
+            } else {
+                let list: Vec<String> = d.present.iter().map(u32::to_string).collect();
+                s += &format!(
+                    "; run {}, shards {} of {} only",
+                    d.run_id,
+                    list.join(", "),
+                    d.shards
+                );
+            }
         }
+        if let Some(w) = &self.window {
+            s += &format!("; {}", w.words());
+        }
+        s
     }
 }
 
@@ -125,8 +153,11 @@ mod tests {
         assert!(!w.holds("2026-12-05T08:59:59.999Z"));
         assert!(!w.holds("yesterday"));
         assert_eq!(
-            w.from_sql("db.t"),
-            "(SELECT * FROM db.t WHERE ts >= '2026-12-05T09:00:00.000000Z' AND ts < '2026-12-05T09:05:00.000000Z')"
+            w.conditions(),
+            [
+                "ts >= '2026-12-05T09:00:00.000000Z'",
+                "ts < '2026-12-05T09:05:00.000000Z'"
+            ]
         );
         assert!(!w.is_empty());
         assert!(Window::of(None, None).unwrap().is_none());
