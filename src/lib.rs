@@ -38,6 +38,7 @@ pub mod cli;
 pub mod compare;
 pub mod config;
 pub mod demo;
+pub mod export;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod headers;

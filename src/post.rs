@@ -1,6 +1,6 @@
 //! One HTTP/1.1 connection out, for posting to a collector or a database: https verified
 //! against the system roots, nodelay, a POST with credentials that are never echoed. The sinks'
-//! exporter (`sink::export`) and `report --clickhouse` both use it; it keeps no state and never
+//! exporter (`crate::export`) and `report --clickhouse` both use it; it keeps no state and never
 //! retries (its callers decide).
 
 use bytes::Bytes;

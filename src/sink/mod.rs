@@ -6,8 +6,8 @@
 //! record and counts it; nothing here can fail a request. It never builds a record: it is handed
 //! finished ones.
 
-pub mod clickhouse;
-pub mod export;
+pub use crate::export;
+pub use crate::export::clickhouse;
 pub mod log;
 pub mod metrics;
 pub mod otlp;

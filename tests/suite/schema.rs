@@ -2,7 +2,7 @@
 //! other list of its fields is held to it here, read through serde rather than written again:
 //! the report's `Row` (`src/report/row.rs`), the fast reader's field list (`src/report/fast.rs`),
 //! bench's load tags (`src/tags.rs`), the ClickHouse table (`deploy/clickhouse/schema.sql`), the
-//! sink's rows (`src/sink/clickhouse.rs`) and the report's queries (`src/report/sql.rs`). A
+//! sink's rows (`src/export/clickhouse.rs`) and the report's queries (`src/report/sql.rs`). A
 //! field added to the record and forgotten in one of them fails here, naming the list.
 //!
 //! The types' field names and kinds are read by a probe: a serde `Deserializer` that answers
@@ -405,7 +405,7 @@ fn columns(rec: &Fields) -> BTreeMap<String, (String, Field)> {
             assert!(
                 FLATTENED.iter().any(|(o, _)| o == path),
                 "record field `{path}` is an object: give it a prefix in FLATTENED (tests/suite/schema.rs), \
-                 src/sink/clickhouse.rs and scripts/clickhouse_check.py"
+                 src/export/clickhouse.rs and scripts/clickhouse_check.py"
             );
             continue;
         }
@@ -512,23 +512,23 @@ fn the_clickhouse_table_stores_every_record_field_in_a_fitting_type() {
 #[test]
 fn the_sink_writes_the_tables_columns() {
     let (rec, fields) = record();
-    let row = tokentap::sink::clickhouse::row(&rec);
+    let row = tokentap::export::clickhouse::row(&rec);
     let written: BTreeSet<&str> = row.keys().map(String::as_str).collect();
     let cols = columns(&fields);
     let want: BTreeSet<&str> = cols.keys().map(String::as_str).collect();
     let mut wrong: Vec<String> = Vec::new();
     for c in want.difference(&written) {
-        wrong.push(format!("src/sink/clickhouse.rs writes no `{c}`"));
+        wrong.push(format!("src/export/clickhouse.rs writes no `{c}`"));
     }
     for c in written.difference(&want) {
         wrong.push(format!(
-            "src/sink/clickhouse.rs writes `{c}`, no column of the record's"
+            "src/export/clickhouse.rs writes `{c}`, no column of the record's"
         ));
     }
     for (k, v) in &row {
         if v.is_object() || v.is_array() || v.is_boolean() {
             wrong.push(format!(
-                "src/sink/clickhouse.rs writes {k}: {v} (flat numbers and text only)"
+                "src/export/clickhouse.rs writes {k}: {v} (flat numbers and text only)"
             ));
         }
     }

@@ -1,7 +1,7 @@
 //! OTLP/HTTP export of one span per request (`[otlp]`, off by default).
 //!
 //! Never on the request path: a finished record's span goes onto the exporter's bounded queue
-//! (`sink::export`: full, it is dropped and counted), batched (`otlp.batch` spans, or what came
+//! (`crate::export`: full, it is dropped and counted), batched (`otlp.batch` spans, or what came
 //! within `otlp.flush_ms`), encoded as protobuf (`proto`) and posted to `<endpoint>/v1/traces`,
 //! with retries and backoff. Traffic never waits for a collector.
 //!

@@ -1,5 +1,6 @@
-//! One HTTP batch exporter for every sink that posts records somewhere (`[otlp]` spans,
-//! `[clickhouse]` rows): a bounded queue filled with `try_send` (full: the item is dropped and
+//! One HTTP batch exporter for everything that posts records somewhere (the proxy's `[otlp]`
+//! spans and `[clickhouse]` rows, and `bench --clickhouse`'s rows; bench reaches this module,
+//! never `sink`): a bounded queue filled with `try_send` (full: the item is dropped and
 //! counted), one task that batches it (`batch` items, or what came within `flush`), encodes the
 //! batch and posts it over one kept-alive HTTP/1.1 connection (`crate::post`: https verified
 //! against the system roots). Retryable failures (no connection, a timeout, 429, 502, 503, 504,
@@ -21,6 +22,8 @@ use tokio::time::Instant;
 
 use crate::keys::Secret;
 use crate::post::{connect, post, tls_for, Tls};
+
+pub mod clickhouse;
 
 /// Attempts per batch before its items are dropped.
 const ATTEMPTS: u32 = 5;

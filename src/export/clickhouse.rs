@@ -1,6 +1,6 @@
 //! `[clickhouse]`: every record also inserted into a ClickHouse table (`deploy/clickhouse/
 //! schema.sql`), as `INSERT … FORMAT JSONEachRow` over HTTP in batches, from the exporter's
-//! bounded queue (`sink::export`): a ClickHouse that is down or slow fills the queue, then
+//! bounded queue (`crate::export`): a ClickHouse that is down or slow fills the queue, then
 //! records are dropped and counted (`tokentap_records_dropped_total{sink="clickhouse"}`),
 //! never waited for. The file log is written as before, beside it.
 //!
@@ -15,8 +15,9 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use super::export::{self, Encode, Target};
+use super::{Encode, Target};
 use crate::config::ClickHouseConfig;
+use crate::export;
 use crate::meter::RequestRecord;
 
 pub use export::Counters as ClickHouseCounters;
