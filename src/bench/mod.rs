@@ -36,6 +36,7 @@ mod runner;
 pub mod scrape;
 mod search;
 mod session;
+pub mod shard;
 mod slices;
 mod stall;
 mod steady;
