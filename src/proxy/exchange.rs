@@ -7,6 +7,10 @@
 //!
 //! NB: there is no other way to dispose of one, so a request cannot end without its record. The
 //! key it carries is fingerprinted when the record is made, off the request's path, then dropped.
+//!
+//! What its record will say is set, and read back, only through methods that name it
+//! ([`Exchange::routed`], [`Exchange::request_says`], [`Exchange::join_sent`], …): its fields
+//! are private, and no caller holds its `Facts` or its `State`.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
