@@ -1,7 +1,7 @@
 //! The experiment's copy: the same request to the other arm, read to its end, measured,
 //! discarded. Mirror sends it once the primary answered with success, paired once the primary's
 //! response ended well. It begins as the routing stage begins every request
-//! (`routed::Opening`), with the primary's request id and pair, and is sent by `send` like the
+//! (`routing::Opening`), with the primary's request id and pair, and is sent by `send` like the
 //! primary.
 //!
 //! NB: bounded: over `max_shadow_in_flight` a copy is skipped and counted, never queued; it runs
@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use http_body_util::BodyExt;
 
-use super::deadlines::Deadlines;
-use super::routed::Opening;
+use super::due::Due;
+use super::routing::Opening;
 use super::send::{send, Outgoing};
 use super::state::{Slot, State};
 use crate::meter::{Experiment, Stamp};
@@ -77,24 +77,19 @@ impl Copier {
         tokio::spawn(async move {
             let req = copy.req;
             let endpoint = req.path_and_query.split('?').next().unwrap_or("");
-            let mut o = Opening::new(
-                crate::rxstamp::now(),
-                Stamp::now(),
-                &req.method,
-                endpoint,
-                &req.headers,
-            );
+            let t0 = crate::rxstamp::now();
+            let o = Opening::new(t0, Stamp::now(), &req.method, endpoint, &req.headers);
             let route = state.routes.get(copy.arm).clone();
-            o.facts.experiment = Some(Experiment {
+            let experiment = Experiment {
                 arm: route.name.clone(),
                 pair_id: Some(copy.pair),
-            });
+            };
             // The copy carries the primary's request id (the client's, or the one made for it).
-            o.facts.request_id = super::ids::read(&req.headers, &state.config.request_id.headers);
-            let deadlines = Deadlines::new(o.t0, &state.config.timeouts);
-            let mut ex = o.begin(state, route);
+            let request_id = super::ids::read(&req.headers, &state.config.request_id.headers);
+            let due = Due::new(t0, &state.config.timeouts);
+            let mut ex = o.copy_of(experiment, request_id).begin(state, route);
             ex.hold(slot);
-            let resp = send(ex, req, copy.salt, deadlines).await;
+            let resp = send(ex, req, copy.salt, due).await;
             let mut body = resp.into_body();
             while let Some(frame) = body.frame().await {
                 if frame.is_err() {

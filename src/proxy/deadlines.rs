@@ -1,41 +1,34 @@
-//! A request's deadlines: when its response head must have come, and when it must be over
-//! (`[timeouts]`). Set by the `Timeouts` layer (`routed`); the upstream call and the response
-//! body (`timeout::TimeoutBody`) keep them.
+//! The deadlines stage: [`Deadlines`] gives a routed request its `due::Due` times from
+//! `[timeouts]`: when its response head must have come, and when it must be over. The upstream
+//! call (`send`) and the response body (`timeout::TimeoutBody`) keep them.
 
-use std::time::Duration;
+use tower::Service;
 
-use tokio::time::Instant;
+use super::due::Due;
+use super::layer::always_ready;
+use super::routing::Routed;
 
-/// When a request must have its response head, and be over.
-#[derive(Debug, Clone, Copy)]
-pub struct Deadlines {
-    /// How long the upstream may take to send its response head once asked.
-    pub first_byte: Duration,
-    /// `t0 + timeouts.total_ms`, when set.
-    pub total: Option<Instant>,
+/// Sets the request's [`Due`] times from `[timeouts]`.
+#[derive(Clone)]
+pub struct Deadlines<S> {
+    timeouts: crate::config::Timeouts,
+    inner: S,
 }
 
-impl Deadlines {
-    /// No deadline (until the `Timeouts` layer sets them).
-    pub const UNBOUNDED: Deadlines = Deadlines {
-        first_byte: Duration::MAX,
-        total: None,
-    };
-
-    pub fn new(t0: Instant, t: &crate::config::Timeouts) -> Deadlines {
-        Deadlines {
-            first_byte: t.first_byte,
-            total: (!t.total.is_zero()).then(|| t0 + t.total),
-        }
+impl<S> Deadlines<S> {
+    pub fn new(timeouts: crate::config::Timeouts, inner: S) -> Deadlines<S> {
+        Deadlines { timeouts, inner }
     }
+}
 
-    /// How long to wait for the response head from now.
-    pub fn head_wait(&self) -> Duration {
-        match self.total {
-            Some(d) => self
-                .first_byte
-                .min(d.saturating_duration_since(crate::rxstamp::now())),
-            None => self.first_byte,
-        }
+impl<S: Service<Routed>> Service<Routed> for Deadlines<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+    always_ready!();
+
+    fn call(&mut self, mut r: Routed) -> S::Future {
+        r.due = Due::new(r.ex.t0(), &self.timeouts);
+        self.inner.call(r)
     }
 }

@@ -7,11 +7,16 @@
 //!
 //! NB: there is no other way to dispose of one, so a request cannot end without its record. The
 //! key it carries is fingerprinted when the record is made, off the request's path, then dropped.
+//!
+//! What its record will say is set, and read back, only through methods that name it
+//! ([`Exchange::routed`], [`Exchange::request_says`], [`Exchange::join_sent`], …): its fields
+//! are private, and no caller holds its `Facts` or its `State`.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
@@ -27,9 +32,10 @@ use super::state::{Slot, State};
 use super::timeout::TimeoutBody;
 use crate::keys::Secret;
 use crate::meter::{
-    BodyEnd, Facts, GatewayTap, JoinBy, Meter, MeteredBody, Observer, RelayVerdict, RequestRecord,
-    Stamp, TapSide, Unjoined, Verdict,
+    BodyEnd, Experiment, Facts, GatewayTap, JoinBy, Meter, MeteredBody, Observer, RelayVerdict,
+    RequestRecord, TapSide, Unjoined, Verdict,
 };
+use crate::openai::RequestInfo;
 use crate::tap::{Joiner, Link};
 
 /// A request's part in a gateway tap, once its body was read.
@@ -94,21 +100,9 @@ impl Exchange {
         }))
     }
 
-    /// A new request's facts: when it came, its method and path.
-    pub fn facts_for(stamp: Stamp, method: &http::Method, path: &str) -> Facts {
-        Facts::new(stamp, method.as_str(), path)
-    }
-
-    pub fn facts(&mut self) -> &mut Facts {
-        &mut self.0.facts
-    }
-
+    /// The route it is on.
     pub fn route(&self) -> &Arc<Route> {
         &self.0.route
-    }
-
-    pub fn state(&self) -> &Arc<State> {
-        &self.0.state
     }
 
     pub fn t0(&self) -> Instant {
@@ -129,6 +123,68 @@ impl Exchange {
     /// This request's id (its record's `id`).
     pub fn id(&self) -> u64 {
         self.0.facts.stamp.id
+    }
+
+    /// What routing learned of the client before it judged it: the key's id, when the arm
+    /// depended on it (else it is made with the record), and the `x-tokentap-join` id, when the
+    /// route trusts its sender.
+    pub fn routed(&mut self, key_id: Option<String>, join_id: Option<u64>) {
+        let f = &mut self.0.facts;
+        f.key_id = key_id;
+        f.join_id = join_id;
+    }
+
+    /// The experiment arm (and pair) it was routed to, if any.
+    pub fn in_experiment(&mut self, experiment: Option<Experiment>) {
+        self.0.facts.experiment = experiment;
+    }
+
+    /// What the request body says (model, stream, max_tokens).
+    pub fn request_says(&mut self, info: RequestInfo) {
+        let f = &mut self.0.facts;
+        f.stream = info.stream;
+        f.max_tokens = info.max_tokens;
+        f.model = info.model;
+    }
+
+    /// The route's `model_map` sent the request upstream for `model`.
+    pub fn model_mapped(&mut self, model: String) {
+        self.0.facts.upstream_model = Some(model);
+    }
+
+    /// The route sent this request's id upstream in `x-tokentap-join`.
+    pub fn join_sent(&mut self) {
+        self.0.facts.join_sent = true;
+    }
+
+    /// The `x-tokentap-join` id received from a sender the route trusts.
+    pub fn join_id(&self) -> Option<u64> {
+        self.0.facts.join_id
+    }
+
+    /// tokentap's own `traceparent`, when the upstream is to continue its span (opt-in:
+    /// `otlp.forward_traceparent`) and the request's trace is sampled.
+    pub fn traceparent(&self) -> Option<String> {
+        let i = &*self.0;
+        let forward = i
+            .state
+            .config
+            .otlp
+            .as_ref()
+            .is_some_and(|o| o.forward_traceparent);
+        if !forward {
+            return None;
+        }
+        i.facts
+            .trace
+            .as_ref()
+            .filter(|t| t.sampled())
+            .map(|t| t.traceparent())
+    }
+
+    /// `timeouts.connect_ms` of its config generation (what the client's connect waits).
+    pub fn connect_timeout(&self) -> Duration {
+        self.0.state.config.timeouts.connect
     }
 
     /// Outer side of a gateway tap: wait in `joiner` for the inner side.

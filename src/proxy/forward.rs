@@ -17,7 +17,7 @@ use tower::Service;
 use super::copy::Copier;
 use super::error::ProxyError;
 use super::exchange::ProxyBody;
-use super::routed::Routed;
+use super::routing::Routed;
 use super::send::{send, Outgoing};
 use super::state::State;
 use crate::meter::Outcome;
@@ -69,7 +69,7 @@ impl Forward {
             body,
             upstream_path,
             copy,
-            deadlines,
+            due,
         } = r;
         let body = match self.read(ex.t0(), &head.headers, body).await {
             Ok(b) => b,
@@ -88,7 +88,7 @@ impl Forward {
         };
         // NB: the direct arm never sees a request the gateway refused.
         let Some((arm, pair)) = copy else {
-            return send(ex, req, None, deadlines).await;
+            return send(ex, req, None, due).await;
         };
         let primary_salt = self.copier.salt(&pair, &ex.route().name);
         let plan = self.copier.plan(arm, pair, &req);
@@ -99,9 +99,9 @@ impl Forward {
                     copier.spawn(plan);
                 }
             }));
-            return send(ex, req, primary_salt, deadlines).await;
+            return send(ex, req, primary_salt, due).await;
         }
-        let resp = send(ex, req, primary_salt, deadlines).await;
+        let resp = send(ex, req, primary_salt, due).await;
         // Mirror: once the upstream answered with success (tokentap's own answers never do).
         if resp.status().is_success() {
             self.copier.spawn(plan);

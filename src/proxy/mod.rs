@@ -1,11 +1,12 @@
 //! The proxy: a tower stack per request (`stack`: route header → routing and arm choice →
-//! admission → deadlines → forward), one [`Exchange`] per request from routing to its record,
-//! the routes as values (`routes`), and the pooled upstream client (`client`, `h1`).
+//! admission → deadlines → forward, each stage in a file of its own, listed there), one
+//! [`Exchange`] per request from routing to its record, the routes as values (`routes`), and
+//! the pooled upstream client (`client`, `h1`).
 //!
-//! A request's stages, each in a module of its own: it arrives (`stack::Arrival`), is routed
-//! (`routed`: its exchange begins, admission, `deadlines`), its body is read (`forward`), the
-//! route's `rewrite`s are applied and it is sent (`send`), with the experiment's `copy` to the
-//! other arm.
+//! A request's way, each step in a module of its own: it arrives (`route_header::Arrival`), is
+//! routed (`routing`: its exchange begins), admitted (`admission`), given its `due` times
+//! (`deadlines`), its body is read (`forward`), the route's `rewrite`s are applied and it is
+//! sent (`send`), with the experiment's `copy` to the other arm.
 //!
 //! Never mutates forwarded bytes, except the fields a route's config rewrites. The response body
 //! is owned by the client's response: when the client goes away the upstream request is dropped
@@ -19,9 +20,11 @@
 //! - `live`: the config generation new requests take, swapped by a reload; requests in flight
 //!   keep the [`State`] they began on.
 
+mod admission;
 pub mod client;
 mod copy;
 mod deadlines;
+mod due;
 mod ending;
 pub mod error;
 mod exchange;
@@ -31,8 +34,9 @@ mod ids;
 mod layer;
 pub mod live;
 mod rewrite;
-mod routed;
+mod route_header;
 pub mod routes;
+mod routing;
 mod send;
 pub mod stack;
 mod state;

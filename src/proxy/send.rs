@@ -11,7 +11,7 @@ use std::future::Future;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response};
 
-use super::deadlines::Deadlines;
+use super::due::Due;
 use super::error::ProxyError;
 use super::exchange::{Exchange, ProxyBody};
 use super::rewrite;
@@ -34,7 +34,7 @@ pub async fn send(
     mut ex: Exchange,
     req: Outgoing,
     salt: Option<String>,
-    deadlines: Deadlines,
+    due: Due,
 ) -> Response<ProxyBody> {
     let route = ex.route().clone();
     let Some(target) = &route.target else {
@@ -52,16 +52,16 @@ pub async fn send(
     if !peek_later {
         let r = rewrite::body(body, &rc.model_map, salt.as_deref());
         body = r.body;
-        if r.upstream_model.is_some() {
-            ex.facts().upstream_model = r.upstream_model;
+        if let Some(m) = r.upstream_model {
+            ex.model_mapped(m);
         }
-        note_request(&mut ex, r.info);
+        ex.request_says(r.info);
     }
     let mut headers = req.headers;
-    let traceparent = traceparent(&mut ex);
+    let traceparent = ex.traceparent();
     rewrite::headers(&mut headers, &rc.set_headers, traceparent);
     tap(&mut ex, &route, &mut headers, &body);
-    let wait = deadlines.head_wait();
+    let wait = due.head_wait();
     let mut send = std::pin::pin!(target.client.send(&req.method, &path, &headers, &body));
     let sent = tokio::time::timeout(
         wait,
@@ -69,20 +69,20 @@ pub async fn send(
             let r = send.as_mut().poll(cx);
             if r.is_pending() && peek_later {
                 peek_later = false;
-                note_request(&mut ex, openai::peek_request(&body));
+                ex.request_says(openai::peek_request(&body));
             }
             r
         }),
     )
     .await;
     if peek_later {
-        note_request(&mut ex, openai::peek_request(&body));
+        ex.request_says(openai::peek_request(&body));
     }
     let name = route.name.clone();
     match sent {
         Err(_) => ex.reject(ProxyError::Timeout(name, wait.as_millis())),
         Ok(Err(e)) => {
-            let connect = ex.state().config.timeouts.connect;
+            let connect = ex.connect_timeout();
             let err = if e.is_timeout() {
                 ProxyError::Timeout(name, connect.as_millis())
             } else if e.is_connect() {
@@ -94,28 +94,9 @@ pub async fn send(
         }
         Ok(Ok((resp, at))) => {
             ex.sent(at);
-            ex.respond(resp, deadlines.total)
+            ex.respond(resp, due.total)
         }
     }
-}
-
-/// tokentap's own `traceparent`, when the upstream is to continue its span (opt-in:
-/// `otlp.forward_traceparent`) and the request's trace is sampled.
-fn traceparent(ex: &mut Exchange) -> Option<String> {
-    let forward = ex
-        .state()
-        .config
-        .otlp
-        .as_ref()
-        .is_some_and(|o| o.forward_traceparent);
-    if !forward {
-        return None;
-    }
-    ex.facts()
-        .trace
-        .as_ref()
-        .filter(|t| t.sampled())
-        .map(|t| t.traceparent())
 }
 
 /// Root cause text of an error chain, for diagnostics (never contains request data).
@@ -129,7 +110,7 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
 
 /// A gateway tap: the outer side waits for its inner side and tells the gateway its id (in
 /// `x-tokentap-join`, which a gateway may forward); the inner side joins by the id it received
-/// (taken off every request as it arrived, kept only from a trusted sender: `routed`), or by
+/// (taken off every request as it arrived, kept only from a trusted sender: `routing`), or by
 /// the body's fingerprint. A route with `join_header` tells the gateway its id too, for a
 /// tokentap behind it in another process (the report joins the two logs).
 fn tap(ex: &mut Exchange, route: &Route, headers: &mut HeaderMap, body: &[u8]) {
@@ -138,7 +119,7 @@ fn tap(ex: &mut Exchange, route: &Route, headers: &mut HeaderMap, body: &[u8]) {
     if send_id {
         if let Ok(v) = HeaderValue::from_str(&crate::tap::token(ex.id())) {
             headers.insert(HEADER, v);
-            ex.facts().join_sent = true;
+            ex.join_sent();
         }
     }
     match &route.tap {
@@ -151,7 +132,7 @@ fn tap(ex: &mut Exchange, route: &Route, headers: &mut HeaderMap, body: &[u8]) {
         }
         Some(Tap::Inner(joiner)) => {
             // NB: the header itself was taken off on arrival; it never reaches the engine.
-            let token = ex.facts().join_id;
+            let token = ex.join_id();
             let fp = if token.is_none() {
                 openai::fingerprint(body)
             } else {
@@ -160,12 +141,4 @@ fn tap(ex: &mut Exchange, route: &Route, headers: &mut HeaderMap, body: &[u8]) {
             ex.tap_inner(joiner, token, fp);
         }
     }
-}
-
-/// What the request body says (model, stream, max_tokens), into the record.
-fn note_request(ex: &mut Exchange, info: openai::RequestInfo) {
-    let f = ex.facts();
-    f.stream = info.stream;
-    f.max_tokens = info.max_tokens;
-    f.model = info.model;
 }

@@ -40,6 +40,7 @@ mod schema;
 mod shapes;
 mod sim_pace;
 mod sse_split;
+mod stages;
 mod streaming;
 mod tap;
 mod telemetry;

@@ -1,11 +1,10 @@
-//! The routed stage: path → route, key → experiment arm (`route::arm`), and whom the route
-//! serves; the request's [`Exchange`] begins here ([`Opening::begin`], also how the experiment's
-//! copy begins). Then the layers a routed request passes: `Admission` (the concurrency limit)
-//! and `Timeouts` (its deadlines), each holding only what it reads.
+//! The routing stage: path → route, key → experiment arm (`route::arm`), the request's id
+//! (`ids`: read, or made), and whom the route serves. The request's [`Exchange`] begins here
+//! ([`Opening::begin`], also how the experiment's copy begins), and a refused request ends here,
+//! with its record. What it hands on is a [`Routed`] request.
 
 use std::convert::Infallible;
 use std::net::IpAddr;
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use http::request::Parts;
@@ -14,18 +13,73 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 use tower::Service;
 
-use super::deadlines::Deadlines;
+use super::due::Due;
 use super::error::ProxyError;
 use super::exchange::{Exchange, ProxyBody};
 use super::ids::Made;
 use super::layer::{always_ready, now, Respond};
+use super::route_header::Arrival;
 use super::routes::Route;
-use super::state::{Slot, State};
+use super::state::State;
 use crate::keys::{self, Secret};
-use crate::meter::{Facts, Stamp};
+use crate::meter::{Experiment, Facts, Stamp};
 use crate::route::arm::{self, Draw, Refusal};
 
-/// A routed request: its exchange, what to send upstream, and its deadlines.
+/// Path → route, key → arm, the request's id; the exchange begins on the chosen route.
+#[derive(Clone)]
+pub struct Routing<S> {
+    state: Arc<State>,
+    inner: S,
+}
+
+impl<S> Routing<S> {
+    pub fn new(state: Arc<State>, inner: S) -> Routing<S> {
+        Routing { state, inner }
+    }
+}
+
+impl<S> Service<Arrival> for Routing<S>
+where
+    S: Service<Routed, Response = Response<ProxyBody>, Error = Infallible>,
+{
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = Respond<S::Future>;
+    always_ready!();
+
+    fn call(&mut self, a: Arrival) -> Self::Future {
+        let state = &self.state;
+        let Arrival {
+            t0,
+            stamp,
+            mut head,
+            body,
+            forced,
+            load,
+            peer,
+            t0_kernel,
+            join,
+        } = a;
+        let (request_id, made_id) = super::ids::client(&state.config.request_id, &mut head.headers);
+        let mut o = Opening::new(t0, stamp, &head.method, head.uri.path(), &head.headers);
+        o.facts.load = load;
+        o.facts.t0_kernel = t0_kernel;
+        o.facts.request_id = request_id;
+        if state.sink().otlp.is_some() {
+            o.facts.trace = Some(crate::meter::Trace::from_headers(&head.headers));
+        }
+        o.made_id = made_id;
+        o.join = join;
+        match route(state, o, head, body, forced.as_ref(), peer) {
+            Ok(r) => Respond::Inner {
+                future: self.inner.call(r),
+            },
+            Err((ex, err)) => now(ex.reject(err)),
+        }
+    }
+}
+
+/// A routed request: its exchange, what to send upstream, and when its answer is due.
 pub struct Routed {
     pub ex: Exchange,
     pub head: Parts,
@@ -34,18 +88,20 @@ pub struct Routed {
     pub upstream_path: String,
     /// A copy for the other experiment arm: (route index, pair id).
     pub copy: Option<(usize, String)>,
-    pub deadlines: Deadlines,
+    /// Never, until the `Deadlines` stage sets them.
+    pub due: Due,
 }
 
 /// What is known of a request before its exchange begins: when it came, its facts so far, the
-/// client's key, and the request id tokentap made for it.
+/// client's key, and the request id tokentap made for it. Its facts are written here (as it
+/// arrives, or as a copy) and then only through its [`Exchange`].
 pub struct Opening {
-    pub t0: Instant,
-    pub facts: Facts,
-    pub key: Option<Secret<Vec<u8>>>,
-    pub made_id: Option<Made>,
+    t0: Instant,
+    facts: Facts,
+    key: Option<Secret<Vec<u8>>>,
+    made_id: Option<Made>,
     /// The `x-tokentap-join` id it came with (taken off), not yet trusted.
-    pub join: Option<u64>,
+    join: Option<u64>,
 }
 
 impl Opening {
@@ -53,11 +109,18 @@ impl Opening {
     pub fn new(t0: Instant, stamp: Stamp, method: &Method, path: &str, h: &HeaderMap) -> Opening {
         Opening {
             t0,
-            facts: Exchange::facts_for(stamp, method, path),
+            facts: Facts::new(stamp, method.as_str(), path),
             key: keys::client_key(h),
             made_id: None,
             join: None,
         }
+    }
+
+    /// The experiment's copy of a request: its arm and pair, and the primary's request id.
+    pub fn copy_of(mut self, experiment: Experiment, request_id: Option<String>) -> Opening {
+        self.facts.experiment = Some(experiment);
+        self.facts.request_id = request_id;
+        self
     }
 
     /// The request's exchange begins on `route` (counted in flight there).
@@ -125,8 +188,7 @@ pub fn route(
         c
     });
     let mut ex = o.begin(state.clone(), route);
-    ex.facts().key_id = key_id;
-    ex.facts().join_id = join_id;
+    ex.routed(key_id, join_id);
     if let Some(err) = refusal {
         return Err((ex, err));
     }
@@ -138,14 +200,14 @@ pub fn route(
         }
         Err(Refusal::ForcedDirect) => return Err((ex, ProxyError::ForcedDirect)),
     };
-    ex.facts().experiment = choice.experiment;
+    ex.in_experiment(choice.experiment);
     Ok(Routed {
         ex,
         head,
         body,
         upstream_path,
         copy: choice.copy,
-        deadlines: Deadlines::UNBOUNDED,
+        due: Due::UNBOUNDED,
     })
 }
 
@@ -200,56 +262,4 @@ fn refusal(
             !b.admits(fp.as_deref(), peer)
         });
     not_the_gateway.then(|| ProxyError::NotTheGateway(route.name.clone()))
-}
-
-/// The concurrency limit: a permit per request for its whole life; none left, 503 at once.
-#[derive(Clone)]
-pub struct Admission<S> {
-    /// Requests admitted, over every generation (`Shared::admitted`).
-    pub admitted: Arc<AtomicUsize>,
-    /// `limits.max_concurrent`.
-    pub max: usize,
-    pub inner: S,
-}
-
-impl<S> Service<Routed> for Admission<S>
-where
-    S: Service<Routed, Response = Response<ProxyBody>, Error = Infallible>,
-{
-    type Response = Response<ProxyBody>;
-    type Error = Infallible;
-    type Future = Respond<S::Future>;
-    always_ready!();
-
-    fn call(&mut self, mut r: Routed) -> Self::Future {
-        match Slot::take(&self.admitted, self.max) {
-            Some(slot) => {
-                r.ex.hold(slot);
-                Respond::Inner {
-                    future: self.inner.call(r),
-                }
-            }
-            None => now(r.ex.reject(ProxyError::Overloaded(self.max))),
-        }
-    }
-}
-
-/// Sets the request's deadlines from `[timeouts]`; the upstream call and the response body
-/// (`timeout::TimeoutBody`) keep them.
-#[derive(Clone)]
-pub struct Timeouts<S> {
-    pub timeouts: crate::config::Timeouts,
-    pub inner: S,
-}
-
-impl<S: Service<Routed>> Service<Routed> for Timeouts<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-    always_ready!();
-
-    fn call(&mut self, mut r: Routed) -> S::Future {
-        r.deadlines = Deadlines::new(r.ex.t0(), &self.timeouts);
-        self.inner.call(r)
-    }
 }
