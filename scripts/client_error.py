@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""A load generator's own TTFT error, measured the way that isolates it (docs/bench.md, "The
+client's own error"): client -> tokentap serve -> `tokentap sim --pace 50,10,100` (50 ms to the
+first token, then one every 10 ms, 100 tokens, whatever the load). tokentap stamps every request
+with the kernel's receive stamps, so a client's error is its TTFT minus the proxy's, request by
+request, joined by x-request-id. The difference also holds two loopback hops and the proxy's relay
+of the first token (tens of microseconds each: docs/overhead.md); it is stated, not subtracted.
+
+Each level runs every client in turn (bench, then AIPerf when installed) against the same proxy
+and mock. Per client and level: the error's p50, p99 and max, the client's CPU seconds and peak
+RSS, and how busy the machine was (/proc/stat over the run).
+
+Usage: client_error.py TOKENTAP WORKDIR [--levels 1,100,500,1000] [--aiperf PATH]
+Prints a Markdown table and writes WORKDIR/client-error.json.
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port, proc, what):
+    for _ in range(200):
+        if proc.poll() is not None:
+            sys.exit(f"{what} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"{what} did not listen on {port}")
+
+
+def cpu_times():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v), idle
+
+
+def busy(before, after):
+    total, idle = after[0] - before[0], after[1] - before[1]
+    return 1 - idle / total if total else 0.0
+
+
+def rank(sorted_values, p):
+    """Nearest rank: the value at rank ceil(p * n)."""
+    n = len(sorted_values)
+    i = max(1, -(-int(p * n * 1000) // 1000))
+    return sorted_values[min(n, i) - 1]
+
+
+def run(cmd, log):
+    """Run a client; its (exit, user+sys CPU s, peak RSS MB, wall s)."""
+    t0 = time.monotonic()
+    with open(log, "w") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        _, status, ru = os.wait4(p.pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return code, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, time.monotonic() - t0
+
+
+def proxy_ttft(log):
+    out = {}
+    with open(log) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("request_id") and r.get("ttft_ms") is not None:
+                out[r["request_id"]] = r["ttft_ms"]
+    return out
+
+
+def summary(diffs):
+    d = sorted(diffs)
+    return {"n": len(d), "p50": rank(d, 0.5), "p99": rank(d, 0.99), "max": d[-1]}
+
+
+def bench(tt, target, c, n, work):
+    out = f"{work}/bench-{c}"
+    cmd = [tt, "bench", "--target", target, "--concurrency", str(c), "--requests", str(n),
+           "--warmup", "0", "--buckets", "balanced", "--no-estimate", "--no-calibrate",
+           "--out", out, "--force"]
+    code, cpu, rss, wall = run(cmd, f"{work}/bench-{c}.log")
+    ttft = {}
+    with open(f"{out}/requests.jsonl") as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("ttft_ms") is not None:
+                ttft[r["request_id"]] = r["ttft_ms"]
+    return code, cpu, rss, wall, ttft
+
+
+def aiperf(exe, target, c, n, work):
+    out = f"{work}/aiperf-{c}"
+    cmd = [exe, "profile", "--model", "tokentap-sim", "--url", target, "--endpoint-type", "chat",
+           "--streaming", "--concurrency", str(c), "--request-count", str(n),
+           "--warmup-request-count", "0", "--output-artifact-dir", out, "--ui-type", "none",
+           "--tokenizer", "builtin"]
+    code, cpu, rss, wall = run(cmd, f"{work}/aiperf-{c}.log")
+    ttft = {}
+    for root, _, files in os.walk(out):
+        for name in files:
+            if name != "profile_export.jsonl":
+                continue
+            with open(os.path.join(root, name)) as f:
+                for line in f:
+                    r = json.loads(line)
+                    meta, metrics = r.get("metadata", {}), r.get("metrics", {})
+                    t = metrics.get("time_to_first_token", {})
+                    rid = meta.get("x_request_id")
+                    if rid and t.get("value") is not None:
+                        scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[t.get("unit", "ms")]
+                        ttft[rid] = t["value"] * scale
+    return code, cpu, rss, wall, ttft
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tokentap")
+    ap.add_argument("work")
+    ap.add_argument("--levels", default="1,100,500,1000")
+    ap.add_argument("--aiperf")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    sim_port, px_port = free_port(), free_port()
+    proxy_log = f"{a.work}/proxy.jsonl"
+    procs = []
+    try:
+        sim = subprocess.Popen([a.tokentap, "sim", "--listen", f"127.0.0.1:{sim_port}",
+                                "--pace", "50,10,100"], stdout=subprocess.DEVNULL,
+                               stderr=open(f"{a.work}/sim.log", "w"))
+        procs.append(sim)
+        wait_port(sim_port, sim, "tokentap sim")
+        px = subprocess.Popen([a.tokentap, "serve", "--upstream", f"http://127.0.0.1:{sim_port}",
+                               "--listen", f"127.0.0.1:{px_port}", "--admin", "off",
+                               "--log", proxy_log], stdout=subprocess.DEVNULL,
+                              stderr=open(f"{a.work}/serve.log", "w"))
+        procs.append(px)
+        wait_port(px_port, px, "tokentap serve")
+        target = f"http://127.0.0.1:{px_port}"
+        rows = []
+        for c in [int(x) for x in a.levels.split(",")]:
+            n = max(30, 3 * c)
+            clients = [("bench", lambda t, c, n, w: bench(a.tokentap, t, c, n, w))]
+            if a.aiperf:
+                clients.append(("aiperf", lambda t, c, n, w: aiperf(a.aiperf, t, c, n, w)))
+            for name, fn in clients:
+                before = cpu_times()
+                code, cpu, rss, wall, ttft = fn(target, c, n, a.work)
+                load = busy(before, cpu_times())
+                time.sleep(1.5)  # the proxy's last records reach its log
+                proxy = proxy_ttft(proxy_log)
+                diffs = [ttft[k] - proxy[k] for k in ttft if k in proxy]
+                row = {"client": name, "concurrency": c, "requests": n, "exit": code,
+                       "joined": len(diffs), "ttft_recorded": len(ttft), "cpu_s": round(cpu, 2),
+                       "peak_rss_mb": round(rss, 1), "wall_s": round(wall, 1),
+                       "machine_busy": round(load, 3)}
+                if diffs:
+                    row["error_ms"] = {k: round(v, 3) if k != "n" else v
+                                       for k, v in summary(diffs).items()}
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+        with open(f"{a.work}/client-error.json", "w") as f:
+            json.dump(rows, f, indent=1)
+        print("| client | C | requests (joined) | error p50 ms | p99 ms | max ms | CPU s | peak RSS MB | machine busy |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in rows:
+            e = r.get("error_ms", {})
+            print(f"| {r['client']} | {r['concurrency']:,} | {r['requests']:,} ({r['joined']:,}) | "
+                  f"{e.get('p50', '—')} | {e.get('p99', '—')} | {e.get('max', '—')} | "
+                  f"{r['cpu_s']} | {r['peak_rss_mb']} | {100 * r['machine_busy']:.0f} % |")
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+if __name__ == "__main__":
+    main()
