@@ -207,6 +207,29 @@ fn modules_never_reach_what_they_must_not() {
     }
 }
 
+/// Rules two sides share, each in a leaf both may reach: the file names nothing of the crate
+/// outside its own module (no `crate::`, no `super::super::`), so neither side's module comes
+/// with it. `meter/ending.rs` is how a request ended, for the proxy's exchange and bench's
+/// client alike.
+const SHARED_LEAVES: &[&str] = &["meter/ending.rs"];
+
+#[test]
+fn shared_rules_stay_leaves() {
+    for leaf in SHARED_LEAVES {
+        let text = std::fs::read_to_string(root().join("src").join(leaf)).unwrap();
+        let code = without_tests(&code_only(&text));
+        let uses = crate_uses(&code);
+        assert!(
+            uses.is_empty(),
+            "src/{leaf} is a shared leaf, yet names crate::{uses:?}"
+        );
+        assert!(
+            !code.contains("super::super"),
+            "src/{leaf} is a shared leaf, yet reaches past its own module"
+        );
+    }
+}
+
 /// `text` with its comments, string and character literals blanked (newlines kept), so braces
 /// and paths in them are not read as code.
 fn code_only(text: &str) -> String {
