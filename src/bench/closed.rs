@@ -104,7 +104,7 @@ impl<'a> Tally<'a> {
 /// One closed-loop cell: `(requests, warmup)` — W warm-up then N measured requests, C always in
 /// flight; request `i` is `make(i)`.
 pub(crate) async fn run(
-    s: &Session<'_>,
+    s: &Session,
     label: &str,
     make: &(dyn Fn(usize) -> Req + Sync),
     conc: usize,

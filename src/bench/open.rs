@@ -70,9 +70,14 @@ impl OpenResult {
     }
 }
 
-/// Send the plan on its schedule; `--max-concurrency` bounds the requests in flight.
-pub(crate) async fn run(s: &Session<'_>, label: &str, plan: Vec<Planned>) -> OpenResult {
-    let (target, cap, stop, progress) = (&s.target, s.cfg.max_concurrency, &s.stop, &s.progress);
+/// Send the plan on its schedule; `cap` (`--max-concurrency`) bounds the requests in flight.
+pub(crate) async fn run(
+    s: &Session,
+    label: &str,
+    plan: Vec<Planned>,
+    cap: Option<usize>,
+) -> OpenResult {
+    let (target, stop, progress) = (&s.target, &s.stop, &s.progress);
     let measured = plan.iter().filter(|p| p.measured).count();
     progress.begin(label, measured, plan.len() - measured);
     let sem = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));

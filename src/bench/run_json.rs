@@ -9,9 +9,10 @@ use super::cell::Out;
 use super::dataset::Chosen;
 use super::info::{BucketInfo, LoadInfo, RunInfo, ScrapeInfo, TokenStats};
 use super::plan::Plan;
-use super::search::{SaturationInfo, Until};
+use super::search::SaturationInfo;
 use super::session::Session;
-use super::{scrape, slices, steady, BenchConfig};
+use super::settings::{self, Common, Experiment, SearchOver};
+use super::{scrape, slices, steady};
 
 /// What `run.json` says of a load besides its cells: the search's findings, the replay's
 /// account.
@@ -25,16 +26,15 @@ impl RunInfo {
     /// `run.json` once the load is over: the session's knobs and clock, the plan's prompts and
     /// mode, the cells (taken from `out`; the records stay), what the load found and scraped.
     pub(crate) fn of(
-        s: &Session<'_>,
+        (s, cfg): (&Session, &Common),
         plan: &Plan,
         found: Findings,
         scrape: Option<ScrapeInfo>,
         out: &mut Out,
     ) -> RunInfo {
-        let cfg = s.cfg;
         let (dataset, prompt_set_sha256) = plan.source();
         let interrupted = s.stop.load(Ordering::Relaxed);
-        let verdict = verdict_of(cfg, plan, &out.cells, interrupted);
+        let verdict = verdict_of(cfg.max_error_rate, plan, &out.cells, interrupted);
         let stall_share = super::stall::run_share(&out.cells);
         RunInfo {
             tool: "tokentap bench",
@@ -45,7 +45,7 @@ impl RunInfo {
             seed: cfg.seed,
             prompt_set_sha256,
             fixed_output: cfg.fixed_output,
-            concurrency: cfg.concurrency.clone(),
+            concurrency: concurrency(plan),
             requests_per_cell: cfg.requests,
             warmup_per_cell: cfg.warmup,
             buckets: plan.chosen().iter().map(BucketInfo::of).collect(),
@@ -58,19 +58,15 @@ impl RunInfo {
             saturation: found.saturation,
             replay: found.replay,
             scrape,
-            hardware: (cfg.peak_bandwidth.is_some() || cfg.peak_flops.is_some()).then(|| {
-                crate::report::engine::Hardware {
-                    gpu: cfg.gpu.clone(),
-                    peak_bandwidth_bytes_s: cfg.peak_bandwidth,
-                    peak_flops: cfg.peak_flops,
-                }
-            }),
+            hardware: (cfg.hardware.peak_bandwidth_bytes_s.is_some()
+                || cfg.hardware.peak_flops.is_some())
+            .then(|| cfg.hardware.clone()),
             runs: (plan.runs() > 1).then_some(plan.runs()),
             spread: match plan.runs() {
                 0 | 1 => Vec::new(),
                 _ => crate::spread::as_written(&out.records),
             },
-            experiment: experiment(cfg),
+            experiment: plan.experiment().and_then(experiment),
             arm_resources: Vec::new(),
             stall_share,
             verdict,
@@ -79,7 +75,7 @@ impl RunInfo {
 }
 
 /// `run.json`'s `experiment`, when the run has arms.
-fn experiment(cfg: &BenchConfig) -> Option<super::arms::ExperimentInfo> {
+fn experiment(cfg: &Experiment) -> Option<super::arms::ExperimentInfo> {
     if cfg.arms.len() < 2 {
         return None;
     }
@@ -97,7 +93,7 @@ fn experiment(cfg: &BenchConfig) -> Option<super::arms::ExperimentInfo> {
 /// not measure — a named bucket without prompts, the cells a stop left unrun — and the cells
 /// whose own lag passed its bound (`stall::warnings`).
 fn verdict_of(
-    cfg: &BenchConfig,
+    max_error_rate: Option<f64>,
     plan: &Plan,
     cells: &[super::CellInfo],
     interrupted: bool,
@@ -114,7 +110,7 @@ fn verdict_of(
     }
     let rules = super::verdict::Rules {
         search: matches!(plan, Plan::Search { .. }),
-        max_error_rate: cfg.max_error_rate,
+        max_error_rate,
         unmeasured,
     };
     let mut v = super::verdict::judge(cells, &rules);
@@ -125,24 +121,65 @@ fn verdict_of(
 
 impl LoadInfo {
     /// The load's knobs as given, and its mode as planned.
-    fn of(cfg: &BenchConfig, plan: &Plan) -> LoadInfo {
-        let turns = matches!(plan, Plan::Conversations { .. });
+    fn of(cfg: &Common, plan: &Plan) -> LoadInfo {
+        let open = match plan {
+            Plan::Open(w) => w.open.as_ref(),
+            Plan::Search { search, .. } => match &search.over {
+                SearchOver::Rate(o) => Some(o),
+                SearchOver::Concurrency(_) => None,
+            },
+            _ => None,
+        };
+        let (search, replay, turns) = match plan {
+            Plan::Search { search, .. } => (Some(search), None, None),
+            Plan::Replay { replay, .. } => (None, Some(replay), None),
+            Plan::Conversations { turns, .. } => (None, None, Some(turns)),
+            _ => (None, None, None),
+        };
+        let rates = open.map(|o| o.rates.clone()).unwrap_or_default();
+        let max_time = search
+            .map(|s| s.max_time)
+            .or(replay.map(|r| r.max_time))
+            .unwrap_or(settings::MAX_TIME);
         LoadInfo {
             mode: plan.mode(),
-            request_rates: cfg.request_rates.clone(),
-            arrivals: (!cfg.request_rates.is_empty()).then_some(cfg.arrivals),
-            max_concurrency: cfg.max_concurrency,
-            until: cfg.until.as_ref().map(Until::to_string),
-            max_level: cfg.max_level,
-            max_time_s: cfg.max_time.as_secs_f64(),
-            buckets: cfg.buckets.clone(),
-            shared_prefix_tokens: cfg.shared_prefix,
-            prefix_groups: cfg.prefix_groups,
-            multi_turn: turns,
-            think_time_ms: turns.then_some(cfg.think_time.as_secs_f64() * 1000.0),
-            max_turns: turns.then_some(cfg.max_turns),
+            arrivals: open.filter(|_| !rates.is_empty()).map(|o| o.arrivals),
+            request_rates: rates,
+            max_concurrency: open
+                .and_then(|o| o.max_concurrency)
+                .or(replay.and_then(|r| r.max_concurrency)),
+            until: search.map(|s| s.until.to_string()),
+            max_level: search.and_then(|s| s.max_level),
+            max_time_s: max_time.as_secs_f64(),
+            buckets: cfg.prompts.buckets.clone(),
+            shared_prefix_tokens: cfg.prompts.shared_prefix,
+            prefix_groups: cfg.prompts.prefix_groups,
+            multi_turn: turns.is_some(),
+            think_time_ms: turns.map(|t| t.think_time.as_secs_f64() * 1000.0),
+            max_turns: turns.map(|t| t.max_turns),
             api: cfg.api.as_str(),
         }
+    }
+}
+
+/// `concurrency` in `run.json`: the levels of a load that has concurrencies, else the default
+/// levels (an open loop's cap is `load.max_concurrency`).
+fn concurrency(plan: &Plan) -> Vec<usize> {
+    match plan {
+        Plan::Closed(w) => w
+            .levels
+            .iter()
+            .filter_map(|l| match l {
+                super::cell::Level::Concurrency(c) => Some(*c),
+                super::cell::Level::Rate(_) => None,
+            })
+            .collect(),
+        Plan::Search { search, .. } => match &search.over {
+            SearchOver::Concurrency(c) => c.clone(),
+            SearchOver::Rate(_) => settings::CONCURRENCY.to_vec(),
+        },
+        Plan::Conversations { turns, .. } => turns.concurrency.clone(),
+        Plan::Open(_) | Plan::Replay { .. } => settings::CONCURRENCY.to_vec(),
     }
 }
 
@@ -166,12 +203,15 @@ impl BucketInfo {
 
 /// After the load: the scraper finished, each cell's plateau and time slices found, the engine's
 /// figures summarised per cell; what `run.json` says of the scraping.
-pub(crate) async fn scraped(s: &mut Session<'_>, out: &mut Out) -> Option<ScrapeInfo> {
+pub(crate) async fn scraped(
+    (s, cfg): (&mut Session, &Common),
+    out: &mut Out,
+) -> Option<ScrapeInfo> {
     let scraped = match s.scraper.take() {
         Some(scraper) => Some(scraper.finish().await),
         None => None,
     };
-    steady::attach(s.cfg, out, s.origin.1, scraped.as_ref());
-    slices::attach(s.cfg, out, s.origin.1, scraped.as_ref());
-    scraped.map(|c| scrape::summarise(s.cfg, &c, &mut out.cells))
+    steady::attach(&cfg.hardware, out, s.origin.1, scraped.as_ref());
+    slices::attach(cfg.timeslice, out, s.origin.1, scraped.as_ref());
+    scraped.map(|c| scrape::summarise(&cfg.hardware, &c, &mut out.cells))
 }

@@ -372,18 +372,22 @@ async fn a_simulated_sweep_reads_like_the_write_up() {
         .await
         .unwrap();
     let dir = scratch("writeup");
-    let cfg = tokentap::bench::BenchConfig {
-        target: format!("http://{}", sim.engine),
-        out: dir.clone(),
-        concurrency: vec![1, 8],
-        requests: 8,
-        warmup: 0,
-        outputs: [8, 16, 32],
-        calibrate: false,
-        quiet: true,
+    let cfg = {
+        let mut b = tokentap::bench::Bench::default();
+        b.common.target = format!("http://{}", sim.engine);
+        b.common.out = dir.clone();
+        b.common.requests = 8;
+        b.common.warmup = 0;
+        b.common.prompts.outputs = [8, 16, 32];
+        b.common.calibrate = false;
+        b.common.quiet = true;
         // The write-up's shapes alone: no /metrics scrapes against the in-process engine.
-        scrape: tokentap::bench::scrape::ScrapePlan::Off,
-        ..Default::default()
+        b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
+        b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
+            concurrency: vec![1, 8],
+            ..Default::default()
+        });
+        b
     };
     tokentap::bench::run(&cfg, Arc::new(AtomicBool::new(false)))
         .await
