@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::dataset::Chosen;
+use super::model::settings::{Experiment, PromptSpec};
 use super::request::{self, Message, Req};
-use super::settings::{Experiment, PromptSpec};
 use super::{CellInfo, LagStats, OpenInfo};
 use crate::meter::{Outcome, RequestRecord};
 

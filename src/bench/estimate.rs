@@ -9,12 +9,12 @@ use std::time::Duration;
 use super::cell::Level;
 use super::dataset::{Chosen, Conversation};
 use super::forecast::{about, Cell, Estimate};
-use super::open::Planned;
+use super::model::settings::{self, OpenLoop};
 use super::plan::{Plan, Sweep};
 use super::request::{text_of_tokens, Message, Req, Sent};
-use super::search::{Axis, Ladder};
 use super::session::Session;
-use super::settings::{self, OpenLoop};
+use super::stage::open::Planned;
+use super::stage::search::{Axis, Ladder};
 use crate::meter::Outcome;
 use crate::tokens::estimate_tokens;
 

@@ -5,7 +5,7 @@
 //! errors found once every flag is read say `bench: ` first.
 
 use super::args::Args;
-use super::settings::{
+use super::model::settings::{
     Bench, Closed, Common, Conversations, Experiment, Load, Open, OpenLoop, PromptSpec, Replay,
     Scraping, Search, SearchOver, CONCURRENCY,
 };
@@ -234,7 +234,7 @@ struct Parsed {
     outputs: [u64; 3],
     slos: crate::report::Slos,
     until: Option<super::Until>,
-    window: Option<super::replay::Window>,
+    window: Option<super::stage::replay::Window>,
     burstiness: f64,
     scrape: super::scrape::ScrapePlan,
     gpu: Option<super::gpu::Gpu>,
@@ -253,7 +253,7 @@ impl Parsed {
             None => crate::report::Slos::default(),
         };
         let until = a.until.as_deref().map(|u| super::Until::parse(u, &slos));
-        let window = a.window.as_deref().map(super::replay::Window::parse);
+        let window = a.window.as_deref().map(super::stage::replay::Window::parse);
         let (until, window) = (until.transpose()?, window.transpose()?);
         let burstiness = match (a.arrival, a.burstiness) {
             (super::Process::Gamma, b) => b.unwrap_or(1.0),

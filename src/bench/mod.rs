@@ -11,6 +11,10 @@
 //! - shared system prompts (`--shared-prefix`) and conversations turn by turn (`--multi-turn`).
 //!
 //! Errors are counted per cell and never abort the run; Ctrl-C keeps what was measured.
+//!
+//! Laid out as the report is: `model/` is the run as asked (`Bench`: the shared settings and
+//! the load with its own), `plan.rs` takes it into a `Plan`, `stage/` sends the loads (each
+//! handed what it reads), `view/` writes `run.json` and the table.
 // The process clock is this module's own: bench times requests on its own client-side clock, and dates its run.
 #![allow(clippy::disallowed_methods)]
 
@@ -19,7 +23,6 @@ pub mod arms;
 pub mod arrival;
 mod cell;
 pub mod cli;
-mod closed;
 pub mod dataset;
 mod estimate;
 mod flags;
@@ -27,27 +30,20 @@ mod forecast;
 pub mod gpu;
 mod info;
 mod live;
-mod open;
+pub mod model;
 mod plan;
 mod progress;
-pub mod replay;
 pub mod request;
 pub mod resources;
-mod run_json;
 mod runner;
 pub mod scrape;
-mod search;
 mod session;
-pub mod settings;
 mod slices;
+mod stage;
 mod stall;
 mod steady;
-pub mod summary;
-mod sweep;
-mod turns;
-mod until;
 pub mod verdict;
-mod window;
+pub mod view;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
@@ -59,19 +55,23 @@ pub use cli::cli;
 pub use info::{
     BucketInfo, CellInfo, LagStats, LoadInfo, OpenInfo, RunInfo, ScrapeInfo, TokenStats,
 };
-pub use runner::{Overhead, Target};
-pub use search::SaturationInfo;
-pub use settings::{
+pub use model::settings;
+pub use model::settings::{
     Bench, Closed, Common, Conversations, Experiment, Load, Open, OpenLoop, PromptSpec, Replay,
     Scraping, Search, SearchOver,
 };
-pub use until::Until;
+pub use model::until::Until;
+pub use runner::{Overhead, Target};
+pub use stage::replay;
+pub use stage::search::SaturationInfo;
+pub use view::summary;
 
 use crate::meter::RequestRecord;
 use cell::Out;
 use plan::Plan;
-use run_json::Findings;
 use session::{Client, Session};
+use stage::{search, sweep, turns};
+use view::run_json::{self, Findings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {

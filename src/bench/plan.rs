@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use super::cell::Level;
 use super::dataset::{self, BucketSpec, Chosen, Conversation};
-use super::open::Planned;
-use super::replay::{self, ReplayInfo};
+use super::model::settings::{self, Common, Experiment, Load, OpenLoop};
 use super::runner::Target;
-use super::search::Ladder;
-use super::settings::{self, Common, Experiment, Load, OpenLoop};
+use super::stage::open::Planned;
+use super::stage::replay::{self, ReplayInfo};
+use super::stage::search::Ladder;
 use super::BenchError;
 
 /// The load a run sends, and what it needs to send it: its settings, and its prompts or
@@ -291,7 +291,7 @@ impl Prompts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::settings::{Bench, Closed, Open, OpenLoop, SearchOver};
+    use crate::bench::model::settings::{Bench, Closed, Open, OpenLoop, SearchOver};
     use crate::bench::Until;
 
     fn plan(load: Load) -> Plan {

@@ -10,10 +10,10 @@ use tokio::time::Instant;
 
 use super::cell::{shared_prefixes, Load};
 use super::live::{self, AbortOnDrop, Live};
+use super::model::settings::{Common, Experiment};
 use super::progress::Progress;
 use super::runner::{self, Overhead, Target};
 use super::scrape::{self, Scraper};
-use super::settings::{Common, Experiment};
 use super::BenchError;
 
 /// What a run carries from its plan to its `run.json`: the means of sending and watching the

@@ -6,11 +6,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::arrival::{Arrivals, Process};
-use super::resources::Watch;
-pub use super::scrape::Scraping;
 use super::until::Until;
 use super::window::Window;
+use crate::bench::arrival::{Arrivals, Process};
+use crate::bench::resources::Watch;
+pub use crate::bench::scrape::Scraping;
 use crate::report::engine::Hardware;
 
 /// A run: the shared settings and the load.

@@ -5,21 +5,21 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use super::cell::Out;
-use super::dataset::Chosen;
-use super::info::{BucketInfo, LoadInfo, RunInfo, ScrapeInfo, TokenStats};
-use super::plan::Plan;
-use super::search::SaturationInfo;
-use super::session::Session;
-use super::settings::{self, Common, Experiment, SearchOver};
-use super::{scrape, slices, steady};
+use crate::bench::cell::Out;
+use crate::bench::dataset::Chosen;
+use crate::bench::info::{BucketInfo, LoadInfo, RunInfo, ScrapeInfo, TokenStats};
+use crate::bench::model::settings::{self, Common, Experiment, SearchOver};
+use crate::bench::plan::Plan;
+use crate::bench::session::Session;
+use crate::bench::stage::search::SaturationInfo;
+use crate::bench::{scrape, slices, steady};
 
 /// What `run.json` says of a load besides its cells: the search's findings, the replay's
 /// account.
 #[derive(Default)]
 pub(crate) struct Findings {
     pub saturation: BTreeMap<String, SaturationInfo>,
-    pub replay: Option<super::replay::ReplayInfo>,
+    pub replay: Option<crate::bench::stage::replay::ReplayInfo>,
 }
 
 impl RunInfo {
@@ -35,7 +35,7 @@ impl RunInfo {
         let (dataset, prompt_set_sha256) = plan.source();
         let interrupted = s.stop.load(Ordering::Relaxed);
         let verdict = verdict_of(cfg.max_error_rate, plan, &out.cells, interrupted);
-        let stall_share = super::stall::run_share(&out.cells);
+        let stall_share = crate::bench::stall::run_share(&out.cells);
         RunInfo {
             tool: "tokentap bench",
             tool_version: env!("CARGO_PKG_VERSION"),
@@ -50,7 +50,7 @@ impl RunInfo {
             warmup_per_cell: cfg.warmup,
             buckets: plan.chosen().iter().map(BucketInfo::of).collect(),
             started_at: s.started_at.clone(),
-            ended_at: super::session::now_rfc3339(),
+            ended_at: crate::bench::session::now_rfc3339(),
             interrupted,
             client_overhead_ttft_ms: s.overhead.clone(),
             load: LoadInfo::of(cfg, plan),
@@ -75,13 +75,13 @@ impl RunInfo {
 }
 
 /// `run.json`'s `experiment`, when the run has arms.
-fn experiment(cfg: &Experiment) -> Option<super::arms::ExperimentInfo> {
+fn experiment(cfg: &Experiment) -> Option<crate::bench::arms::ExperimentInfo> {
     if cfg.arms.len() < 2 {
         return None;
     }
     let arms: Vec<String> = cfg.arms.iter().map(|a| a.0.clone()).collect();
-    Some(super::arms::ExperimentInfo {
-        baseline: super::arms::baseline(&arms, cfg.baseline.as_deref()),
+    Some(crate::bench::arms::ExperimentInfo {
+        baseline: crate::bench::arms::baseline(&arms, cfg.baseline.as_deref()),
         arms,
         order: "balanced-latin-square",
         route_header: cfg.route_header.clone(),
@@ -95,9 +95,9 @@ fn experiment(cfg: &Experiment) -> Option<super::arms::ExperimentInfo> {
 fn verdict_of(
     max_error_rate: Option<f64>,
     plan: &Plan,
-    cells: &[super::CellInfo],
+    cells: &[crate::bench::CellInfo],
     interrupted: bool,
-) -> super::verdict::RunVerdict {
+) -> crate::bench::verdict::RunVerdict {
     let mut unmeasured = plan.unmeasurable();
     if interrupted {
         match plan.planned_cells() {
@@ -108,14 +108,14 @@ fn verdict_of(
             _ => {}
         }
     }
-    let rules = super::verdict::Rules {
+    let rules = crate::bench::verdict::Rules {
         search: matches!(plan, Plan::Search { .. }),
         max_error_rate,
         unmeasured,
     };
-    let mut v = super::verdict::judge(cells, &rules);
+    let mut v = crate::bench::verdict::judge(cells, &rules);
     // bench's own lag: a warning beside the verdict, never a change of its status.
-    v.client_lag = super::stall::warnings(cells);
+    v.client_lag = crate::bench::stall::warnings(cells);
     v
 }
 
@@ -170,8 +170,8 @@ fn concurrency(plan: &Plan) -> Vec<usize> {
             .levels
             .iter()
             .filter_map(|l| match l {
-                super::cell::Level::Concurrency(c) => Some(*c),
-                super::cell::Level::Rate(_) => None,
+                crate::bench::cell::Level::Concurrency(c) => Some(*c),
+                crate::bench::cell::Level::Rate(_) => None,
             })
             .collect(),
         Plan::Search { search, .. } => match &search.over {

@@ -15,13 +15,13 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::cell::Out;
 use super::open::Planned;
-use super::request::{overhead, text_of_tokens, Message, Req};
-use super::session::Session;
-use super::settings::{Common, Replay};
-pub use super::window::{Bound, Window};
-use super::{BenchError, OpenInfo};
+use crate::bench::cell::Out;
+use crate::bench::model::settings::{Common, Replay};
+pub use crate::bench::model::window::{Bound, Window};
+use crate::bench::request::{overhead, text_of_tokens, Message, Req};
+use crate::bench::session::Session;
+use crate::bench::{BenchError, OpenInfo};
 use crate::meter::Buckets;
 use crate::openai::Api;
 

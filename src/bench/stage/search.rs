@@ -13,12 +13,12 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::cell::{Level, Out};
-use super::dataset::Chosen;
-use super::session::Session;
-use super::settings::SearchOver;
 use super::sweep::measure;
-use super::until::{Judged, Until};
+use crate::bench::cell::{Level, Out};
+use crate::bench::dataset::Chosen;
+use crate::bench::model::settings::SearchOver;
+use crate::bench::model::until::{Judged, Until};
+use crate::bench::session::Session;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LevelResult {
@@ -97,7 +97,7 @@ pub(crate) enum Axis {
 impl Ladder {
     /// From the lowest `--concurrency` (or `--request-rate`) up to `--max-level` (default 256
     /// in flight, or 1000 req/s).
-    pub fn of(search: &super::settings::Search) -> Ladder {
+    pub fn of(search: &crate::bench::model::settings::Search) -> Ladder {
         let rates = match &search.over {
             SearchOver::Rate(o) => o.rates.iter().copied().reduce(f64::min),
             SearchOver::Concurrency(_) => None,
@@ -162,7 +162,7 @@ impl Ladder {
 pub(crate) async fn buckets(
     s: &Session,
     chosen: &[&Chosen],
-    (search, ladder): (&super::settings::Search, Ladder),
+    (search, ladder): (&crate::bench::model::settings::Search, Ladder),
     cells: (usize, usize),
     out: &mut Out,
 ) -> BTreeMap<String, SaturationInfo> {
@@ -180,7 +180,7 @@ pub(crate) async fn buckets(
 async fn bucket(
     s: &Session,
     c: &Chosen,
-    (search, ladder): (&super::settings::Search, Ladder),
+    (search, ladder): (&crate::bench::model::settings::Search, Ladder),
     (deadline, cells): (Instant, (usize, usize)),
     out: &mut Out,
 ) -> SaturationInfo {

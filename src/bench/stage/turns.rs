@@ -9,12 +9,12 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::cell::{Load, Out};
 use super::closed::{join_all, CellResult, Tally};
-use super::dataset::{BucketSpec, Conversation};
-use super::request::{Message, Req, Role, Sent};
-use super::session::Session;
-use super::settings::Conversations;
+use crate::bench::cell::{Load, Out};
+use crate::bench::dataset::{BucketSpec, Conversation};
+use crate::bench::model::settings::Conversations;
+use crate::bench::request::{Message, Req, Role, Sent};
+use crate::bench::session::Session;
 use crate::tokens::estimate_tokens;
 
 /// The bucket whose prompt range holds `tokens`.

@@ -4,11 +4,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::cell::{grid, run_order, Level, Out};
-use super::dataset::Chosen;
-use super::session::Session;
-use super::settings::OpenLoop;
 use super::{closed, open};
+use crate::bench::cell::{grid, run_order, Level, Out};
+use crate::bench::dataset::Chosen;
+use crate::bench::model::settings::OpenLoop;
+use crate::bench::session::Session;
 
 /// Measure the sweep's cells, each level at its pace (an open loop's arrivals and cap), `runs`
 /// times; with several runs, each record and cell says its run.
@@ -62,8 +62,8 @@ pub(crate) async fn measure(
     // Whole groups of copies, one per arm (a search's levels choose their own counts).
     let n = s.load.experiment.arms.len();
     let (requests, warmup) = (
-        super::arms::whole_groups(requests, n),
-        super::arms::whole_groups(warmup, n),
+        crate::bench::arms::whole_groups(requests, n),
+        crate::bench::arms::whole_groups(warmup, n),
     );
     let from = out.records.len();
     let begun = s.load.mark().await;
