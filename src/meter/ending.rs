@@ -45,11 +45,12 @@ pub fn verdict(close: Close, status: u16, meter: &mut Meter) -> Verdict {
 
 #[allow(clippy::disallowed_methods)] // tests drive their own clock
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tokio::time::Instant;
 
-    fn stream(events: &[&str]) -> Meter {
+    /// A streamed response's meter, fed these SSE events (the proxy's tests read it too).
+    pub(crate) fn stream(events: &[&str]) -> Meter {
         let mut m = Meter::new(Instant::now());
         m.path_api = crate::openai::Api::Chat;
         m.expect_body(Some(b"text/event-stream"), 1 << 20, 1 << 20);
@@ -63,8 +64,9 @@ mod tests {
         m
     }
 
-    const TOKEN: &str = r#"{"choices":[{"delta":{"content":"hi"}}]}"#;
-    const LAST: &str = r#"{"choices":[{"delta":{"content":"!"},"finish_reason":"stop"}]}"#;
+    pub(crate) const TOKEN: &str = r#"{"choices":[{"delta":{"content":"hi"}}]}"#;
+    pub(crate) const LAST: &str =
+        r#"{"choices":[{"delta":{"content":"!"},"finish_reason":"stop"}]}"#;
     const DONE: [&str; 3] = [TOKEN, LAST, "[DONE]"];
 
     fn v(close: Close, status: u16, events: &[&str]) -> (u16, Outcome, Option<String>) {

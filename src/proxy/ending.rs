@@ -67,24 +67,7 @@ pub fn verdict(ending: &Ending<'_>, head: Option<u16>, meter: &mut Meter, cut: b
 #[allow(clippy::disallowed_methods)] // tests drive their own clock and environment
 mod tests {
     use super::*;
-    use tokio::time::Instant;
-
-    fn stream(events: &[&str]) -> Meter {
-        let mut m = Meter::new(Instant::now());
-        m.path_api = crate::openai::Api::Chat;
-        m.expect_body(Some(b"text/event-stream"), 1 << 20, 1 << 20);
-        for e in events {
-            m.defer(
-                bytes::Bytes::from(format!("data: {e}\n\n")),
-                Instant::now(),
-                crate::meter::ReadClock::Process,
-            );
-        }
-        m
-    }
-
-    const TOKEN: &str = r#"{"choices":[{"delta":{"content":"hi"}}]}"#;
-    const LAST: &str = r#"{"choices":[{"delta":{"content":"!"},"finish_reason":"stop"}]}"#;
+    use crate::meter::ending::tests::{stream, LAST, TOKEN};
 
     fn v(
         e: &Ending<'_>,

@@ -147,20 +147,11 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
     let px = proxy(&format!("http://{}", s.engine), "").await;
     let dir = scratch("bench");
     let cfg = {
-        let mut b = bench::Bench::default();
-        b.common.target = format!("http://{}", px.addr);
-        b.common.out = dir.join("a");
-        b.common.requests = 4;
-        b.common.warmup = 2;
+        let mut b =
+            support::load::bench_through_proxy(format!("http://{}", px.addr), dir.join("a"));
+        (b.common.requests, b.common.warmup) = (4, 2);
         b.common.prompts.outputs = [6, 8, 10];
-        b.common.calibrate = false;
-        b.common.quiet = true;
-        // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
-        b.common.scrape.plan = bench::scrape::ScrapePlan::Off;
-        b.load = bench::Load::Closed(bench::Closed {
-            concurrency: vec![1, 2],
-            ..Default::default()
-        });
+        b.load = bench::Load::closed(vec![1, 2]);
         b
     };
     let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
@@ -217,12 +208,8 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
         &{
             let mut b = cfg.clone();
             b.common.out = dir.join("b");
-            b.common.requests = 1;
-            b.common.warmup = 0;
-            b.load = bench::Load::Closed(bench::Closed {
-                concurrency: vec![1],
-                ..Default::default()
-            });
+            (b.common.requests, b.common.warmup) = (1, 0);
+            b.load = bench::Load::closed(vec![1]);
             b
         },
         Arc::new(AtomicBool::new(false)),
@@ -235,12 +222,8 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
             let mut b = cfg.clone();
             b.common.out = dir.join("c");
             b.common.seed = 7;
-            b.common.requests = 1;
-            b.common.warmup = 0;
-            b.load = bench::Load::Closed(bench::Closed {
-                concurrency: vec![1],
-                ..Default::default()
-            });
+            (b.common.requests, b.common.warmup) = (1, 0);
+            b.load = bench::Load::closed(vec![1]);
             b
         },
         Arc::new(AtomicBool::new(false)),
@@ -263,19 +246,11 @@ async fn empty_buckets_are_reported_and_bad_datasets_named() {
     let only_short = dir.join("short.json");
     std::fs::write(&only_short, r#"[{"id":"s1","conversations":[{"from":"human","value":"hi there"},{"from":"gpt","value":"hello"}]}]"#).unwrap();
     let cfg = {
-        let mut b = bench::Bench::default();
-        b.common.target = format!("http://{}", s.engine);
-        b.common.out = dir.join("out");
+        let mut b = support::load::quiet_bench(format!("http://{}", s.engine), dir.join("out"));
         b.common.prompts.dataset = Some(only_short);
-        b.common.requests = 2;
-        b.common.warmup = 0;
+        (b.common.requests, b.common.warmup) = (2, 0);
         b.common.prompts.outputs = [4, 4, 4];
-        b.common.calibrate = false;
-        b.common.quiet = true;
-        b.load = bench::Load::Closed(bench::Closed {
-            concurrency: vec![1],
-            ..Default::default()
-        });
+        b.load = bench::Load::closed(vec![1]);
         b
     };
     let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
@@ -324,14 +299,10 @@ async fn bench_client_overhead_is_well_under_a_millisecond() {
         let mut b = bench::Bench::default();
         b.common.target = format!("http://{}", s.engine);
         b.common.out = dir;
-        b.common.requests = 1;
-        b.common.warmup = 0;
+        (b.common.requests, b.common.warmup) = (1, 0);
         b.common.prompts.outputs = [2, 2, 2];
         b.common.quiet = true;
-        b.load = bench::Load::Closed(bench::Closed {
-            concurrency: vec![1],
-            ..Default::default()
-        });
+        b.load = bench::Load::closed(vec![1]);
         b
     };
     let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
@@ -347,18 +318,10 @@ async fn stopping_a_sweep_keeps_what_was_measured() {
     let s = sim().await;
     let dir = scratch("interrupt");
     let cfg = {
-        let mut b = bench::Bench::default();
-        b.common.target = format!("http://{}", s.engine);
-        b.common.out = dir.clone();
-        b.common.requests = 50;
-        b.common.warmup = 0;
+        let mut b = support::load::quiet_bench(format!("http://{}", s.engine), dir.clone());
+        (b.common.requests, b.common.warmup) = (50, 0);
         b.common.prompts.outputs = [20, 20, 20];
-        b.common.calibrate = false;
-        b.common.quiet = true;
-        b.load = bench::Load::Closed(bench::Closed {
-            concurrency: vec![1, 2, 4],
-            ..Default::default()
-        });
+        b.load = bench::Load::closed(vec![1, 2, 4]);
         b
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -439,23 +402,14 @@ async fn bench_speaks_every_shape_to_a_reasoning_model() {
     for api in [Api::Chat, Api::Completions, Api::Responses, Api::Messages] {
         let dir = scratch("shapes");
         let cfg = {
-            let mut b = bench::Bench::default();
-            b.common.target = format!("http://{}", px.addr);
-            b.common.out = dir.clone();
+            let mut b =
+                support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
             b.common.model = Some("sim".into());
-            b.common.requests = 3;
-            b.common.warmup = 0;
+            (b.common.requests, b.common.warmup) = (3, 0);
             b.common.prompts.outputs = [8, 8, 8];
             b.common.prompts.prompts_per_bucket = 1;
-            b.common.calibrate = false;
-            b.common.quiet = true;
             b.common.api = api;
-            // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
-            b.common.scrape.plan = bench::scrape::ScrapePlan::Off;
-            b.load = bench::Load::Closed(bench::Closed {
-                concurrency: vec![1],
-                ..Default::default()
-            });
+            b.load = bench::Load::closed(vec![1]);
             b
         };
         bench::run(&cfg, Arc::new(AtomicBool::new(false)))
@@ -504,20 +458,11 @@ async fn bench_request_ids_join_the_proxys_records_one_to_one() {
     let px = proxy(&format!("http://{}", s.engine), "").await;
     let dir = scratch("ids");
     let cfg = {
-        let mut b = bench::Bench::default();
-        b.common.target = format!("http://{}", px.addr);
-        b.common.out = dir.clone();
-        b.common.requests = 16;
-        b.common.warmup = 1;
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (16, 1);
         b.common.prompts.outputs = [12, 12, 12];
         b.common.prompts.buckets = vec!["short-long".into()];
-        b.common.calibrate = false;
-        b.common.quiet = true;
-        b.common.scrape.plan = bench::scrape::ScrapePlan::Off;
-        b.load = bench::Load::Closed(bench::Closed {
-            concurrency: vec![1, 8],
-            ..Default::default()
-        });
+        b.load = bench::Load::closed(vec![1, 8]);
         b
     };
     bench::run(&cfg, Arc::new(AtomicBool::new(false)))

@@ -73,10 +73,7 @@ fn runs() -> &'static Runs {
                 b.common.estimate = false;
                 // Nothing but the load on the sims: the null change is judged to its intervals.
                 b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
-                b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
-                    concurrency: vec![1],
-                    ..Default::default()
-                });
+                b.load = tokentap::bench::Load::closed(vec![1]);
                 b
             })
             .collect();

@@ -54,18 +54,11 @@ async fn measure_hop(hop: &str) -> report::hop::GatewayHop {
     .await;
     let dir = scratch("hop");
     let cfg = {
-        let mut b = bench::Bench::default();
-        b.common.target = format!("http://{}", px.addr);
-        b.common.out = dir.clone();
-        b.common.requests = 40;
-        b.common.warmup = 2;
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (40, 2);
         b.common.prompts.outputs = [6, 6, 6];
         b.common.prompts.prompts_per_bucket = 10;
-        b.common.calibrate = false;
-        b.common.quiet = true;
         b.common.api_key = Some(tokentap::keys::Secret::new(key.to_owned()));
-        // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
-        b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
         b.load = bench::Load::Closed(bench::Closed {
             concurrency: vec![1],
             experiment: bench::Experiment {
@@ -158,17 +151,10 @@ async fn the_tap_recovers_the_hop_at_every_level() {
     .unwrap();
     let dir = scratch("tap-levels");
     let cfg = {
-        let mut b = bench::Bench::default();
-        b.common.target = format!("http://{}", px.addr);
-        b.common.out = dir.clone();
-        b.common.requests = 12;
-        b.common.warmup = 0;
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (12, 0);
         b.common.prompts.outputs = [6, 6, 6];
         b.common.prompts.prompts_per_bucket = 12;
-        b.common.calibrate = false;
-        b.common.quiet = true;
-        // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
-        b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
         b.load = bench::Load::Closed(bench::Closed {
             concurrency: vec![1, 4],
             experiment: bench::Experiment {
@@ -614,19 +600,13 @@ async fn four_arms_see_the_same_prompts_in_a_rotated_order() {
     let dir = scratch("four-arms");
     let arms = ["direct", "h0", "h1", "h5"];
     let cfg = {
-        let mut b = bench::Bench::default();
-        b.common.target = format!("http://{}", px.addr);
-        b.common.out = dir.clone();
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
         // Two periods of the 4-arm square (8 groups); 30 is rounded up to whole groups.
-        b.common.requests = 30;
-        b.common.warmup = 4;
+        (b.common.requests, b.common.warmup) = (30, 4);
         b.common.prompts.outputs = [4, 4, 4];
         b.common.prompts.buckets = vec!["balanced".into()];
         b.common.prompts.prompts_per_bucket = 6;
-        b.common.calibrate = false;
-        b.common.quiet = true;
         b.common.api_key = Some(tokentap::keys::Secret::new(key.to_owned()));
-        b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
         b.load = bench::Load::Closed(bench::Closed {
             concurrency: vec![1, 2],
             experiment: bench::Experiment {
@@ -745,18 +725,12 @@ async fn arm_resources_are_read_from_proc() {
     .await;
     let dir = scratch("arm-pid");
     let cfg = {
-        let mut b = bench::Bench::default();
-        b.common.target = format!("http://{}", px.addr);
-        b.common.out = dir.clone();
-        b.common.requests = 4;
-        b.common.warmup = 0;
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (4, 0);
         b.common.prompts.outputs = [4, 4, 4];
         b.common.prompts.buckets = vec!["short-long".into()];
         b.common.prompts.prompts_per_bucket = 2;
-        b.common.calibrate = false;
-        b.common.quiet = true;
         b.common.api_key = Some(tokentap::keys::Secret::new("sk-k".into()));
-        b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
         b.load = bench::Load::Closed(bench::Closed {
             concurrency: vec![1],
             experiment: bench::Experiment {
@@ -910,18 +884,12 @@ async fn board_run(
     .await;
     let dir = scratch("board");
     let cfg = {
-        let mut b = bench::Bench::default();
-        b.common.target = format!("http://{}", px.addr);
-        b.common.out = dir.clone();
-        b.common.requests = requests;
-        b.common.warmup = arms.len();
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (requests, arms.len());
         b.common.prompts.outputs = [24, 24, 24];
         b.common.prompts.buckets = vec!["balanced".into()];
         b.common.prompts.prompts_per_bucket = 10;
-        b.common.calibrate = false;
-        b.common.quiet = true;
         b.common.api_key = Some(tokentap::keys::Secret::new(key.to_owned()));
-        b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
         b.load = bench::Load::Closed(bench::Closed {
             concurrency: levels,
             experiment: bench::Experiment {

@@ -349,14 +349,16 @@ fn closing(code: &[u8], open: usize) -> usize {
     code.len()
 }
 
-/// `code` without its `#[cfg(test)]` modules.
+/// `code` without its `#[cfg(test)]` modules (private or not: a test module may lend its
+/// fixtures to another's tests).
 fn without_tests(code: &str) -> String {
     let mut out = code.to_owned();
     while let Some(i) = out.find("#[cfg(test)]") {
         let rest = &out[i..];
-        let at_mod = rest["#[cfg(test)]".len()..]
-            .trim_start()
-            .starts_with("mod ");
+        let after = rest["#[cfg(test)]".len()..].trim_start();
+        let at_mod = ["mod ", "pub mod ", "pub(crate) mod ", "pub(super) mod "]
+            .iter()
+            .any(|m| after.starts_with(m));
         let end = match (at_mod, rest.find('{'), rest.find(';')) {
             (true, Some(o), semi) if semi.is_none_or(|s| o < s) => {
                 closing(out.as_bytes(), i + o) + 1

@@ -32,8 +32,7 @@ async fn the_cap_queues_requests_outside_their_ttft_and_a_rate_too_fast_is_repor
     let dir = scratch("cap");
     let c = {
         let mut b = bench_cfg(&s, dir.join("cap"));
-        b.common.requests = 20;
-        b.common.warmup = 0;
+        (b.common.requests, b.common.warmup) = (20, 0);
         b.common.prompts.outputs = [4, 4, 4];
         b.common.prompts.buckets = vec!["short-long".into()];
         b.load = bench::Load::Open(bench::Open {
@@ -70,8 +69,7 @@ async fn the_cap_queues_requests_outside_their_ttft_and_a_rate_too_fast_is_repor
     let fast = {
         let mut b = bench_cfg(&s, dir.join("fast"));
         b.common.prompts.buckets = c.common.prompts.buckets.clone();
-        b.common.requests = 300;
-        b.common.warmup = 0;
+        (b.common.requests, b.common.warmup) = (300, 0);
         b.common.prompts.outputs = [1, 1, 1];
         b.load = bench::Load::Open(bench::Open {
             rates: bench::OpenLoop {
@@ -144,14 +142,10 @@ async fn a_shared_prefix_gives_back_ttft_on_a_caching_engine() {
         let mut b = bench_cfg(&s, dir.clone());
         b.common.prompts.shared_prefix = 2000;
         b.common.prompts.prefix_groups = 4;
-        b.common.requests = 12;
-        b.common.warmup = 0;
+        (b.common.requests, b.common.warmup) = (12, 0);
         b.common.prompts.outputs = [2, 2, 2];
         b.common.prompts.buckets = vec!["short-long".into()];
-        b.load = bench::Load::Closed(bench::Closed {
-            concurrency: vec![1],
-            ..Default::default()
-        });
+        b.load = bench::Load::closed(vec![1]);
         b
     };
     run_bench(&c).await;
@@ -181,8 +175,7 @@ async fn conversations_go_turn_by_turn_and_the_report_reads_each_turn() {
     let dir = scratch("turns");
     let c = {
         let mut b = bench_cfg(&s, dir.clone());
-        b.common.requests = 24;
-        b.common.warmup = 0;
+        (b.common.requests, b.common.warmup) = (24, 0);
         b.load = bench::Load::Conversations(bench::Conversations {
             concurrency: vec![2],
             think_time: Duration::from_millis(5),
@@ -217,11 +210,7 @@ async fn bad_replay_input_is_named() {
     std::fs::write(&garbage, "not json\n{\"msg\":\"other tool\"}\n").unwrap();
     for f in [&empty, &garbage] {
         let c = {
-            let mut b = bench::Bench::default();
-            b.common.target = "http://127.0.0.1:9".into();
-            b.common.out = dir.join("out");
-            b.common.calibrate = false;
-            b.common.quiet = true;
+            let mut b = support::load::quiet_bench("http://127.0.0.1:9".into(), dir.join("out"));
             b.load = bench::Load::Replay(bench::Replay {
                 files: vec![f.clone()],
                 ..Default::default()
@@ -267,8 +256,7 @@ async fn through_the_proxy_the_rate_turn_and_bucket_are_recorded_and_never_forwa
         b.common.model = Some("m".into());
         b.common.calibrate = false;
         b.common.quiet = true;
-        b.common.requests = 4;
-        b.common.warmup = 0;
+        (b.common.requests, b.common.warmup) = (4, 0);
         b.common.prompts.outputs = [3, 3, 3];
         b.common.prompts.buckets = vec!["short-long".into()];
         // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
@@ -351,8 +339,7 @@ async fn stopping_an_open_loop_or_a_search_keeps_what_was_measured() {
     for (name, c) in [
         ("open", {
             let mut b = bench_cfg(&s, dir.join("open"));
-            b.common.requests = 400;
-            b.common.warmup = 0;
+            (b.common.requests, b.common.warmup) = (400, 0);
             b.common.prompts.outputs = [2, 2, 2];
             b.common.prompts.buckets = vec!["short-long".into()];
             b.load = bench::Load::Open(bench::Open {
@@ -366,8 +353,7 @@ async fn stopping_an_open_loop_or_a_search_keeps_what_was_measured() {
         }),
         ("search", {
             let mut b = bench_cfg(&slow, dir.join("search"));
-            b.common.requests = 200;
-            b.common.warmup = 0;
+            (b.common.requests, b.common.warmup) = (200, 0);
             b.common.prompts.outputs = [2, 2, 2];
             b.common.prompts.buckets = vec!["short-long".into()];
             b.load = bench::Load::Search(bench::Search::until(Until::Errors));

@@ -373,20 +373,12 @@ async fn a_simulated_sweep_reads_like_the_write_up() {
         .unwrap();
     let dir = scratch("writeup");
     let cfg = {
-        let mut b = tokentap::bench::Bench::default();
-        b.common.target = format!("http://{}", sim.engine);
-        b.common.out = dir.clone();
-        b.common.requests = 8;
-        b.common.warmup = 0;
+        let mut b =
+            support::load::bench_through_proxy(format!("http://{}", sim.engine), dir.clone());
+        (b.common.requests, b.common.warmup) = (8, 0);
         b.common.prompts.outputs = [8, 16, 32];
-        b.common.calibrate = false;
-        b.common.quiet = true;
         // The write-up's shapes alone: no /metrics scrapes against the in-process engine.
-        b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
-        b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
-            concurrency: vec![1, 8],
-            ..Default::default()
-        });
+        b.load = tokentap::bench::Load::closed(vec![1, 8]);
         b
     };
     tokentap::bench::run(&cfg, Arc::new(AtomicBool::new(false)))

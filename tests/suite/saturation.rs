@@ -38,10 +38,7 @@ async fn the_saturation_search_finds_the_ceiling_a_full_sweep_gives() {
     // The full sweep, every level from 1 to 8, read by the report.
     let sweep = {
         let mut b = v100_long(&s, dir.join("sweep"));
-        b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
-            concurrency: (1..=8).collect(),
-            ..Default::default()
-        });
+        b.load = tokentap::bench::Load::closed((1..=8).collect());
         b
     };
     run_bench(&sweep).await;

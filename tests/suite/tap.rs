@@ -458,17 +458,11 @@ async fn one_tokentap_taps_two_gateways_at_once() {
     }
     let dir = scratch("tap-two-gateways");
     let cfg = {
-        let mut b = tokentap::bench::Bench::default();
-        b.common.target = format!("http://{}", px.addr);
-        b.common.out = dir.clone();
-        b.common.requests = 6;
-        b.common.warmup = 0;
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (6, 0);
         b.common.prompts.outputs = [4, 4, 4];
         b.common.prompts.buckets = vec!["balanced".into()];
         b.common.prompts.prompts_per_bucket = 6;
-        b.common.calibrate = false;
-        b.common.quiet = true;
-        b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
         b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
             concurrency: vec![1, 3],
             experiment: tokentap::bench::Experiment {
@@ -553,21 +547,12 @@ async fn the_tap_across_two_tokentaps_joins_every_request_by_header() {
         )
     };
     let load = |target: String, name: &str| {
-        let mut b = tokentap::bench::Bench::default();
-        b.common.target = target;
-        b.common.out = scratch(name);
-        b.common.requests = N;
-        b.common.warmup = 0;
+        let mut b = support::load::bench_through_proxy(target, scratch(name));
+        (b.common.requests, b.common.warmup) = (N, 0);
         b.common.prompts.buckets = vec!["balanced".into()];
         b.common.prompts.outputs = [6, 6, 6];
         b.common.prompts.prompts_per_bucket = N;
-        b.common.calibrate = false;
-        b.common.quiet = true;
-        b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
-        b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
-            concurrency: vec![1],
-            ..Default::default()
-        });
+        b.load = tokentap::bench::Load::closed(vec![1]);
         b
     };
     let hop: HopDelay = "20±5".parse().unwrap();

@@ -50,10 +50,7 @@ fn sweep(
         b.common.estimate = false;
         b.common.scrape.interval = Duration::from_millis(50);
         b.common.timeslice = Some(Duration::from_millis(200));
-        b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
-            concurrency: vec![1, 8],
-            ..Default::default()
-        });
+        b.load = tokentap::bench::Load::closed(vec![1, 8]);
         b
     }
 }
@@ -381,10 +378,7 @@ async fn dcgm_failures_and_credentials() {
         ]);
         b.common.requests = 4;
         b.common.prompts.outputs = [8, 8, 8];
-        b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
-            concurrency: vec![2],
-            ..Default::default()
-        });
+        b.load = tokentap::bench::Load::closed(vec![2]);
         b
     };
     let info = run_bench(&cfg).await;
@@ -443,10 +437,7 @@ async fn the_plateau_leaves_out_the_drain_on_the_sims_own_timeline() {
         b.common.requests = 16;
         b.common.fixed_output = false;
         b.common.scrape.interval = Duration::from_millis(10);
-        b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
-            concurrency: vec![4],
-            ..Default::default()
-        });
+        b.load = tokentap::bench::Load::closed(vec![4]);
         b
     };
     run_bench(&cfg).await;
@@ -516,10 +507,7 @@ async fn bench_serves_its_own_metrics_while_it_runs() {
         b.common.requests = 9;
         b.common.metrics_listen = Some(port.to_string());
         b.common.scrape.plan = ScrapePlan::Off;
-        b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
-            concurrency: vec![3],
-            ..Default::default()
-        });
+        b.load = tokentap::bench::Load::closed(vec![3]);
         b
     };
     let run = tokio::spawn(async move { run_bench(&cfg).await });
@@ -576,10 +564,7 @@ async fn a_cells_figures_are_its_plateaus_when_it_holds_enough_and_whole_on_requ
         b.common.fixed_output = false;
         b.common.prompts.outputs = [48, 48, 48];
         b.common.timeslice = None;
-        b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
-            concurrency: vec![4],
-            ..Default::default()
-        });
+        b.load = tokentap::bench::Load::closed(vec![4]);
         b
     };
     run_bench(&cfg).await;

@@ -227,6 +227,16 @@ impl Default for PromptSpec {
     }
 }
 
+impl Load {
+    /// A closed sweep at these concurrencies, once, without arms.
+    pub fn closed(concurrency: Vec<usize>) -> Load {
+        Load::Closed(Closed {
+            concurrency,
+            ..Closed::default()
+        })
+    }
+}
+
 impl Default for Load {
     fn default() -> Self {
         Load::Closed(Closed::default())

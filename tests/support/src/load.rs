@@ -82,6 +82,14 @@ pub fn quiet_bench(target: String, out: PathBuf) -> Bench {
     b
 }
 
+/// bench through a proxy at `target`, as `quiet_bench`, scraping nothing: the proxy's log holds
+/// bench's requests alone (no scrape of /metrics through it).
+pub fn bench_through_proxy(target: String, out: PathBuf) -> Bench {
+    let mut b = quiet_bench(target, out);
+    b.common.scrape = tokentap::bench::Scraping::off();
+    b
+}
+
 /// Run bench to its end.
 pub async fn run_bench(c: &Bench) -> RunInfo {
     bench::run(c, Arc::new(AtomicBool::new(false)))
