@@ -1,8 +1,9 @@
 //! `tokentap bench`'s arguments read into the run's settings (`settings.rs`): each flag parsed
 //! and checked, the load decided once from them (a replay, conversations, a search, an open or
-//! a closed sweep) and given the settings it reads. A flag the chosen load would not read is
-//! refused where two loads are asked for at once, never silently taken for another. The usage
-//! errors found once every flag is read say `bench: ` first.
+//! a closed sweep) and given the settings it reads. Flags that ask for two loads at once are
+//! refused; a flag only another load reads is checked for range and not used. The usage errors
+//! found once every flag is read (`validate`) say `bench: ` first, as they did when the run
+//! found them.
 
 use super::args::Args;
 use super::model::settings::{

@@ -120,7 +120,8 @@ impl LagStats {
     }
 }
 
-/// The load's knobs, as given (`run.json`).
+/// The load's knobs as the load read them (`run.json`): a knob only another load reads shows
+/// its default, or is left out.
 #[derive(Debug, Serialize)]
 pub struct LoadInfo {
     /// `closed` (a concurrency sweep), `open` (arrival rates), `search` or `replay`.
