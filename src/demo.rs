@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use crate::bench::{self, BenchConfig};
+use crate::bench::{self, Bench};
 use crate::config::{Config, Overrides};
 use crate::meter::{Outcome, RequestRecord};
 use crate::report;
@@ -82,7 +82,7 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     let _ = proxy.shutdown().await;
     drop(sim);
 
-    let records = read_records(&bench_cfg.out.join("requests.jsonl"));
+    let records = read_records(&bench_cfg.common.out.join("requests.jsonl"));
     let proxied = read_records(&proxy_log);
     let mut rep = report::compute_all(
         &records,
@@ -92,9 +92,13 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
         false,
         ("gateway", "direct"),
     );
-    report::engine::attach(&mut rep, std::slice::from_ref(&bench_cfg.out), &mut |w| {
-        eprintln!("tokentap demo: {w}");
-    });
+    report::engine::attach(
+        &mut rep,
+        std::slice::from_ref(&bench_cfg.common.out),
+        &mut |w| {
+            eprintln!("tokentap demo: {w}");
+        },
+    );
     print_hop(cfg, &rep, &proxied);
     print_split(&rep);
     print_engine(&rep);
@@ -105,7 +109,7 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
         proxied.len(),
         proxy_log.display(),
         records.len(),
-        bench_cfg.out.display()
+        bench_cfg.common.out.display()
     );
     crate::outln!(
         "client overhead (bench → zero-cost engine) TTFT p50 {:.3} ms",
@@ -116,7 +120,7 @@ pub async fn run(cfg: &DemoConfig) -> Result<(), DemoError> {
     );
     crate::outln!(
         "full report (answers, SLO verdicts, provisioning, charts): tokentap report {} --tap {} --format html --out report.html",
-        bench_cfg.out.display(),
+        bench_cfg.common.out.display(),
         proxy_log.display()
     );
     crate::outln!("\nReading it like the write-up, from the figures above (the direct arm):");
@@ -155,35 +159,43 @@ fn bench_config(
     cfg: &DemoConfig,
     proxy: SocketAddr,
     engine: SocketAddr,
-) -> Result<BenchConfig, DemoError> {
+) -> Result<Bench, DemoError> {
     let v100 = bench::gpu::lookup("v100").map_err(DemoError::Setup)?;
-    Ok(BenchConfig {
-        target: format!("http://{proxy}"),
-        out: cfg.out.join("bench"),
-        seed: cfg.seed,
-        concurrency: vec![1, 4, 8],
-        requests: 8,
-        warmup: 0,
-        outputs: [32, 64, 128],
-        prompts_per_bucket: 20,
-        arms: vec![
-            ("direct".into(), String::new()),
-            ("gateway".into(), "/gateway".into()),
-        ],
-        // No probe requests: the proxy's log holds the pairs alone.
-        estimate: false,
-        // The engine's /metrics scraped directly (not through tokentap: its log holds the
-        // pairs alone), against a V100's published peaks for MBU and MFU.
-        scrape: bench::scrape::ScrapePlan::Urls(vec![format!("http://{engine}/metrics")]),
-        scrape_interval: std::time::Duration::from_millis(250),
-        timeslice: Some(std::time::Duration::from_millis(500)),
-        peak_bandwidth: Some(v100.bandwidth),
-        peak_flops: Some(v100.flops),
+    let mut b = Bench::new(format!("http://{proxy}"), cfg.out.join("bench"));
+    let c = &mut b.common;
+    c.seed = cfg.seed;
+    (c.requests, c.warmup) = (8, 0);
+    c.prompts.outputs = [32, 64, 128];
+    c.prompts.prompts_per_bucket = 20;
+    // No probe requests: the proxy's log holds the pairs alone.
+    c.estimate = false;
+    // The engine's /metrics scraped directly (not through tokentap: its log holds the pairs
+    // alone), against a V100's published peaks for MBU and MFU.
+    c.scrape = bench::Scraping {
+        plan: bench::scrape::ScrapePlan::Urls(vec![format!("http://{engine}/metrics")]),
+        interval: std::time::Duration::from_millis(250),
+        metrics: Vec::new(),
+    };
+    c.timeslice = Some(std::time::Duration::from_millis(500));
+    c.hardware = crate::report::engine::Hardware {
         gpu: Some(v100.name.into()),
-        // The demo's own folder: a second demo replaces its run.
-        force: true,
-        ..BenchConfig::default()
-    })
+        peak_bandwidth_bytes_s: Some(v100.bandwidth),
+        peak_flops: Some(v100.flops),
+    };
+    // The demo's own folder: a second demo replaces its run.
+    c.force = true;
+    b.load = bench::Load::Closed(bench::Closed {
+        concurrency: vec![1, 4, 8],
+        runs: 1,
+        experiment: bench::Experiment {
+            arms: vec![
+                ("direct".into(), String::new()),
+                ("gateway".into(), "/gateway".into()),
+            ],
+            ..bench::Experiment::default()
+        },
+    });
+    Ok(b)
 }
 
 /// The records of a JSONL file; unreadable lines (and a missing file) are skipped.

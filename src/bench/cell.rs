@@ -6,14 +6,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::dataset::Chosen;
+use super::model::settings::{Experiment, PromptSpec};
 use super::request::{self, Message, Req};
-use super::{BenchConfig, CellInfo, LagStats, OpenInfo};
+use super::{CellInfo, LagStats, OpenInfo};
 use crate::meter::{Outcome, RequestRecord};
 
 /// What every request of a run shares, and how request `i` of a cell is made.
-pub(crate) struct Load<'a> {
-    pub cfg: &'a BenchConfig,
+pub(crate) struct Load {
     pub model: Arc<str>,
+    /// The API shape requests are sent in, and whether their output length is fixed.
+    pub api: crate::openai::Api,
+    pub fixed: bool,
+    /// The arms each prompt goes through (none: the target itself).
+    pub experiment: Experiment,
     /// Per bucket, its shared system prompts (`--shared-prefix`).
     pub prefixes: BTreeMap<&'static str, Vec<Arc<str>>>,
     /// The scraper, asked for a round at each cell's start and end.
@@ -36,7 +41,7 @@ impl Level {
     }
 }
 
-impl Load<'_> {
+impl Load {
     /// A scrape round now (a cell's start or end): its time, ms since the run began.
     pub async fn mark(&self) -> Option<f64> {
         match &self.scrape {
@@ -48,7 +53,7 @@ impl Load<'_> {
     /// Request `i` of a bucket's cell: prompts in their seeded order, every copy of an
     /// experiment group (one per arm) on the same prompt, shared prefixes round the groups.
     pub fn request(&self, c: &Chosen, i: usize, level: Level) -> Req {
-        let cfg = self.cfg;
+        let ex = &self.experiment;
         let (concurrency, request_rate, tag) = match level {
             Level::Concurrency(n) => (Some(n as u64), None, format!("c{n}")),
             Level::Rate(r) => (None, Some(r), format!("r{r}")),
@@ -56,10 +61,10 @@ impl Load<'_> {
         // N arms: group k (one prompt, one copy per arm) in the order of row k of a balanced
         // Latin square (two arms: A B B A A B B A …), so no arm always goes first and drift
         // cancels; copies i = kN … kN + N − 1 share the prompt and the pair id.
-        let n = cfg.arms.len();
+        let n = ex.arms.len();
         let arm = (n >= 2).then(|| {
             let k = i / n;
-            let a = &cfg.arms[super::arms::order(n, k)[i % n]];
+            let a = &ex.arms[super::arms::order(n, k)[i % n]];
             (
                 Arc::from(a.0.as_str()),
                 Arc::from(a.1.as_str()),
@@ -76,18 +81,18 @@ impl Load<'_> {
             .map(|g| g[p % g.len()].clone());
         Req {
             model: self.model.clone(),
-            api: cfg.api,
+            api: self.api,
             system,
             messages: vec![Message::user(prompt.text.as_str())],
             out: c.spec.output_tokens,
-            fixed: cfg.fixed_output,
+            fixed: self.fixed,
             bucket: c.spec.name.into(),
             concurrency,
             request_rate,
             turn: None,
             arm,
-            cache_salt: cfg.cache_salt,
-            route_header: cfg.route_header.as_deref().map(Arc::from),
+            cache_salt: ex.cache_salt,
+            route_header: ex.route_header.as_deref().map(Arc::from),
             prompt: Some(index as u64),
         }
     }
@@ -199,7 +204,7 @@ pub(crate) fn run_order<T: Copy>(grid: &[T], run: u32, runs: u32) -> Vec<T> {
 
 /// The shared system prompts of a bucket: `prefix_groups` distinct texts of `shared_prefix`
 /// tokens each, seeded by the bucket's name.
-pub(crate) fn shared_prefixes(cfg: &BenchConfig, bucket: &str) -> Vec<Arc<str>> {
+pub(crate) fn shared_prefixes(cfg: &PromptSpec, seed: u64, bucket: &str) -> Vec<Arc<str>> {
     if cfg.shared_prefix == 0 {
         return Vec::new();
     }
@@ -208,7 +213,7 @@ pub(crate) fn shared_prefixes(cfg: &BenchConfig, bucket: &str) -> Vec<Arc<str>> 
     });
     (0..cfg.prefix_groups.max(1))
         .map(|g| {
-            let seed = cfg.seed ^ salt ^ (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let seed = seed ^ salt ^ (g as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let mut text = format!("System prompt {g} for {bucket}: ");
             text.push_str(&request::text_of_tokens(cfg.shared_prefix, seed));
             text.truncate((cfg.shared_prefix * 4) as usize);

@@ -9,12 +9,12 @@ use std::time::Duration;
 use super::cell::Level;
 use super::dataset::{Chosen, Conversation};
 use super::forecast::{about, Cell, Estimate};
-use super::open::Planned;
+use super::model::settings::{self, OpenLoop};
 use super::plan::{Plan, Sweep};
 use super::request::{text_of_tokens, Message, Req, Sent};
-use super::search::{Axis, Ladder};
 use super::session::Session;
-use super::BenchConfig;
+use super::stage::open::Planned;
+use super::stage::search::{Axis, Ladder};
 use crate::meter::Outcome;
 use crate::tokens::estimate_tokens;
 
@@ -41,44 +41,61 @@ impl Probe {
     }
 }
 
+/// What the estimate reads besides the plan: whether to send probes at all, each cell's
+/// `(requests, warmup)`, the shared prefix a probe's prompt carries, the probe text's seed.
+pub(crate) struct Asked {
+    pub probe: bool,
+    pub cells: (usize, usize),
+    pub shared_prefix: u64,
+    pub seed: u64,
+}
+
 /// Probe the target and estimate the plan's cells.
-pub(crate) async fn of(s: &Session<'_>, plan: &Plan) -> Estimate {
+pub(crate) async fn of(s: &Session, plan: &Plan, asked: &Asked) -> Estimate {
+    let n = asked.cells.0 + asked.cells.1;
     match plan {
-        Plan::Replay { requests, .. } => replayed(s.cfg, requests),
-        Plan::Conversations { convs, levels, .. } => {
-            let probes = match s.cfg.estimate {
-                true => vec![first_turns(s, convs).await],
+        Plan::Replay {
+            requests, replay, ..
+        } => replayed(replay.speed, requests),
+        Plan::Conversations { convs, turns, .. } => {
+            let probes = match asked.probe {
+                true => vec![first_turns(s, asked, convs).await],
                 false => Vec::new(),
             };
-            let p = Probed::of(probes, s.cfg.estimate);
+            let p = Probed::of(probes, asked.probe);
             let probe = p.probes.first().copied().flatten().unwrap_or(p.fallback);
-            let n = s.cfg.warmup + s.cfg.requests;
-            let cells = levels
+            let cells = turns
+                .concurrency
                 .iter()
                 .map(|&conc| Cell {
                     label: format!("conversations C={conc}"),
                     level: conc as f64,
                     requests: n,
-                    est_s: rounds(n, conc) * turn_s(s.cfg, convs, probe),
+                    est_s: rounds(n, conc) * turn_s(turns, convs, probe),
                 })
                 .collect();
             p.cells(cells)
         }
         Plan::Search {
-            prompts, ladder, ..
+            prompts,
+            ladder,
+            search: sought,
         } => {
-            let p = Probed::of(bucket_probes(s, &prompts.chosen).await, s.cfg.estimate);
-            search(s, &p.per_bucket(&prompts.chosen), *ladder, p)
+            let probes = bucket_probes(s, asked, &prompts.chosen).await;
+            let p = Probed::of(probes, asked.probe);
+            let buckets = p.per_bucket(&prompts.chosen);
+            search((sought, *ladder), asked.cells, &buckets, p)
         }
         Plan::Closed(w) | Plan::Open(w) => {
-            let p = Probed::of(bucket_probes(s, &w.prompts.chosen).await, s.cfg.estimate);
-            sweep(s, &p.per_bucket(&w.prompts.chosen), w, p)
+            let probes = bucket_probes(s, asked, &w.prompts.chosen).await;
+            let p = Probed::of(probes, asked.probe);
+            sweep(&p.per_bucket(&w.prompts.chosen), w, n, p)
         }
     }
 }
 
 /// A replay: its one cell lasts the span of its schedule.
-fn replayed(cfg: &BenchConfig, requests: &[Planned]) -> Estimate {
+fn replayed(speed: f64, requests: &[Planned]) -> Estimate {
     let span = requests.iter().map(|p| p.at).max().unwrap_or_default();
     let cell = Cell {
         label: "replay".into(),
@@ -86,10 +103,8 @@ fn replayed(cfg: &BenchConfig, requests: &[Planned]) -> Estimate {
         requests: requests.len(),
         est_s: span.as_secs_f64(),
     };
-    let basis = format!(
-        "the replay's span at --speed {}; the last requests' own time comes on top",
-        cfg.speed
-    );
+    let basis =
+        format!("the replay's span at --speed {speed}; the last requests' own time comes on top");
     Estimate::Cells {
         cells: vec![cell],
         calibrated: true,
@@ -156,37 +171,48 @@ impl Probed {
 }
 
 /// One probe per bucket with prompts, of its median prompt length (none without `--estimate`).
-async fn bucket_probes(s: &Session<'_>, chosen: &[Chosen]) -> Vec<Option<Probe>> {
+async fn bucket_probes(s: &Session, asked: &Asked, chosen: &[Chosen]) -> Vec<Option<Probe>> {
     let mut probes = Vec::new();
-    if !s.cfg.estimate {
+    if !asked.probe {
         return probes;
     }
     for c in chosen.iter().filter(|c| !c.prompts.is_empty()) {
         let mut t: Vec<u64> = c.prompts.iter().map(|p| p.est_tokens).collect();
         t.sort_unstable();
-        let tokens = t[t.len() / 2] + s.cfg.shared_prefix;
-        probes.push(probe(s, tokens).await);
+        let tokens = t[t.len() / 2] + asked.shared_prefix;
+        probes.push(probe(s, asked.seed, tokens).await);
     }
     probes
 }
 
 /// One probe of the conversations' median first turn.
-async fn first_turns(s: &Session<'_>, convs: &[Conversation]) -> Option<Probe> {
+async fn first_turns(s: &Session, asked: &Asked, convs: &[Conversation]) -> Option<Probe> {
     let firsts = convs.iter().filter_map(|c| c.turns.first());
     let mut t: Vec<u64> = firsts.map(|(h, _)| estimate_tokens(h)).collect();
     t.sort_unstable();
     let tokens = t.get(t.len() / 2).copied().unwrap_or(100);
-    probe(s, tokens).await
+    probe(s, asked.seed, tokens).await
 }
 
 /// A search: at most `--max-time`, and its pace if no level breaks.
-fn search(s: &Session<'_>, buckets: &[(&Chosen, Probe)], ladder: Ladder, p: Probed) -> Estimate {
-    let bound_s = s.cfg.max_time.as_secs_f64();
+fn search(
+    (sought, ladder): (&settings::Search, Ladder),
+    cells: (usize, usize),
+    buckets: &[(&Chosen, Probe)],
+    p: Probed,
+) -> Estimate {
+    let bound_s = sought.max_time.as_secs_f64();
     let top = match ladder.axis {
         Axis::Concurrency => format!("C={}", ladder.max),
         Axis::Rate => format!("{}/s", ladder.max),
     };
-    let pace_s = p.calibrated.then(|| search_pace(s.cfg, buckets, ladder));
+    let open = match &sought.over {
+        settings::SearchOver::Rate(o) => Some(o),
+        settings::SearchOver::Concurrency(_) => None,
+    };
+    let pace_s = p
+        .calibrated
+        .then(|| search_pace((open, cells), buckets, ladder));
     let basis = match pace_s {
         Some(pace) => format!(
             "--max-time, the level under way then finishing; at the probe's pace, every level up to {top} and a refinement below it would take {}; {}",
@@ -204,15 +230,14 @@ fn search(s: &Session<'_>, buckets: &[(&Chosen, Probe)], ladder: Ladder, p: Prob
 
 /// A sweep: every bucket at every level, every run's cells in its order (the ETA matches a cell
 /// by its label).
-fn sweep(s: &Session<'_>, buckets: &[(&Chosen, Probe)], w: &Sweep, p: Probed) -> Estimate {
-    let n = s.cfg.warmup + s.cfg.requests;
+fn sweep(buckets: &[(&Chosen, Probe)], w: &Sweep, n: usize, p: Probed) -> Estimate {
     let mut cells = Vec::new();
     for (c, probe) in buckets {
         let e2e = probe.e2e_s(c.spec.output_tokens);
         for level in &w.levels {
             let (value, est_s) = match *level {
                 Level::Concurrency(conc) => (conc as f64, rounds(n, conc) * e2e),
-                Level::Rate(rate) => (rate, open_s(s.cfg, rate, n, e2e)),
+                Level::Rate(rate) => (rate, open_s(w.open.as_ref(), rate, n, e2e)),
             };
             cells.push(Cell {
                 label: format!("{} {}", c.spec.name, level.label()),
@@ -244,7 +269,9 @@ fn rounds(n: usize, conc: usize) -> f64 {
 }
 
 /// An open-loop cell: its schedule's span (or the cap's pace, if slower) and the last request.
-fn open_s(cfg: &BenchConfig, rate: f64, n: usize, e2e: f64) -> f64 {
+fn open_s(open: Option<&OpenLoop>, rate: f64, n: usize, e2e: f64) -> f64 {
+    let default = OpenLoop::default();
+    let cfg = open.unwrap_or(&default);
     let span = cfg
         .arrivals
         .offsets(rate, n)
@@ -255,7 +282,7 @@ fn open_s(cfg: &BenchConfig, rate: f64, n: usize, e2e: f64) -> f64 {
 }
 
 /// A turn of a conversation: its request and, but for the first turns, the think before it.
-fn turn_s(cfg: &BenchConfig, convs: &[Conversation], p: Probe) -> f64 {
+fn turn_s(cfg: &settings::Conversations, convs: &[Conversation], p: Probe) -> f64 {
     let turns: Vec<&(String, Option<String>)> = convs
         .iter()
         .flat_map(|c| c.turns.iter().take(cfg.max_turns))
@@ -272,12 +299,16 @@ fn turn_s(cfg: &BenchConfig, convs: &[Conversation], p: Probe) -> f64 {
 
 /// A search at the probes' pace if no level breaks: every bucket's levels doubling to the top,
 /// then the refinement a break at the top would bring (each of its levels costing the top's).
-fn search_pace(cfg: &BenchConfig, buckets: &[(&Chosen, Probe)], ladder: Ladder) -> f64 {
+fn search_pace(
+    (open, cells): (Option<&OpenLoop>, (usize, usize)),
+    buckets: &[(&Chosen, Probe)],
+    ladder: Ladder,
+) -> f64 {
     // As the search sizes a level (`search.rs`).
     let level_s = |v: f64, e2e: f64| {
-        let (requests, warmup) = ladder.requests(cfg, v);
+        let (requests, warmup) = ladder.requests(cells, v);
         match ladder.axis {
-            Axis::Rate => open_s(cfg, v, requests + warmup, e2e),
+            Axis::Rate => open_s(open, v, requests + warmup, e2e),
             Axis::Concurrency => rounds(requests + warmup, v as usize) * e2e,
         }
     };
@@ -326,18 +357,18 @@ fn probe_basis(got: &[Probe], sent: usize) -> String {
 }
 
 /// One request of `tokens` prompt tokens, not recorded; its TTFT and TPOT if it succeeded.
-async fn probe(s: &Session<'_>, tokens: u64) -> Option<Probe> {
-    let (cfg, load) = (s.cfg, &s.load);
+async fn probe(s: &Session, seed: u64, tokens: u64) -> Option<Probe> {
+    let load = &s.load;
     let req = Req {
         model: load.model.clone(),
-        api: cfg.api,
+        api: load.api,
         system: None,
         messages: vec![Message::user(text_of_tokens(
             tokens,
-            cfg.seed ^ 0x7072_6f62_6521,
+            seed ^ 0x7072_6f62_6521,
         ))],
         out: PROBE_TOKENS,
-        fixed: cfg.fixed_output,
+        fixed: load.fixed,
         bucket: "probe".into(),
         concurrency: None,
         request_rate: None,

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-pub use super::scrape::ScrapeInfo;
+pub use crate::bench::scrape::ScrapeInfo;
 
-use super::search::SaturationInfo;
+use crate::bench::stage::search::SaturationInfo;
 
 #[derive(Debug, Serialize)]
 pub struct TokenStats {
@@ -42,10 +42,10 @@ pub struct CellInfo {
     /// Why requests were not served, counted: status, outcome, the upstream's error type and
     /// code (`verdict::FailureCount`); absent when every request was served.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub failures: Vec<super::verdict::FailureCount>,
+    pub failures: Vec<crate::bench::verdict::FailureCount>,
     /// Each experiment arm's asked and served requests (`--arms`); absent without arms.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub arms: Vec<super::verdict::ArmServed>,
+    pub arms: Vec<crate::bench::verdict::ArmServed>,
     pub wall_s: f64,
     /// Output tokens of the requests served (a cut stream's partial output is not counted).
     pub output_tokens: u64,
@@ -66,11 +66,11 @@ pub struct CellInfo {
     pub window_ms: Option<(f64, f64)>,
     /// The engine's and GPUs' metrics over the cell (`--scrape`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub scrape: Option<super::scrape::summary::CellScrape>,
+    pub scrape: Option<crate::bench::scrape::summary::CellScrape>,
     /// A closed-loop cell's plateau: the requests that lived while C were in flight, and
     /// their figures (the cell's top-level figures are the whole cell's).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub steady_state: Option<super::steady::SteadyState>,
+    pub steady_state: Option<crate::bench::steady::SteadyState>,
     /// `--timeslice`: the cell's windows.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeslices: Vec<crate::report::engine::Slice>,
@@ -120,7 +120,8 @@ impl LagStats {
     }
 }
 
-/// The load's knobs, as given (`run.json`).
+/// The load's knobs as the load read them (`run.json`): a knob only another load reads shows
+/// its default, or is left out.
 #[derive(Debug, Serialize)]
 pub struct LoadInfo {
     /// `closed` (a concurrency sweep), `open` (arrival rates), `search` or `replay`.
@@ -128,7 +129,7 @@ pub struct LoadInfo {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub request_rates: Vec<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub arrivals: Option<super::Arrivals>,
+    pub arrivals: Option<crate::bench::Arrivals>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -166,7 +167,7 @@ pub struct RunInfo {
     pub started_at: String,
     pub ended_at: String,
     pub interrupted: bool,
-    pub client_overhead_ttft_ms: Option<super::runner::Overhead>,
+    pub client_overhead_ttft_ms: Option<crate::bench::runner::Overhead>,
     pub cells: Vec<CellInfo>,
     pub load: LoadInfo,
     /// `--until`: per bucket, the ceiling, the knee and the levels measured.
@@ -174,7 +175,7 @@ pub struct RunInfo {
     pub saturation: BTreeMap<String, SaturationInfo>,
     /// `--replay`: what was read and what was sent.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub replay: Option<super::replay::ReplayInfo>,
+    pub replay: Option<crate::bench::stage::replay::ReplayInfo>,
     /// `--scrape`: what was scraped (credentials never written), how often, how many failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scrape: Option<ScrapeInfo>,
@@ -189,15 +190,15 @@ pub struct RunInfo {
     pub spread: Vec<crate::spread::CellSpread>,
     /// `--arms`: the arms, the baseline, their order, the route header.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub experiment: Option<super::arms::ExperimentInfo>,
+    pub experiment: Option<crate::bench::arms::ExperimentInfo>,
     /// `--arm-pid`, `--arm-cgroup`: each arm's own CPU seconds and peak memory over the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub arm_resources: Vec<super::resources::ArmResources>,
+    pub arm_resources: Vec<crate::bench::resources::ArmResources>,
     /// bench's own stall share over the run: its cells' stalled time ÷ their wall time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stall_share: Option<f64>,
     /// Whether the run measured what it was asked to (its exit status): `ok`, `failed` (a
     /// cell served nothing, or failed above `--max-error-rate`) or `not_judged` (nothing, or
     /// not every planned cell, was measured), with each reason.
-    pub verdict: super::verdict::RunVerdict,
+    pub verdict: crate::bench::verdict::RunVerdict,
 }

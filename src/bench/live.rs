@@ -170,18 +170,19 @@ impl Drop for AbortOnDrop {
 /// The counters and their server, for `--metrics-listen`; an address that cannot be bound is a
 /// usage error.
 pub(super) async fn start(
-    cfg: &super::BenchConfig,
+    listen: Option<&str>,
+    quiet: bool,
 ) -> Result<Option<(Arc<Live>, AbortOnDrop)>, super::BenchError> {
-    let Some(addr) = &cfg.metrics_listen else {
+    let Some(addr) = listen else {
         return Ok(None);
     };
     let l = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| super::BenchError::Usage(format!("--metrics-listen {addr}: {e}")))?;
-    if !cfg.quiet {
+    if !quiet {
         let at = l
             .local_addr()
-            .map_or_else(|_| addr.clone(), |a| a.to_string());
+            .map_or_else(|_| addr.to_owned(), |a| a.to_string());
         eprintln!("tokentap bench: its own metrics on http://{at}/metrics");
     }
     let live = Arc::new(Live::default());

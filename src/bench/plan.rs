@@ -1,19 +1,22 @@
 //! A bench run's plan: which load it is — a closed-loop sweep, an open-loop sweep, a saturation
-//! search, a replay, or conversations — decided once from the config, with what that load needs
-//! (its prompts, levels, criterion or recorded requests). Knobs that cannot go together are
-//! refused here, as usage errors; nothing after this tests a knob again to learn the mode.
+//! search, a replay, or conversations — taken once from the load's settings, with what that
+//! load needs (its settings, its prompts, levels, criterion or recorded requests). Nothing after
+//! this tests a knob again to learn the mode; knobs that cannot go together were refused where
+//! the flags became settings (`flags.rs`).
 
 use std::sync::Arc;
 
 use super::cell::Level;
 use super::dataset::{self, BucketSpec, Chosen, Conversation};
-use super::open::Planned;
-use super::replay::{self, ReplayInfo};
+use super::model::settings::{self, Common, Experiment, Load, OpenLoop};
 use super::runner::Target;
-use super::search::{Ladder, Until};
-use super::{BenchConfig, BenchError};
+use super::stage::open::Planned;
+use super::stage::replay::{self, ReplayInfo};
+use super::stage::search::Ladder;
+use super::BenchError;
 
-/// The load a run sends, and what it needs to send it.
+/// The load a run sends, and what it needs to send it: its settings, and its prompts or
+/// recorded requests read.
 pub(crate) enum Plan {
     /// Every bucket at every concurrency, C requests in flight.
     Closed(Sweep),
@@ -22,13 +25,14 @@ pub(crate) enum Plan {
     /// Per bucket, levels stepped up until `until` breaks, then refined (`--until`).
     Search {
         prompts: Prompts,
-        until: Until,
+        search: settings::Search,
         ladder: Ladder,
     },
     /// Recorded traffic on its own schedule (`--replay`), as one cell.
     Replay {
         requests: Vec<Planned>,
         info: Box<ReplayInfo>,
+        replay: settings::Replay,
     },
     /// Conversations turn by turn at every concurrency (`--multi-turn`).
     Conversations {
@@ -38,7 +42,7 @@ pub(crate) enum Plan {
         sha256: String,
         /// The buckets a turn's prompt is sorted into.
         specs: Vec<BucketSpec>,
-        levels: Vec<usize>,
+        turns: settings::Conversations,
     },
 }
 
@@ -54,64 +58,79 @@ pub(crate) struct Prompts {
     pub sha256: String,
 }
 
-/// A sweep's cells: every bucket at every level, the whole sweep `runs` times (`--runs`).
+/// A sweep's cells: every bucket at every level, the whole sweep `runs` times (`--runs`),
+/// through the experiment's arms; an open loop's arrivals and cap.
 pub(crate) struct Sweep {
     pub prompts: Prompts,
     pub levels: Vec<Level>,
     pub runs: u32,
+    pub experiment: Experiment,
+    /// The open loop's arrivals and cap (none for a closed loop).
+    pub open: Option<OpenLoop>,
 }
 
 impl Plan {
-    /// The plan the config asks for, its prompts or recorded requests read; a usage error when
-    /// knobs conflict or a value is out of range.
-    pub fn of(cfg: &BenchConfig) -> Result<Plan, BenchError> {
-        validate(cfg)?;
-        if !cfg.replay.is_empty() {
-            let (requests, info) = replay::plan(cfg)?;
-            return Ok(Plan::Replay {
-                requests,
-                info: Box::new(info),
-            });
-        }
-        let specs: Vec<BucketSpec> = dataset::buckets(cfg.short_max, cfg.long_min, cfg.outputs)
+    /// The plan the load asks for, its prompts or recorded requests read.
+    pub fn of(common: &Common, load: &Load) -> Result<Plan, BenchError> {
+        let p = &common.prompts;
+        let specs: Vec<BucketSpec> = dataset::buckets(p.short_max, p.long_min, p.outputs)
             .into_iter()
-            .filter(|s| cfg.buckets.is_empty() || cfg.buckets.iter().any(|b| b == s.name))
+            .filter(|s| p.buckets.is_empty() || p.buckets.iter().any(|b| b == s.name))
             .collect();
-        if cfg.multi_turn {
-            let (convs, dataset) = dataset::load_conversations(cfg.dataset.as_deref())?;
-            let convs = dataset::choose_conversations(convs, cfg.seed, cfg.prompts_per_bucket);
-            let sha256 = dataset::conversations_sha256(&convs);
-            let levels = cfg.concurrency.clone();
-            return Ok(Plan::Conversations {
-                convs,
-                dataset,
-                sha256,
-                specs,
-                levels,
-            });
-        }
-        let prompts = Prompts::load(cfg, &specs)?;
-        Ok(match &cfg.until {
-            Some(until) => Plan::Search {
-                prompts,
-                until: until.clone(),
-                ladder: Ladder::of(cfg),
+        Ok(match load {
+            Load::Replay(r) => {
+                let (requests, info) = replay::plan(r, common)?;
+                Plan::Replay {
+                    requests,
+                    info: Box::new(info),
+                    replay: r.clone(),
+                }
+            }
+            Load::Conversations(t) => {
+                let (convs, dataset) = dataset::load_conversations(p.dataset.as_deref())?;
+                let convs = dataset::choose_conversations(convs, common.seed, p.prompts_per_bucket);
+                let sha256 = dataset::conversations_sha256(&convs);
+                Plan::Conversations {
+                    convs,
+                    dataset,
+                    sha256,
+                    specs,
+                    turns: t.clone(),
+                }
+            }
+            Load::Search(search) => Plan::Search {
+                prompts: Prompts::load(common, &specs)?,
+                ladder: Ladder::of(search),
+                search: search.clone(),
             },
-            None if !cfg.request_rates.is_empty() => Plan::Open(Sweep {
-                prompts,
-                levels: cfg.request_rates.iter().map(|&r| Level::Rate(r)).collect(),
-                runs: cfg.runs,
+            Load::Open(o) => Plan::Open(Sweep {
+                prompts: Prompts::load(common, &specs)?,
+                levels: o.rates.rates.iter().map(|&r| Level::Rate(r)).collect(),
+                runs: o.runs,
+                experiment: o.experiment.clone(),
+                open: Some(o.rates.clone()),
             }),
-            None => Plan::Closed(Sweep {
-                prompts,
-                levels: cfg
+            Load::Closed(c) => Plan::Closed(Sweep {
+                prompts: Prompts::load(common, &specs)?,
+                levels: c
                     .concurrency
                     .iter()
                     .map(|&c| Level::Concurrency(c))
                     .collect(),
-                runs: cfg.runs,
+                runs: c.runs,
+                experiment: c.experiment.clone(),
+                open: None,
             }),
         })
+    }
+
+    /// The experiment's arms (none for a replay or conversations).
+    pub fn experiment(&self) -> Option<&Experiment> {
+        match self {
+            Plan::Closed(w) | Plan::Open(w) => Some(&w.experiment),
+            Plan::Search { search, .. } => Some(&search.experiment),
+            Plan::Replay { .. } | Plan::Conversations { .. } => None,
+        }
     }
 
     /// `load.mode` in `run.json`: conversations are a closed loop.
@@ -177,7 +196,7 @@ impl Plan {
             Plan::Closed(w) | Plan::Open(w) => {
                 Some(with_prompts(&w.prompts) * w.levels.len() * w.runs as usize)
             }
-            Plan::Conversations { levels, .. } => Some(levels.len()),
+            Plan::Conversations { turns, .. } => Some(turns.concurrency.len()),
             Plan::Replay { .. } => Some(1),
             Plan::Search { .. } => None,
         }
@@ -194,13 +213,9 @@ impl Plan {
     /// The model requests name: `--model`, else a replay's recorded ones (the target's first
     /// only for requests that named none), else the target's first. A replay's requests that
     /// named none get it.
-    pub async fn model(
-        &mut self,
-        cfg: &BenchConfig,
-        target: &Target,
-    ) -> Result<Arc<str>, BenchError> {
+    pub async fn model(&mut self, cfg: &Common, target: &Target) -> Result<Arc<str>, BenchError> {
         let mut recorded = match self {
-            Plan::Replay { requests, info } => Some((requests, &*info)),
+            Plan::Replay { requests, info, .. } => Some((requests, &*info)),
             _ => None,
         };
         let ask = recorded
@@ -226,7 +241,7 @@ impl Plan {
     }
 
     /// The line before the load: target, model, prompts and their hash (not for a replay).
-    pub fn announce(&self, cfg: &BenchConfig, model: &str) {
+    pub fn announce(&self, cfg: &Common, model: &str) {
         let (n, what) = match self {
             _ if cfg.quiet => return,
             Plan::Replay { .. } => return,
@@ -246,7 +261,8 @@ impl Plan {
 
 impl Prompts {
     /// The dataset's (or synthetic) prompts, drawn into the buckets.
-    fn load(cfg: &BenchConfig, specs: &[BucketSpec]) -> Result<Prompts, BenchError> {
+    fn load(common: &Common, specs: &[BucketSpec]) -> Result<Prompts, BenchError> {
+        let cfg = &common.prompts;
         let (prompts, dataset) = match &cfg.synthetic {
             Some(lengths) => (
                 dataset::synthetic(lengths, 8),
@@ -254,7 +270,7 @@ impl Prompts {
             ),
             None => dataset::load(cfg.dataset.as_deref())?,
         };
-        let chosen = dataset::choose(&prompts, specs, cfg.seed, cfg.prompts_per_bucket);
+        let chosen = dataset::choose(&prompts, specs, common.seed, cfg.prompts_per_bucket);
         let sha256 = dataset::prompt_set_sha256(&chosen);
         let all = dataset::buckets(cfg.short_max, cfg.long_min, cfg.outputs);
         let empty = chosen
@@ -272,164 +288,50 @@ impl Prompts {
     }
 }
 
-/// Values in range, and no two loads asked for at once.
-fn validate(cfg: &BenchConfig) -> Result<(), BenchError> {
-    let usage = |m: &str| Err(BenchError::Usage(m.into()));
-    if cfg.concurrency.is_empty() || cfg.concurrency.contains(&0) {
-        return usage("--concurrency needs positive levels, e.g. 1,2,4,8");
-    }
-    if cfg.requests == 0 {
-        return usage("--requests must be at least 1");
-    }
-    if cfg
-        .request_rates
-        .iter()
-        .any(|r| !r.is_finite() || *r <= 0.0)
-    {
-        return usage("--request-rate needs positive rates (requests a second), e.g. 1,2,4");
-    }
-    if !(cfg.arrivals.burstiness.is_finite() && cfg.arrivals.burstiness > 0.0) {
-        return usage("--burstiness must be a positive number (the gamma shape; 1 is Poisson)");
-    }
-    if cfg.max_concurrency == Some(0) {
-        return usage("--max-concurrency must be at least 1");
-    }
-    if !(cfg.speed.is_finite() && cfg.speed > 0.0) {
-        return usage("--speed must be a positive number (2 replays twice as fast)");
-    }
-    if cfg.max_level.is_some_and(|m| !(m.is_finite() && m > 0.0)) {
-        return usage("--max-level must be positive");
-    }
-    if cfg.prefix_groups == 0 {
-        return usage("--prefix-groups must be at least 1");
-    }
-    if cfg.timeslice.is_some_and(|t| t.is_zero()) {
-        return usage("--timeslice must be positive");
-    }
-    if cfg.scrape_interval.is_zero() {
-        return usage("--scrape-interval must be positive");
-    }
-    if cfg.progress_every.is_zero() {
-        return usage("--progress-every must be positive");
-    }
-    if cfg.runs == 0 {
-        return usage("--runs must be at least 1");
-    }
-    if cfg.runs > 1 && (!cfg.replay.is_empty() || cfg.multi_turn || cfg.until.is_some()) {
-        return usage(
-            "--runs repeats a sweep of cells (buckets × --concurrency or --request-rate); not --replay, --multi-turn or --until",
-        );
-    }
-    if cfg.max_turns == 0 {
-        return usage("--max-turns must be at least 1");
-    }
-    exclusive(cfg)?;
-    for b in &cfg.buckets {
-        if !["long-short", "balanced", "short-long"].contains(&b.as_str()) {
-            return Err(BenchError::Usage(format!(
-                "--buckets: unknown bucket {b:?} (long-short, balanced, short-long)"
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// A replay, conversations and an open-loop or searched load are separate runs; only a sweep
-/// or a search alternates experiment arms.
-fn exclusive(cfg: &BenchConfig) -> Result<(), BenchError> {
-    let usage = |m: &str| Err(BenchError::Usage(m.into()));
-    let modes = [
-        !cfg.replay.is_empty(),
-        cfg.multi_turn,
-        cfg.until.is_some() || !cfg.request_rates.is_empty(),
-    ];
-    if modes.iter().filter(|m| **m).count() > 1 {
-        return usage(
-            "--replay, --multi-turn and an open-loop or searched load are separate runs: choose one",
-        );
-    }
-    if cfg.multi_turn && !cfg.arms.is_empty() {
-        return usage("--multi-turn does not alternate experiment arms (--route-header)");
-    }
-    if !cfg.replay.is_empty() && !cfg.arms.is_empty() {
-        return usage("--replay does not alternate experiment arms (--route-header)");
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::model::settings::{Bench, Closed, Open, OpenLoop, SearchOver};
+    use crate::bench::Until;
 
-    fn usage(cfg: &BenchConfig) -> String {
-        match Plan::of(cfg) {
-            Err(BenchError::Usage(e)) => e,
-            Err(e) => panic!("a usage error, not {e}"),
-            Ok(p) => panic!("a usage error, not a {} plan", p.mode()),
-        }
+    fn plan(load: Load) -> Plan {
+        let mut b = Bench::new("http://127.0.0.1:1", "unused");
+        b.common.prompts.synthetic = Some(vec![100, 400, 1000]);
+        Plan::of(&b.common, &load).unwrap()
     }
 
     #[test]
     fn each_load_is_one_plan_with_its_mode() {
-        let base = BenchConfig {
-            synthetic: Some(vec![100, 400, 1000]),
-            ..BenchConfig::default()
-        };
-        let closed = Plan::of(&base).unwrap();
+        let closed = plan(Load::Closed(Closed::default()));
         assert_eq!(closed.mode(), "closed");
         assert!(matches!(&closed, Plan::Closed(w) if w.levels.len() == 4 && w.runs == 1));
-        let open = Plan::of(&BenchConfig {
-            request_rates: vec![1.0, 2.0],
-            ..base.clone()
-        })
-        .unwrap();
+        let rates = OpenLoop {
+            rates: vec![1.0, 2.0],
+            ..OpenLoop::default()
+        };
+        let open = plan(Load::Open(Open {
+            rates: rates.clone(),
+            ..Open::default()
+        }));
         assert_eq!(open.mode(), "open");
         assert!(
             matches!(&open, Plan::Open(w) if matches!(w.levels[1], Level::Rate(r) if r == 2.0))
         );
-        let search = Plan::of(&BenchConfig {
-            until: Some(Until::Errors),
-            request_rates: vec![4.0, 2.0],
-            ..base.clone()
-        })
-        .unwrap();
+        let search = plan(Load::Search(settings::Search {
+            over: SearchOver::Rate(OpenLoop {
+                rates: vec![4.0, 2.0],
+                ..rates
+            }),
+            ..settings::Search::until(Until::Errors)
+        }));
         assert_eq!(search.mode(), "search");
         let Plan::Search { ladder, .. } = search else {
             panic!("a search")
         };
         assert_eq!((ladder.start, ladder.max), (2.0, 1000.0));
-        let convs = Plan::of(&BenchConfig {
-            multi_turn: true,
-            ..base.clone()
-        })
-        .unwrap();
+        let convs = plan(Load::Conversations(Default::default()));
         assert_eq!(convs.mode(), "closed");
         assert_eq!(convs.prefixed(), ["conversations"]);
         assert!(convs.chosen().is_empty() && convs.runs() == 1);
-    }
-
-    #[test]
-    fn knobs_of_two_loads_are_refused_with_what_to_do() {
-        let both = BenchConfig {
-            multi_turn: true,
-            request_rates: vec![1.0],
-            ..BenchConfig::default()
-        };
-        assert!(usage(&both).ends_with("separate runs: choose one"));
-        let arms = BenchConfig {
-            replay: vec!["x.jsonl".into()],
-            arms: vec![("a".into(), String::new()), ("b".into(), String::new())],
-            ..BenchConfig::default()
-        };
-        assert_eq!(
-            usage(&arms),
-            "--replay does not alternate experiment arms (--route-header)"
-        );
-        let runs = BenchConfig {
-            runs: 3,
-            until: Some(Until::Errors),
-            ..BenchConfig::default()
-        };
-        assert!(usage(&runs).starts_with("--runs repeats a sweep"));
     }
 }

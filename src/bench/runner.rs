@@ -16,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
 use super::request::{Message, Req, Sent};
+use crate::meter::ending::{self, Close};
 use crate::meter::{
     BodyEnd, Buckets, Experiment, Facts, Meter, MeteredBody, Observer, Outcome, RequestRecord,
     Stamp, Verdict,
@@ -225,7 +226,8 @@ impl Target {
     }
 
     /// Send one request and read its response through the proxy's own observer; the meter and
-    /// this client's verdict on the request.
+    /// the verdict on the request, by the rule the proxy's exchange follows too
+    /// (`meter::ending`): this client names how its side saw the end, the rule decides.
     async fn exchange(
         &self,
         path: &str,
@@ -236,98 +238,116 @@ impl Target {
         stop: &AtomicBool,
     ) -> (Meter, Verdict) {
         let t0 = Instant::now();
-        let meter = Meter::new(t0);
-        let fail = |meter, outcome, e: String| {
-            let v = Verdict {
-                status: 0,
-                outcome,
-                error: Some(e),
-            };
-            (meter, v)
+        let mut meter = Meter::new(t0);
+        let (status, close) = match self.send(path, body, extra, req, id).await {
+            Err(close) => (0, close),
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                match read(resp, meter, path, t0, stop).await {
+                    Ok((m, close)) => {
+                        meter = m;
+                        (status, close)
+                    }
+                    Err(lost) => {
+                        meter = Meter::new(t0);
+                        (0, lost)
+                    }
+                }
+            }
         };
-        let http = match self.request("POST", path, body, extra, Some(req), id) {
-            Ok(r) => r,
-            Err(e) => return fail(meter, Outcome::Rejected, e),
-        };
-        let resp = match tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(http)).await {
-            Err(_) => return fail(meter, Outcome::Timeout, "no response headers".into()),
+        let v = ending::verdict(close, status, &mut meter);
+        (meter, v)
+    }
+
+    /// The request sent and its response's head, or how it failed before one.
+    async fn send(
+        &self,
+        path: &str,
+        body: Bytes,
+        extra: Option<(&str, &str)>,
+        req: &Req,
+        id: &str,
+    ) -> Result<http::Response<hyper::body::Incoming>, Close> {
+        let http = self
+            .request("POST", path, body, extra, Some(req), id)
+            .map_err(|e| Close::Failed(Outcome::Rejected, e))?;
+        match tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(http)).await {
+            Err(_) => Err(Close::Failed(
+                Outcome::Timeout,
+                "no response headers".into(),
+            )),
             Ok(Err(e)) => {
                 let o = if e.is_connect() {
                     Outcome::ConnectError
                 } else {
                     Outcome::UpstreamReset
                 };
-                return fail(meter, o, format!("{e}"));
+                Err(Close::Failed(o, format!("{e}")))
             }
-            Ok(Ok(resp)) => resp,
-        };
-        let mut meter = meter;
-        meter.timeline.headers = Some(Instant::now());
-        meter.path_api = crate::openai::Api::from_path(path);
-        let status = resp.status().as_u16();
-        meter.expect_body(
-            resp.headers()
-                .get(http::header::CONTENT_TYPE)
-                .map(|v| v.as_bytes()),
-            1 << 20,
-            8 << 20,
-        );
-        meter.expect_encoding(
-            resp.headers()
-                .get(http::header::CONTENT_ENCODING)
-                .map(|v| v.as_bytes()),
-        );
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let mut body = MeteredBody::new(
-            resp.into_body(),
-            Ended {
-                meter,
-                tx: Some(tx),
-            },
-        );
-        let deadline = t0 + REQUEST_TIMEOUT;
-        // Why this client stopped reading, when it did.
-        let mut cut: Option<(Outcome, &str)> = None;
-        loop {
-            if stop.load(Ordering::Relaxed) && !body.meter().is_some_and(|m| m.done) {
+            Ok(Ok(resp)) => Ok(resp),
+        }
+    }
+}
+
+/// Read a response's body through the proxy's own observer until it ends, the run stops or the
+/// request's time is up: the meter, and how this client saw the end. NB: the body is dropped
+/// before the meter is taken back, so its observer has ended (MeteredBody ends it on drop at
+/// the latest) and sent its meter; a closed channel would be a bug in MeteredBody, recorded as
+/// such rather than invented (the error, with a fresh meter).
+async fn read(
+    resp: http::Response<hyper::body::Incoming>,
+    mut meter: Meter,
+    path: &str,
+    t0: Instant,
+    stop: &AtomicBool,
+) -> Result<(Meter, Close), Close> {
+    meter.timeline.headers = Some(Instant::now());
+    meter.path_api = crate::openai::Api::from_path(path);
+    let header = |name| {
+        resp.headers()
+            .get(name)
+            .map(|v: &http::HeaderValue| v.as_bytes())
+    };
+    meter.expect_body(header(http::header::CONTENT_TYPE), 1 << 20, 8 << 20);
+    meter.expect_encoding(header(http::header::CONTENT_ENCODING));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut body = MeteredBody::new(
+        resp.into_body(),
+        Ended {
+            meter,
+            tx: Some(tx),
+        },
+    );
+    let deadline = t0 + REQUEST_TIMEOUT;
+    // Why this client stopped reading, when it did.
+    let mut timed_out = false;
+    loop {
+        if stop.load(Ordering::Relaxed) && !body.meter().is_some_and(|m| m.done) {
+            break;
+        }
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => {
+                timed_out = true;
                 break;
             }
-            match tokio::time::timeout_at(deadline, body.frame()).await {
-                Err(_) => {
-                    cut = Some((Outcome::Timeout, "total timeout"));
-                    break;
-                }
-                Ok(None) | Ok(Some(Err(_))) => break,
-                Ok(Some(Ok(_))) => {}
-            }
+            Ok(None) | Ok(Some(Err(_))) => break,
+            Ok(Some(Ok(_))) => {}
         }
-        drop(body);
-        // NB: the body was dropped, so its observer has ended (MeteredBody ends it on drop at the
-        // latest) and sent its meter; a closed channel would be a bug in MeteredBody, recorded
-        // as such rather than invented.
-        let Ok((mut meter, end)) = rx.await else {
-            return fail(
-                Meter::new(t0),
-                Outcome::ClientCancelled,
-                "measurement lost: the body's observer never ended".into(),
-            );
-        };
-        meter.settle();
-        let (outcome, error) = match (cut, end) {
-            (Some((o, e)), _) => (o, Some(e.to_owned())),
-            (None, End::Complete) => meter.clean_end(status),
-            (None, End::Error(e)) => (Outcome::UpstreamReset, Some(format!("body: {e}"))),
-            (None, End::Dropped) if meter.done => meter.clean_end(status),
-            (None, End::Dropped) => (Outcome::ClientCancelled, Some("client went away".into())),
-        };
-        let error = meter.merge_error_event(outcome, error);
-        let v = Verdict {
-            status,
-            outcome,
-            error,
-        };
-        (meter, v)
     }
+    drop(body);
+    let Ok((meter, end)) = rx.await else {
+        return Err(Close::Failed(
+            Outcome::ClientCancelled,
+            "measurement lost: the body's observer never ended".into(),
+        ));
+    };
+    let close = match end {
+        _ if timed_out => Close::Failed(Outcome::Timeout, "total timeout".into()),
+        End::Complete => Close::Complete,
+        End::Error(e) => Close::Failed(Outcome::UpstreamReset, format!("body: {e}")),
+        End::Dropped => Close::Dropped { cut: false },
+    };
+    Ok((meter, close))
 }
 
 /// How a response body ended, as bench's observer saw it (owned: it crosses a channel).

@@ -1,6 +1,6 @@
-//! A bench run's session: what every stage of a run carries — the config, the client, how a
-//! request is made, the progress lines, the stop flag, the scraper and the run's clock — opened
-//! once, after the plan and the model are known.
+//! A bench run's session: what every stage of a run carries — the client, how a request is
+//! made, the progress lines, the stop flag, the scraper and the run's clock — opened once, after
+//! the plan and the model are known. It holds no setting: a stage is handed the ones it reads.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -10,18 +10,19 @@ use tokio::time::Instant;
 
 use super::cell::{shared_prefixes, Load};
 use super::live::{self, AbortOnDrop, Live};
+use super::model::settings::{Common, Experiment};
 use super::progress::Progress;
 use super::runner::{self, Overhead, Target};
 use super::scrape::{self, Scraper};
-use super::{BenchConfig, BenchError};
+use super::BenchError;
 
-/// What a run carries from its plan to its `run.json`.
-pub(crate) struct Session<'a> {
-    pub cfg: &'a BenchConfig,
+/// What a run carries from its plan to its `run.json`: the means of sending and watching the
+/// load, and no setting (each stage is handed the settings it reads).
+pub(crate) struct Session {
     /// The endpoint under test.
     pub target: Arc<Target>,
     /// How request `i` of a cell is made: the model, the shared prefixes; the scraper's marks.
-    pub load: Load<'a>,
+    pub load: Load,
     pub progress: Progress,
     /// Set by Ctrl-C: the run ends early, keeping what was measured.
     pub stop: Arc<AtomicBool>,
@@ -46,8 +47,10 @@ pub(crate) struct Client {
 
 impl Client {
     /// `--metrics-listen`'s server started, the target's client made.
-    pub async fn connect(cfg: &BenchConfig) -> Result<Client, BenchError> {
-        let (counters, server) = live::start(cfg).await?.unzip();
+    pub async fn connect(cfg: &Common) -> Result<Client, BenchError> {
+        let (counters, server) = live::start(cfg.metrics_listen.as_deref(), cfg.quiet)
+            .await?
+            .unzip();
         let target = Target::new(
             &cfg.target,
             cfg.api_key.as_ref().map(|k| k.expose().clone()),
@@ -62,16 +65,24 @@ impl Client {
     }
 }
 
-impl<'a> Session<'a> {
+/// What requests carry besides their prompt: the model, and the experiment's arms (none for a
+/// load without).
+pub(crate) struct Requests<'p> {
+    pub model: Arc<str>,
+    /// The buckets whose requests carry shared prefixes.
+    pub prefixed: &'p [&'static str],
+    pub experiment: Option<&'p Experiment>,
+}
+
+impl Session {
     /// The output folder, this client's overhead, the progress lines, the run's clock, the
-    /// scraper; requests name `model`, and the `prefixed` buckets' carry shared prefixes.
+    /// scraper; requests are made as `requests` says.
     pub async fn open(
-        cfg: &'a BenchConfig,
+        cfg: &Common,
         client: Client,
-        model: Arc<str>,
-        prefixed: &[&'static str],
+        requests: Requests<'_>,
         stop: Arc<AtomicBool>,
-    ) -> Result<Session<'a>, BenchError> {
+    ) -> Result<Session, BenchError> {
         std::fs::create_dir_all(&cfg.out).map_err(|source| BenchError::Io {
             path: cfg.out.display().to_string(),
             source,
@@ -83,18 +94,21 @@ impl<'a> Session<'a> {
         };
         let progress = Progress::new(cfg.quiet, cfg.progress_every).with_live(client.counters);
         let origin = (Instant::now(), SystemTime::now());
-        let scraper = scrape::start_for(cfg, origin.0).await?;
+        let scraper =
+            scrape::start_for((&cfg.scrape, &cfg.target), (cfg.quiet, &cfg.out), origin.0).await?;
         let load = Load {
-            cfg,
-            model,
-            prefixes: prefixed
+            model: requests.model,
+            api: cfg.api,
+            fixed: cfg.fixed_output,
+            experiment: requests.experiment.cloned().unwrap_or_default(),
+            prefixes: requests
+                .prefixed
                 .iter()
-                .map(|&b| (b, shared_prefixes(cfg, b)))
+                .map(|&b| (b, shared_prefixes(&cfg.prompts, cfg.seed, b)))
                 .collect(),
             scrape: scraper.as_ref().map(|s| s.handle.clone()),
         };
         Ok(Session {
-            cfg,
             target: client.target,
             load,
             progress,

@@ -94,12 +94,12 @@ pub fn cut(
 
 /// Each cell's windows, with `--timeslice`.
 pub(super) fn attach(
-    cfg: &super::BenchConfig,
+    timeslice: Option<std::time::Duration>,
     out: &mut super::cell::Out,
     origin: std::time::SystemTime,
     scraped: Option<&Collected>,
 ) {
-    let Some(every) = cfg.timeslice else { return };
+    let Some(every) = timeslice else { return };
     let every_ms = every.as_secs_f64() * 1000.0;
     for cell in &mut out.cells {
         let records = &out.records[cell.records.clone()];

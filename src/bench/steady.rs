@@ -71,7 +71,7 @@ pub fn find(
 /// Each closed-loop cell's plateau (not a conversation's: between turns a conversation holds
 /// no request), with the engine's figures over it when scraped.
 pub(super) fn attach(
-    cfg: &super::BenchConfig,
+    hw: &crate::report::engine::Hardware,
     out: &mut super::cell::Out,
     origin: std::time::SystemTime,
     scraped: Option<&super::scrape::Collected>,
@@ -88,8 +88,8 @@ pub(super) fn attach(
                 requests: s.requests,
                 output_tokens: 0,
                 wall_s: (s.to_ms - s.from_ms) / 1000.0,
-                peak_bandwidth: cfg.peak_bandwidth,
-                peak_flops: cfg.peak_flops,
+                peak_bandwidth: hw.peak_bandwidth_bytes_s,
+                peak_flops: hw.peak_flops,
             };
             s.telemetry =
                 Some(super::scrape::summary::cell(col, s.from_ms, s.to_ms, &facts).telemetry);

@@ -12,6 +12,7 @@ mod bucket;
 mod cut;
 pub mod decode;
 pub mod delivery;
+pub mod ending;
 mod gateway;
 pub mod ids;
 pub mod record;

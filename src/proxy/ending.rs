@@ -1,8 +1,11 @@
 //! How a proxied request ended, and the one function that decides what that makes of it: the
 //! status the client got, the outcome and the record's error text. Every ending of every request
-//! goes through [`verdict`]; nothing else sets an outcome.
+//! goes through [`verdict`]; nothing else sets an outcome. It names the proxy's side of the end
+//! (its own errors, the upstream body's) and leaves the rule to `meter::ending`, which bench's
+//! client shares.
 
 use super::error::{BodyError, ProxyError};
+use crate::meter::ending::Close;
 use crate::meter::{BodyEnd, Meter, Outcome, Verdict};
 
 /// Every way a request can end.
@@ -20,24 +23,8 @@ pub enum Ending<'a> {
 /// The verdict on a request. `head` is the status of the upstream's response head, once it
 /// came; `cut` is set once the shutdown's grace period ran out.
 pub fn verdict(ending: &Ending<'_>, head: Option<u16>, meter: &mut Meter, cut: bool) -> Verdict {
-    // The last chunk handed on may not be inspected yet: it can turn a drop into a complete
-    // stream (a client that hangs up right after `[DONE]` got the whole stream); a JSON body is
-    // read at its end.
-    meter.settle();
     let status = head.unwrap_or(0);
-    let gone = |meter: &Meter| -> (Outcome, Option<String>) {
-        if meter.done {
-            meter.clean_end(status)
-        } else if cut {
-            (
-                Outcome::ShutdownCut,
-                Some("cut at shutdown grace deadline".into()),
-            )
-        } else {
-            (Outcome::ClientCancelled, Some("client went away".into()))
-        }
-    };
-    let (status, outcome, error) = match ending {
+    let (status, close) = match ending {
         Ending::Local(err) => {
             let outcome = match err {
                 ProxyError::BodyRead => Outcome::ClientCancelled,
@@ -57,16 +44,10 @@ pub fn verdict(ending: &Ending<'_>, head: Option<u16>, meter: &mut Meter, cut: b
                 ProxyError::BodyRead => "request body not received".to_owned(),
                 _ => format!("tokentap: {}", err.kind().1),
             };
-            (err.status().as_u16(), outcome, Some(text))
+            (err.status().as_u16(), Close::Failed(outcome, text))
         }
-        Ending::Abandoned | Ending::Body(BodyEnd::Dropped) => {
-            let (o, e) = gone(meter);
-            (status, o, e)
-        }
-        Ending::Body(BodyEnd::Complete) => {
-            let (o, e) = meter.clean_end(status);
-            (status, o, e)
-        }
+        Ending::Abandoned | Ending::Body(BodyEnd::Dropped) => (status, Close::Dropped { cut }),
+        Ending::Body(BodyEnd::Complete) => (status, Close::Complete),
         Ending::Body(BodyEnd::Error(e)) => {
             let (o, text) = match e.downcast_ref::<BodyError>() {
                 Some(BodyError::Idle(_)) => (Outcome::Timeout, "idle timeout".to_owned()),
@@ -76,39 +57,17 @@ pub fn verdict(ending: &Ending<'_>, head: Option<u16>, meter: &mut Meter, cut: b
                 }
                 None => (Outcome::UpstreamReset, format!("upstream body: {e}")),
             };
-            (status, o, Some(text))
+            (status, Close::Failed(o, text))
         }
     };
-    let error = meter.merge_error_event(outcome, error);
-    Verdict {
-        status,
-        outcome,
-        error,
-    }
+    crate::meter::ending::verdict(close, status, meter)
 }
 
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)] // tests drive their own clock and environment
 mod tests {
     use super::*;
-    use tokio::time::Instant;
-
-    fn stream(events: &[&str]) -> Meter {
-        let mut m = Meter::new(Instant::now());
-        m.path_api = crate::openai::Api::Chat;
-        m.expect_body(Some(b"text/event-stream"), 1 << 20, 1 << 20);
-        for e in events {
-            m.defer(
-                bytes::Bytes::from(format!("data: {e}\n\n")),
-                Instant::now(),
-                crate::meter::ReadClock::Process,
-            );
-        }
-        m
-    }
-
-    const TOKEN: &str = r#"{"choices":[{"delta":{"content":"hi"}}]}"#;
-    const LAST: &str = r#"{"choices":[{"delta":{"content":"!"},"finish_reason":"stop"}]}"#;
+    use crate::meter::ending::tests::{stream, LAST, TOKEN};
 
     fn v(
         e: &Ending<'_>,

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use support::load::*;
 use support::*;
-use tokentap::bench::{self, Arrivals, BenchConfig, Process};
+use tokentap::bench::{self, Arrivals, Load, Open, OpenLoop, Process, Replay};
 use tokentap::meter::{Outcome, RequestRecord};
 use tokentap::sim::Profile;
 
@@ -80,19 +80,22 @@ async fn spread() {
         ("gamma-0.25", Process::Gamma, 0.25, 2.0, 0.2, 125.0, 500),
         ("constant", Process::Constant, 1.0, 0.0, 0.1, 50.0, 250),
     ] {
-        let c = BenchConfig {
-            request_rates: vec![rate],
-            arrivals: Arrivals {
-                process,
-                burstiness: k,
-                seed: 1,
+        let mut c = bench_cfg(&s, dir.join(name));
+        (c.common.requests, c.common.warmup) = (n, 0);
+        c.common.prompts.outputs = [2, 2, 2];
+        c.common.prompts.buckets = vec!["short-long".into()];
+        c.load = Load::Open(Open {
+            rates: OpenLoop {
+                rates: vec![rate],
+                arrivals: Arrivals {
+                    process,
+                    burstiness: k,
+                    seed: 1,
+                },
+                max_concurrency: None,
             },
-            requests: n,
-            warmup: 0,
-            outputs: [2, 2, 2],
-            buckets: vec!["short-long".into()],
-            ..bench_cfg(&s, dir.join(name))
-        };
+            ..Open::default()
+        });
         let info = run_bench(&c).await;
         let recs = bench_records(&dir.join(name));
         assert_eq!(recs.len(), n, "{name}");
@@ -169,10 +172,11 @@ async fn replay() {
     let dir = scratch("replay");
     let log = dir.join("recorded.jsonl");
     let want = synthetic_log(&log);
-    let c = BenchConfig {
-        replay: vec![log.clone()],
-        ..bench_cfg(&s, dir.join("out"))
-    };
+    let mut c = bench_cfg(&s, dir.join("out"));
+    c.load = Load::Replay(Replay {
+        files: vec![log.clone()],
+        ..Replay::default()
+    });
     let info = run_bench(&c).await;
     let r = info.replay.as_ref().unwrap();
     assert_eq!(
@@ -243,12 +247,13 @@ async fn replay() {
     );
 
     // Twice as fast, a slice: offsets halve, the window keeps its requests.
-    let c = BenchConfig {
-        replay: vec![log.clone()],
+    let mut c = bench_cfg(&s, dir.join("fast"));
+    c.load = Load::Replay(Replay {
+        files: vec![log.clone()],
         speed: 2.0,
         window: Some(bench::replay::Window::parse("1s..").unwrap()),
-        ..bench_cfg(&s, dir.join("fast"))
-    };
+        ..Replay::default()
+    });
     let info = run_bench(&c).await;
     let r = info.replay.unwrap();
     let kept = want.iter().filter(|w| w.0 - want[0].0 >= 1.0).count();

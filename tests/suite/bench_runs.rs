@@ -44,16 +44,19 @@ fn dirs() -> &'static Dirs {
         let cfgs: Vec<_> = plan
             .iter()
             .zip(&sims)
-            .map(|((name, _, runs), s)| tokentap::bench::BenchConfig {
-                concurrency: vec![1, 2],
-                buckets: vec!["long-short".into(), "short-long".into()],
-                requests: 6,
-                warmup: 1,
-                outputs: [8, 8, 8],
-                prompts_per_bucket: 6,
-                estimate: false,
-                runs: *runs,
-                ..bench_cfg(s, dir.join(name))
+            .map(|((name, _, runs), s)| {
+                let mut c = bench_cfg(s, dir.join(name));
+                (c.common.requests, c.common.warmup) = (6, 1);
+                c.common.estimate = false;
+                let p = &mut c.common.prompts;
+                p.buckets = vec!["long-short".into(), "short-long".into()];
+                (p.outputs, p.prompts_per_bucket) = ([8, 8, 8], 6);
+                c.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
+                    concurrency: vec![1, 2],
+                    runs: *runs,
+                    ..Default::default()
+                });
+                c
             })
             .collect();
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -362,24 +365,21 @@ fn compare_on_two_three_run_folders_takes_its_intervals_from_the_runs() {
 
 #[test]
 fn runs_must_be_positive_and_repeat_a_sweep_only() {
-    let run = |c: tokentap::bench::BenchConfig| {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    // A usage error (64), before anything is sent: the target is a closed port.
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tokentap"))
+            .args(["bench", "--target", "http://127.0.0.1:9", "--out"])
+            .arg(support::scratch("bench-runs-usage"))
+            .args(args)
+            .output()
             .unwrap();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        match rt.block_on(tokentap::bench::run(&c, stop)) {
-            Err(tokentap::bench::BenchError::Usage(e)) => e,
-            other => panic!("a usage error, not {:?}", other.map(|_| ())),
-        }
+        assert_eq!(out.status.code(), Some(64), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    let cfg = |runs: u32, multi_turn: bool| tokentap::bench::BenchConfig {
-        runs,
-        multi_turn,
-        quiet: true,
-        out: support::scratch("bench-runs-usage"),
-        ..Default::default()
-    };
-    assert_eq!(run(cfg(0, false)), "--runs must be at least 1");
-    assert!(run(cfg(2, true)).starts_with("--runs repeats a sweep of cells"));
+    assert_eq!(
+        run(&["--runs", "0"]),
+        "tokentap: bench: --runs must be at least 1\n"
+    );
+    assert!(run(&["--runs", "2", "--multi-turn"])
+        .starts_with("tokentap: bench: --runs repeats a sweep of cells"));
 }

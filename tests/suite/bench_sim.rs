@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use support::*;
-use tokentap::bench::{self, BenchConfig};
+use tokentap::bench;
 use tokentap::meter::{Outcome, RequestRecord};
 use tokentap::sim::{Profile, Sim};
 
@@ -146,18 +146,13 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
     let s = sim().await;
     let px = proxy(&format!("http://{}", s.engine), "").await;
     let dir = scratch("bench");
-    let cfg = BenchConfig {
-        target: format!("http://{}", px.addr),
-        out: dir.join("a"),
-        concurrency: vec![1, 2],
-        requests: 4,
-        warmup: 2,
-        outputs: [6, 8, 10],
-        calibrate: false,
-        quiet: true,
-        // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
-        scrape: bench::scrape::ScrapePlan::Off,
-        ..BenchConfig::default()
+    let cfg = {
+        let mut b =
+            support::load::bench_through_proxy(format!("http://{}", px.addr), dir.join("a"));
+        (b.common.requests, b.common.warmup) = (4, 2);
+        b.common.prompts.outputs = [6, 8, 10];
+        b.load = bench::Load::closed(vec![1, 2]);
+        b
     };
     let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
         .await
@@ -210,12 +205,12 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
 
     // Same seed and file: same prompt set hash; another seed: another.
     let again = bench::run(
-        &BenchConfig {
-            out: dir.join("b"),
-            concurrency: vec![1],
-            requests: 1,
-            warmup: 0,
-            ..cfg.clone()
+        &{
+            let mut b = cfg.clone();
+            b.common.out = dir.join("b");
+            (b.common.requests, b.common.warmup) = (1, 0);
+            b.load = bench::Load::closed(vec![1]);
+            b
         },
         Arc::new(AtomicBool::new(false)),
     )
@@ -223,13 +218,13 @@ async fn bench_through_the_proxy_agrees_with_the_proxy() {
     .unwrap();
     assert_eq!(again.prompt_set_sha256, info.prompt_set_sha256);
     let other = bench::run(
-        &BenchConfig {
-            out: dir.join("c"),
-            seed: 7,
-            concurrency: vec![1],
-            requests: 1,
-            warmup: 0,
-            ..cfg.clone()
+        &{
+            let mut b = cfg.clone();
+            b.common.out = dir.join("c");
+            b.common.seed = 7;
+            (b.common.requests, b.common.warmup) = (1, 0);
+            b.load = bench::Load::closed(vec![1]);
+            b
         },
         Arc::new(AtomicBool::new(false)),
     )
@@ -250,17 +245,13 @@ async fn empty_buckets_are_reported_and_bad_datasets_named() {
     let dir = scratch("dataset");
     let only_short = dir.join("short.json");
     std::fs::write(&only_short, r#"[{"id":"s1","conversations":[{"from":"human","value":"hi there"},{"from":"gpt","value":"hello"}]}]"#).unwrap();
-    let cfg = BenchConfig {
-        target: format!("http://{}", s.engine),
-        out: dir.join("out"),
-        dataset: Some(only_short),
-        concurrency: vec![1],
-        requests: 2,
-        warmup: 0,
-        outputs: [4, 4, 4],
-        calibrate: false,
-        quiet: true,
-        ..BenchConfig::default()
+    let cfg = {
+        let mut b = support::load::quiet_bench(format!("http://{}", s.engine), dir.join("out"));
+        b.common.prompts.dataset = Some(only_short);
+        (b.common.requests, b.common.warmup) = (2, 0);
+        b.common.prompts.outputs = [4, 4, 4];
+        b.load = bench::Load::closed(vec![1]);
+        b
     };
     let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
         .await
@@ -282,9 +273,10 @@ async fn empty_buckets_are_reported_and_bad_datasets_named() {
     )
     .unwrap();
     let e = bench::run(
-        &BenchConfig {
-            dataset: Some(bad.clone()),
-            ..cfg
+        &{
+            let mut b = cfg;
+            b.common.prompts.dataset = Some(bad.clone());
+            b
         },
         Arc::new(AtomicBool::new(false)),
     )
@@ -303,15 +295,15 @@ async fn bench_client_overhead_is_well_under_a_millisecond() {
     // itself is reported in run.json and docs/measured.md.
     let s = sim().await;
     let dir = scratch("overhead");
-    let cfg = BenchConfig {
-        target: format!("http://{}", s.engine),
-        out: dir,
-        concurrency: vec![1],
-        requests: 1,
-        warmup: 0,
-        outputs: [2, 2, 2],
-        quiet: true,
-        ..BenchConfig::default()
+    let cfg = {
+        let mut b = bench::Bench::default();
+        b.common.target = format!("http://{}", s.engine);
+        b.common.out = dir;
+        (b.common.requests, b.common.warmup) = (1, 0);
+        b.common.prompts.outputs = [2, 2, 2];
+        b.common.quiet = true;
+        b.load = bench::Load::closed(vec![1]);
+        b
     };
     let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
         .await
@@ -325,16 +317,12 @@ async fn bench_client_overhead_is_well_under_a_millisecond() {
 async fn stopping_a_sweep_keeps_what_was_measured() {
     let s = sim().await;
     let dir = scratch("interrupt");
-    let cfg = BenchConfig {
-        target: format!("http://{}", s.engine),
-        out: dir.clone(),
-        concurrency: vec![1, 2, 4],
-        requests: 50,
-        warmup: 0,
-        outputs: [20, 20, 20],
-        calibrate: false,
-        quiet: true,
-        ..BenchConfig::default()
+    let cfg = {
+        let mut b = support::load::quiet_bench(format!("http://{}", s.engine), dir.clone());
+        (b.common.requests, b.common.warmup) = (50, 0);
+        b.common.prompts.outputs = [20, 20, 20];
+        b.load = bench::Load::closed(vec![1, 2, 4]);
+        b
     };
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
@@ -413,21 +401,16 @@ async fn bench_speaks_every_shape_to_a_reasoning_model() {
     let mut n = 0;
     for api in [Api::Chat, Api::Completions, Api::Responses, Api::Messages] {
         let dir = scratch("shapes");
-        let cfg = BenchConfig {
-            target: format!("http://{}", px.addr),
-            out: dir.clone(),
-            model: Some("sim".into()),
-            concurrency: vec![1],
-            requests: 3,
-            warmup: 0,
-            outputs: [8, 8, 8],
-            prompts_per_bucket: 1,
-            calibrate: false,
-            quiet: true,
-            api,
-            // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
-            scrape: bench::scrape::ScrapePlan::Off,
-            ..BenchConfig::default()
+        let cfg = {
+            let mut b =
+                support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+            b.common.model = Some("sim".into());
+            (b.common.requests, b.common.warmup) = (3, 0);
+            b.common.prompts.outputs = [8, 8, 8];
+            b.common.prompts.prompts_per_bucket = 1;
+            b.common.api = api;
+            b.load = bench::Load::closed(vec![1]);
+            b
         };
         bench::run(&cfg, Arc::new(AtomicBool::new(false)))
             .await
@@ -474,18 +457,13 @@ async fn bench_request_ids_join_the_proxys_records_one_to_one() {
     let s = load::sim_paced("20,2,12".parse().unwrap());
     let px = proxy(&format!("http://{}", s.engine), "").await;
     let dir = scratch("ids");
-    let cfg = BenchConfig {
-        target: format!("http://{}", px.addr),
-        out: dir.clone(),
-        concurrency: vec![1, 8],
-        requests: 16,
-        warmup: 1,
-        outputs: [12, 12, 12],
-        buckets: vec!["short-long".into()],
-        calibrate: false,
-        quiet: true,
-        scrape: bench::scrape::ScrapePlan::Off,
-        ..BenchConfig::default()
+    let cfg = {
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (16, 1);
+        b.common.prompts.outputs = [12, 12, 12];
+        b.common.prompts.buckets = vec!["short-long".into()];
+        b.load = bench::Load::closed(vec![1, 8]);
+        b
     };
     bench::run(&cfg, Arc::new(AtomicBool::new(false)))
         .await

@@ -64,16 +64,17 @@ fn runs() -> &'static Runs {
         let cfgs: Vec<_> = plan
             .iter()
             .zip(&sims)
-            .map(|((name, _, requests), s)| tokentap::bench::BenchConfig {
-                concurrency: vec![1],
-                requests: *requests,
-                warmup: 1,
-                outputs: [8, 8, 8],
-                prompts_per_bucket: 20,
-                estimate: false,
+            .map(|((name, _, requests), s)| {
+                let mut b = bench_cfg(s, dir.join(name));
+                b.common.requests = *requests;
+                b.common.warmup = 1;
+                b.common.prompts.outputs = [8, 8, 8];
+                b.common.prompts.prompts_per_bucket = 20;
+                b.common.estimate = false;
                 // Nothing but the load on the sims: the null change is judged to its intervals.
-                scrape: tokentap::bench::scrape::ScrapePlan::Off,
-                ..bench_cfg(s, dir.join(name))
+                b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
+                b.load = tokentap::bench::Load::closed(vec![1]);
+                b
             })
             .collect();
         let rt = tokio::runtime::Builder::new_multi_thread()

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::*;
-use tokentap::bench::{self, BenchConfig};
+use tokentap::bench;
 use tokentap::keys::fingerprint;
 use tokentap::meter::Outcome;
 use tokentap::report::{self, Slos};
@@ -53,25 +53,25 @@ async fn measure_hop(hop: &str) -> report::hop::GatewayHop {
     ))
     .await;
     let dir = scratch("hop");
-    let cfg = BenchConfig {
-        target: format!("http://{}", px.addr),
-        out: dir.clone(),
-        concurrency: vec![1],
-        requests: 40,
-        warmup: 2,
-        outputs: [6, 6, 6],
-        prompts_per_bucket: 10,
-        calibrate: false,
-        quiet: true,
-        api_key: Some(tokentap::keys::Secret::new(key.to_owned())),
-        arms: vec![
-            ("direct".into(), String::new()),
-            ("gateway".into(), String::new()),
-        ],
-        route_header: Some("x-tokentap-route".into()),
-        // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
-        scrape: tokentap::bench::scrape::ScrapePlan::Off,
-        ..BenchConfig::default()
+    let cfg = {
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (40, 2);
+        b.common.prompts.outputs = [6, 6, 6];
+        b.common.prompts.prompts_per_bucket = 10;
+        b.common.api_key = Some(tokentap::keys::Secret::new(key.to_owned()));
+        b.load = bench::Load::Closed(bench::Closed {
+            concurrency: vec![1],
+            experiment: bench::Experiment {
+                arms: vec![
+                    ("direct".into(), String::new()),
+                    ("gateway".into(), String::new()),
+                ],
+                route_header: Some("x-tokentap-route".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        b
     };
     bench::run(&cfg, Arc::new(AtomicBool::new(false)))
         .await
@@ -150,23 +150,23 @@ async fn the_tap_recovers_the_hop_at_every_level() {
     )
     .unwrap();
     let dir = scratch("tap-levels");
-    let cfg = BenchConfig {
-        target: format!("http://{}", px.addr),
-        out: dir.clone(),
-        concurrency: vec![1, 4],
-        requests: 12,
-        warmup: 0,
-        outputs: [6, 6, 6],
-        prompts_per_bucket: 12,
-        calibrate: false,
-        quiet: true,
-        arms: vec![
-            ("direct".into(), String::new()),
-            ("gateway".into(), "/gateway".into()),
-        ],
-        // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
-        scrape: tokentap::bench::scrape::ScrapePlan::Off,
-        ..BenchConfig::default()
+    let cfg = {
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (12, 0);
+        b.common.prompts.outputs = [6, 6, 6];
+        b.common.prompts.prompts_per_bucket = 12;
+        b.load = bench::Load::Closed(bench::Closed {
+            concurrency: vec![1, 4],
+            experiment: bench::Experiment {
+                arms: vec![
+                    ("direct".into(), String::new()),
+                    ("gateway".into(), "/gateway".into()),
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        b
     };
     bench::run(&cfg, Arc::new(AtomicBool::new(false)))
         .await
@@ -599,27 +599,28 @@ async fn four_arms_see_the_same_prompts_in_a_rotated_order() {
     .await;
     let dir = scratch("four-arms");
     let arms = ["direct", "h0", "h1", "h5"];
-    let cfg = BenchConfig {
-        target: format!("http://{}", px.addr),
-        out: dir.clone(),
-        concurrency: vec![1, 2],
+    let cfg = {
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
         // Two periods of the 4-arm square (8 groups); 30 is rounded up to whole groups.
-        requests: 30,
-        warmup: 4,
-        outputs: [4, 4, 4],
-        buckets: vec!["balanced".into()],
-        prompts_per_bucket: 6,
-        calibrate: false,
-        quiet: true,
-        api_key: Some(tokentap::keys::Secret::new(key.to_owned())),
-        arms: arms
-            .iter()
-            .map(|a| (a.to_string(), String::new()))
-            .collect(),
-        route_header: Some("x-tokentap-route".into()),
-        cache_salt: true,
-        scrape: tokentap::bench::scrape::ScrapePlan::Off,
-        ..BenchConfig::default()
+        (b.common.requests, b.common.warmup) = (30, 4);
+        b.common.prompts.outputs = [4, 4, 4];
+        b.common.prompts.buckets = vec!["balanced".into()];
+        b.common.prompts.prompts_per_bucket = 6;
+        b.common.api_key = Some(tokentap::keys::Secret::new(key.to_owned()));
+        b.load = bench::Load::Closed(bench::Closed {
+            concurrency: vec![1, 2],
+            experiment: bench::Experiment {
+                arms: arms
+                    .iter()
+                    .map(|a| (a.to_string(), String::new()))
+                    .collect(),
+                cache_salt: true,
+                route_header: Some("x-tokentap-route".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        b
     };
     let info = bench::run(&cfg, Arc::new(AtomicBool::new(false)))
         .await
@@ -723,34 +724,38 @@ async fn arm_resources_are_read_from_proc() {
     ))
     .await;
     let dir = scratch("arm-pid");
-    let cfg = BenchConfig {
-        target: format!("http://{}", px.addr),
-        out: dir.clone(),
-        concurrency: vec![1],
-        requests: 4,
-        warmup: 0,
-        outputs: [4, 4, 4],
-        buckets: vec!["short-long".into()],
-        prompts_per_bucket: 2,
-        calibrate: false,
-        quiet: true,
-        api_key: Some(tokentap::keys::Secret::new("sk-k".into())),
-        arms: vec![
-            ("direct".into(), String::new()),
-            ("gateway".into(), String::new()),
-        ],
-        route_header: Some("x-tokentap-route".into()),
-        arm_watch: vec![
-            tokentap::bench::resources::Watch::parse(
-                "--arm-pid",
-                &format!("gateway={}", child.id()),
-            )
-            .unwrap(),
-            tokentap::bench::resources::Watch::parse("--arm-cgroup", "direct=/nonexistent/cgroup")
-                .unwrap(),
-        ],
-        scrape: tokentap::bench::scrape::ScrapePlan::Off,
-        ..BenchConfig::default()
+    let cfg = {
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (4, 0);
+        b.common.prompts.outputs = [4, 4, 4];
+        b.common.prompts.buckets = vec!["short-long".into()];
+        b.common.prompts.prompts_per_bucket = 2;
+        b.common.api_key = Some(tokentap::keys::Secret::new("sk-k".into()));
+        b.load = bench::Load::Closed(bench::Closed {
+            concurrency: vec![1],
+            experiment: bench::Experiment {
+                arms: vec![
+                    ("direct".into(), String::new()),
+                    ("gateway".into(), String::new()),
+                ],
+                watch: vec![
+                    tokentap::bench::resources::Watch::parse(
+                        "--arm-pid",
+                        &format!("gateway={}", child.id()),
+                    )
+                    .unwrap(),
+                    tokentap::bench::resources::Watch::parse(
+                        "--arm-cgroup",
+                        "direct=/nonexistent/cgroup",
+                    )
+                    .unwrap(),
+                ],
+                route_header: Some("x-tokentap-route".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        b
     };
     bench::run(&cfg, Arc::new(AtomicBool::new(false)))
         .await
@@ -878,25 +883,26 @@ async fn board_run(
     ))
     .await;
     let dir = scratch("board");
-    let cfg = BenchConfig {
-        target: format!("http://{}", px.addr),
-        out: dir.clone(),
-        concurrency: levels,
-        requests,
-        warmup: arms.len(),
-        outputs: [24, 24, 24],
-        buckets: vec!["balanced".into()],
-        prompts_per_bucket: 10,
-        calibrate: false,
-        quiet: true,
-        api_key: Some(tokentap::keys::Secret::new(key.to_owned())),
-        arms: arms
-            .iter()
-            .map(|(n, _)| ((*n).into(), String::new()))
-            .collect(),
-        route_header: Some("x-tokentap-route".into()),
-        scrape: tokentap::bench::scrape::ScrapePlan::Off,
-        ..BenchConfig::default()
+    let cfg = {
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (requests, arms.len());
+        b.common.prompts.outputs = [24, 24, 24];
+        b.common.prompts.buckets = vec!["balanced".into()];
+        b.common.prompts.prompts_per_bucket = 10;
+        b.common.api_key = Some(tokentap::keys::Secret::new(key.to_owned()));
+        b.load = bench::Load::Closed(bench::Closed {
+            concurrency: levels,
+            experiment: bench::Experiment {
+                arms: arms
+                    .iter()
+                    .map(|(n, _)| ((*n).into(), String::new()))
+                    .collect(),
+                route_header: Some("x-tokentap-route".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        b
     };
     bench::run(&cfg, Arc::new(AtomicBool::new(false)))
         .await

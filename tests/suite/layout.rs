@@ -216,6 +216,29 @@ fn modules_never_reach_what_they_must_not() {
     }
 }
 
+/// Rules two sides share, each in a leaf both may reach: the file names nothing of the crate
+/// outside its own module (no `crate::`, no `super::super::`), so neither side's module comes
+/// with it. `meter/ending.rs` is how a request ended, for the proxy's exchange and bench's
+/// client alike.
+const SHARED_LEAVES: &[&str] = &["meter/ending.rs"];
+
+#[test]
+fn shared_rules_stay_leaves() {
+    for leaf in SHARED_LEAVES {
+        let text = std::fs::read_to_string(root().join("src").join(leaf)).unwrap();
+        let code = without_tests(&code_only(&text));
+        let uses = crate_uses(&code);
+        assert!(
+            uses.is_empty(),
+            "src/{leaf} is a shared leaf, yet names crate::{uses:?}"
+        );
+        assert!(
+            !code.contains("super::super"),
+            "src/{leaf} is a shared leaf, yet reaches past its own module"
+        );
+    }
+}
+
 /// `text` with its comments, string and character literals blanked (newlines kept), so braces
 /// and paths in them are not read as code.
 fn code_only(text: &str) -> String {
@@ -335,14 +358,16 @@ fn closing(code: &[u8], open: usize) -> usize {
     code.len()
 }
 
-/// `code` without its `#[cfg(test)]` modules.
+/// `code` without its `#[cfg(test)]` modules (private or not: a test module may lend its
+/// fixtures to another's tests).
 fn without_tests(code: &str) -> String {
     let mut out = code.to_owned();
     while let Some(i) = out.find("#[cfg(test)]") {
         let rest = &out[i..];
-        let at_mod = rest["#[cfg(test)]".len()..]
-            .trim_start()
-            .starts_with("mod ");
+        let after = rest["#[cfg(test)]".len()..].trim_start();
+        let at_mod = ["mod ", "pub mod ", "pub(crate) mod ", "pub(super) mod "]
+            .iter()
+            .any(|m| after.starts_with(m));
         let end = match (at_mod, rest.find('{'), rest.find(';')) {
             (true, Some(o), semi) if semi.is_none_or(|s| o < s) => {
                 closing(out.as_bytes(), i + o) + 1

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use support::load::*;
 use support::*;
-use tokentap::bench::{self, Arrivals, BenchConfig, Process, Until};
+use tokentap::bench::{self, Arrivals, Process, Until};
 use tokentap::report::{self, Slos};
 use tokentap::sim::Profile;
 
@@ -30,19 +30,24 @@ async fn the_cap_queues_requests_outside_their_ttft_and_a_rate_too_fast_is_repor
     };
     let s = sim_on(slow);
     let dir = scratch("cap");
-    let c = BenchConfig {
-        request_rates: vec![40.0],
-        arrivals: Arrivals {
-            process: Process::Constant,
-            burstiness: 1.0,
-            seed: 1,
-        },
-        max_concurrency: Some(2),
-        requests: 20,
-        warmup: 0,
-        outputs: [4, 4, 4],
-        buckets: vec!["short-long".into()],
-        ..bench_cfg(&s, dir.join("cap"))
+    let c = {
+        let mut b = bench_cfg(&s, dir.join("cap"));
+        (b.common.requests, b.common.warmup) = (20, 0);
+        b.common.prompts.outputs = [4, 4, 4];
+        b.common.prompts.buckets = vec!["short-long".into()];
+        b.load = bench::Load::Open(bench::Open {
+            rates: bench::OpenLoop {
+                rates: vec![40.0],
+                arrivals: Arrivals {
+                    process: Process::Constant,
+                    burstiness: 1.0,
+                    seed: 1,
+                },
+                max_concurrency: Some(2),
+            },
+            ..Default::default()
+        });
+        b
     };
     run_bench(&c).await;
     let recs = bench_records(&dir.join("cap"));
@@ -61,14 +66,23 @@ async fn the_cap_queues_requests_outside_their_ttft_and_a_rate_too_fast_is_repor
     assert!(cell.achieved_rate.unwrap() < 0.6 * cell.scheduled_rate.unwrap());
 
     // A rate no client keeps: 300 requests due within 3 ms.
-    let fast = BenchConfig {
-        request_rates: vec![100_000.0],
-        arrivals: c.arrivals,
-        buckets: c.buckets.clone(),
-        requests: 300,
-        warmup: 0,
-        outputs: [1, 1, 1],
-        ..bench_cfg(&s, dir.join("fast"))
+    let fast = {
+        let mut b = bench_cfg(&s, dir.join("fast"));
+        b.common.prompts.buckets = c.common.prompts.buckets.clone();
+        (b.common.requests, b.common.warmup) = (300, 0);
+        b.common.prompts.outputs = [1, 1, 1];
+        b.load = bench::Load::Open(bench::Open {
+            rates: bench::OpenLoop {
+                rates: vec![100_000.0],
+                arrivals: match &c.load {
+                    bench::Load::Open(o) => o.rates.arrivals,
+                    _ => unreachable!("an open loop"),
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        b
     };
     let info = run_bench(&fast).await;
     let o = info.cells[0].open_loop.as_ref().unwrap();
@@ -95,10 +109,14 @@ async fn a_mooncake_trace_replays_with_its_shared_blocks_cached() {
         ));
     }
     std::fs::write(&trace, lines).unwrap();
-    let c = BenchConfig {
-        replay: vec![trace],
-        model: Some("sim".into()),
-        ..bench_cfg(&s, dir.join("out"))
+    let c = {
+        let mut b = bench_cfg(&s, dir.join("out"));
+        b.common.model = Some("sim".into());
+        b.load = bench::Load::Replay(bench::Replay {
+            files: vec![trace],
+            ..Default::default()
+        });
+        b
     };
     let info = run_bench(&c).await;
     assert_eq!(info.replay.as_ref().unwrap().format, "mooncake");
@@ -120,15 +138,15 @@ async fn a_shared_prefix_gives_back_ttft_on_a_caching_engine() {
         ..Profile::v100()
     });
     let dir = scratch("prefix");
-    let c = BenchConfig {
-        shared_prefix: 2000,
-        prefix_groups: 4,
-        concurrency: vec![1],
-        requests: 12,
-        warmup: 0,
-        outputs: [2, 2, 2],
-        buckets: vec!["short-long".into()],
-        ..bench_cfg(&s, dir.clone())
+    let c = {
+        let mut b = bench_cfg(&s, dir.clone());
+        b.common.prompts.shared_prefix = 2000;
+        b.common.prompts.prefix_groups = 4;
+        (b.common.requests, b.common.warmup) = (12, 0);
+        b.common.prompts.outputs = [2, 2, 2];
+        b.common.prompts.buckets = vec!["short-long".into()];
+        b.load = bench::Load::closed(vec![1]);
+        b
     };
     run_bench(&c).await;
     let recs = bench_records(&dir);
@@ -155,14 +173,15 @@ async fn conversations_go_turn_by_turn_and_the_report_reads_each_turn() {
         ..Profile::instant()
     });
     let dir = scratch("turns");
-    let c = BenchConfig {
-        multi_turn: true,
-        think_time: Duration::from_millis(5),
-        concurrency: vec![2],
-        requests: 24,
-        warmup: 0,
-        max_turns: 4,
-        ..bench_cfg(&s, dir.clone())
+    let c = {
+        let mut b = bench_cfg(&s, dir.clone());
+        (b.common.requests, b.common.warmup) = (24, 0);
+        b.load = bench::Load::Conversations(bench::Conversations {
+            concurrency: vec![2],
+            think_time: Duration::from_millis(5),
+            max_turns: 4,
+        });
+        b
     };
     let info = run_bench(&c).await;
     assert_eq!(info.cells[0].bucket, "conversations");
@@ -190,13 +209,13 @@ async fn bad_replay_input_is_named() {
     let garbage = dir.join("garbage.jsonl");
     std::fs::write(&garbage, "not json\n{\"msg\":\"other tool\"}\n").unwrap();
     for f in [&empty, &garbage] {
-        let c = BenchConfig {
-            target: "http://127.0.0.1:9".into(),
-            out: dir.join("out"),
-            replay: vec![f.clone()],
-            calibrate: false,
-            quiet: true,
-            ..BenchConfig::default()
+        let c = {
+            let mut b = support::load::quiet_bench("http://127.0.0.1:9".into(), dir.join("out"));
+            b.load = bench::Load::Replay(bench::Replay {
+                files: vec![f.clone()],
+                ..Default::default()
+            });
+            b
         };
         let e = bench::run(&c, Arc::new(AtomicBool::new(false)))
             .await
@@ -231,32 +250,41 @@ async fn through_the_proxy_the_rate_turn_and_bucket_are_recorded_and_never_forwa
     .await;
     let px = proxy(&up.url(), "").await;
     let dir = scratch("load-proxy");
-    let base = BenchConfig {
-        target: format!("http://{}", px.addr),
-        model: Some("m".into()),
-        calibrate: false,
-        quiet: true,
-        requests: 4,
-        warmup: 0,
-        outputs: [3, 3, 3],
-        buckets: vec!["short-long".into()],
+    let base = {
+        let mut b = bench::Bench::default();
+        b.common.target = format!("http://{}", px.addr);
+        b.common.model = Some("m".into());
+        b.common.calibrate = false;
+        b.common.quiet = true;
+        (b.common.requests, b.common.warmup) = (4, 0);
+        b.common.prompts.outputs = [3, 3, 3];
+        b.common.prompts.buckets = vec!["short-long".into()];
         // The proxy's log holds bench's requests alone: no scrape of /metrics through it.
-        scrape: tokentap::bench::scrape::ScrapePlan::Off,
-        ..BenchConfig::default()
+        b.common.scrape.plan = tokentap::bench::scrape::ScrapePlan::Off;
+        b
     };
-    run_bench(&BenchConfig {
-        request_rates: vec![50.0],
-        out: dir.join("rate"),
-        ..base.clone()
+    run_bench(&{
+        let mut b = base.clone();
+        b.common.out = dir.join("rate");
+        b.load = bench::Load::Open(bench::Open {
+            rates: bench::OpenLoop {
+                rates: vec![50.0],
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        b
     })
     .await;
-    run_bench(&BenchConfig {
-        multi_turn: true,
-        concurrency: vec![1],
-        think_time: Duration::ZERO,
-        max_turns: 2,
-        out: dir.join("turns"),
-        ..base
+    run_bench(&{
+        let mut b = base;
+        b.common.out = dir.join("turns");
+        b.load = bench::Load::Conversations(bench::Conversations {
+            concurrency: vec![1],
+            think_time: Duration::ZERO,
+            max_turns: 2,
+        });
+        b
     })
     .await;
     let recs = px.records(8).await;
@@ -309,30 +337,28 @@ async fn stopping_an_open_loop_or_a_search_keeps_what_was_measured() {
     });
     let dir = scratch("load-stop");
     for (name, c) in [
-        (
-            "open",
-            BenchConfig {
-                request_rates: vec![20.0],
-                requests: 400,
-                warmup: 0,
-                outputs: [2, 2, 2],
-                buckets: vec!["short-long".into()],
-                ..bench_cfg(&s, dir.join("open"))
-            },
-        ),
-        (
-            "search",
-            BenchConfig {
-                until: Some(Until::Errors),
-                requests: 200,
-                warmup: 0,
-                outputs: [2, 2, 2],
-                buckets: vec!["short-long".into()],
-                // 200 requests of at least 50 ms each at the first level: the stop comes
-                // while a level is measured, however fast the machine.
-                ..bench_cfg(&slow, dir.join("search"))
-            },
-        ),
+        ("open", {
+            let mut b = bench_cfg(&s, dir.join("open"));
+            (b.common.requests, b.common.warmup) = (400, 0);
+            b.common.prompts.outputs = [2, 2, 2];
+            b.common.prompts.buckets = vec!["short-long".into()];
+            b.load = bench::Load::Open(bench::Open {
+                rates: bench::OpenLoop {
+                    rates: vec![20.0],
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+            b
+        }),
+        ("search", {
+            let mut b = bench_cfg(&slow, dir.join("search"));
+            (b.common.requests, b.common.warmup) = (200, 0);
+            b.common.prompts.outputs = [2, 2, 2];
+            b.common.prompts.buckets = vec!["short-long".into()];
+            b.load = bench::Load::Search(bench::Search::until(Until::Errors));
+            b
+        }),
     ] {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();

@@ -375,18 +375,14 @@ async fn a_simulated_sweep_reads_like_the_write_up() {
         .await
         .unwrap();
     let dir = scratch("writeup");
-    let cfg = tokentap::bench::BenchConfig {
-        target: format!("http://{}", sim.engine),
-        out: dir.clone(),
-        concurrency: vec![1, 8],
-        requests: 8,
-        warmup: 0,
-        outputs: [8, 16, 32],
-        calibrate: false,
-        quiet: true,
+    let cfg = {
+        let mut b =
+            support::load::bench_through_proxy(format!("http://{}", sim.engine), dir.clone());
+        (b.common.requests, b.common.warmup) = (8, 0);
+        b.common.prompts.outputs = [8, 16, 32];
         // The write-up's shapes alone: no /metrics scrapes against the in-process engine.
-        scrape: tokentap::bench::scrape::ScrapePlan::Off,
-        ..Default::default()
+        b.load = tokentap::bench::Load::closed(vec![1, 8]);
+        b
     };
     tokentap::bench::run(&cfg, Arc::new(AtomicBool::new(false)))
         .await

@@ -6,18 +6,19 @@ use tokentap_test_support as support;
 
 use support::load::*;
 use support::*;
-use tokentap::bench::{BenchConfig, Until};
+use tokentap::bench::Until;
 use tokentap::report::{self, Slos};
 use tokentap::sim::Profile;
 
 /// The write-up's V100 profile, with the long-prompt bucket only and short answers.
-fn v100_long(s: &SimApart, out: std::path::PathBuf) -> BenchConfig {
-    BenchConfig {
-        buckets: vec!["long-short".into()],
-        outputs: [8, 8, 8],
-        requests: 16,
-        warmup: 8,
-        ..bench_cfg(s, out)
+fn v100_long(s: &SimApart, out: std::path::PathBuf) -> tokentap::bench::Bench {
+    {
+        let mut b = bench_cfg(s, out);
+        b.common.prompts.buckets = vec!["long-short".into()];
+        b.common.prompts.outputs = [8, 8, 8];
+        b.common.requests = 16;
+        b.common.warmup = 8;
+        b
     }
 }
 
@@ -35,18 +36,22 @@ async fn the_saturation_search_finds_the_ceiling_a_full_sweep_gives() {
     let s = sim_on(Profile::v100());
     let dir = scratch("saturation");
     // The full sweep, every level from 1 to 8, read by the report.
-    let sweep = BenchConfig {
-        concurrency: (1..=8).collect(),
-        ..v100_long(&s, dir.join("sweep"))
+    let sweep = {
+        let mut b = v100_long(&s, dir.join("sweep"));
+        b.load = tokentap::bench::Load::closed((1..=8).collect());
+        b
     };
     run_bench(&sweep).await;
     let rep = report::compute(&bench_records(&dir.join("sweep")), &slos(), 5, false);
     let full = rep.provisioning[0].ceiling["interactive"].clone();
     // The search: doubling from 1, then halving the gap.
-    let search = BenchConfig {
-        until: Some(Until::parse("slo:interactive", &slos()).unwrap()),
-        max_level: Some(64.0),
-        ..v100_long(&s, dir.join("search"))
+    let search = {
+        let mut b = v100_long(&s, dir.join("search"));
+        b.load = tokentap::bench::Load::Search(tokentap::bench::Search {
+            max_level: Some(64.0),
+            ..tokentap::bench::Search::until(Until::parse("slo:interactive", &slos()).unwrap())
+        });
+        b
     };
     let info = run_bench(&search).await;
     let sat = &info.saturation["long-short"];

@@ -457,23 +457,24 @@ async fn one_tokentap_taps_two_gateways_at_once() {
             .unwrap();
     }
     let dir = scratch("tap-two-gateways");
-    let cfg = tokentap::bench::BenchConfig {
-        target: format!("http://{}", px.addr),
-        out: dir.clone(),
-        concurrency: vec![1, 3],
-        requests: 6,
-        warmup: 0,
-        outputs: [4, 4, 4],
-        buckets: vec!["balanced".into()],
-        prompts_per_bucket: 6,
-        calibrate: false,
-        quiet: true,
-        arms: [("direct", ""), ("nginx", "/nginx"), ("litellm", "/litellm")]
-            .iter()
-            .map(|(a, p)| (a.to_string(), p.to_string()))
-            .collect(),
-        scrape: tokentap::bench::scrape::ScrapePlan::Off,
-        ..tokentap::bench::BenchConfig::default()
+    let cfg = {
+        let mut b = support::load::bench_through_proxy(format!("http://{}", px.addr), dir.clone());
+        (b.common.requests, b.common.warmup) = (6, 0);
+        b.common.prompts.outputs = [4, 4, 4];
+        b.common.prompts.buckets = vec!["balanced".into()];
+        b.common.prompts.prompts_per_bucket = 6;
+        b.load = tokentap::bench::Load::Closed(tokentap::bench::Closed {
+            concurrency: vec![1, 3],
+            experiment: tokentap::bench::Experiment {
+                arms: [("direct", ""), ("nginx", "/nginx"), ("litellm", "/litellm")]
+                    .iter()
+                    .map(|(a, p)| (a.to_string(), p.to_string()))
+                    .collect(),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        b
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     tokentap::bench::run(&cfg, stop).await.unwrap();
@@ -528,7 +529,7 @@ async fn one_tokentap_taps_two_gateways_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tap_across_two_tokentaps_joins_every_request_by_header() {
     use std::sync::atomic::AtomicBool;
-    use tokentap::bench::{self, BenchConfig};
+    use tokentap::bench;
     use tokentap::sim::{HopDelay, Profile, Sim};
     const N: usize = 40;
     let profile = Profile {
@@ -545,19 +546,14 @@ async fn the_tap_across_two_tokentaps_joins_every_request_by_header() {
             tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
         )
     };
-    let load = |target: String, name: &str| BenchConfig {
-        target,
-        out: scratch(name),
-        concurrency: vec![1],
-        requests: N,
-        warmup: 0,
-        buckets: vec!["balanced".into()],
-        outputs: [6, 6, 6],
-        prompts_per_bucket: N,
-        calibrate: false,
-        quiet: true,
-        scrape: tokentap::bench::scrape::ScrapePlan::Off,
-        ..BenchConfig::default()
+    let load = |target: String, name: &str| {
+        let mut b = support::load::bench_through_proxy(target, scratch(name));
+        (b.common.requests, b.common.warmup) = (N, 0);
+        b.common.prompts.buckets = vec!["balanced".into()];
+        b.common.prompts.outputs = [6, 6, 6];
+        b.common.prompts.prompts_per_bucket = N;
+        b.load = tokentap::bench::Load::closed(vec![1]);
+        b
     };
     let hop: HopDelay = "20±5".parse().unwrap();
 

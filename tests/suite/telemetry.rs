@@ -14,7 +14,6 @@ use tokentap_test_support as support;
 use support::load::{bench_cfg, run_bench, sim_on};
 use support::{scratch, Script, Upstream};
 use tokentap::bench::scrape::{prom, ScrapePlan};
-use tokentap::bench::BenchConfig;
 use tokentap::sim::Profile;
 
 /// Small costs, a KV cache of 3,200 tokens and vLLM's preemption: three prompts of 1,000
@@ -31,23 +30,28 @@ fn small_kv() -> Profile {
     }
 }
 
-fn sweep(prompt: u64, out: std::path::PathBuf, s: &support::load::SimApart) -> BenchConfig {
-    BenchConfig {
-        synthetic: Some(vec![prompt]),
-        buckets: vec![if prompt >= 700 {
+fn sweep(
+    prompt: u64,
+    out: std::path::PathBuf,
+    s: &support::load::SimApart,
+) -> tokentap::bench::Bench {
+    {
+        let mut b = bench_cfg(s, out);
+        b.common.prompts.synthetic = Some(vec![prompt]);
+        b.common.prompts.buckets = vec![if prompt >= 700 {
             "long-short"
         } else {
             "short-long"
         }
-        .into()],
-        outputs: [128, 128, 64],
-        concurrency: vec![1, 8],
-        requests: 8,
-        warmup: 0,
-        estimate: false,
-        scrape_interval: Duration::from_millis(50),
-        timeslice: Some(Duration::from_millis(200)),
-        ..bench_cfg(s, out)
+        .into()];
+        b.common.prompts.outputs = [128, 128, 64];
+        b.common.requests = 8;
+        b.common.warmup = 0;
+        b.common.estimate = false;
+        b.common.scrape.interval = Duration::from_millis(50);
+        b.common.timeslice = Some(Duration::from_millis(200));
+        b.load = tokentap::bench::Load::closed(vec![1, 8]);
+        b
     }
 }
 
@@ -264,9 +268,10 @@ async fn prompts_waiting_for_a_cache_not_full_are_kv_bound() {
         ..small_kv()
     });
     let dir = scratch("telemetry-kv-admission");
-    let cfg = BenchConfig {
-        outputs: [32, 32, 32],
-        ..sweep(1000, dir.clone(), &s)
+    let cfg = {
+        let mut b = sweep(1000, dir.clone(), &s);
+        b.common.prompts.outputs = [32, 32, 32];
+        b
     };
     run_bench(&cfg).await;
     let run = run_json(&dir);
@@ -310,11 +315,12 @@ async fn the_card_and_the_step_name_a_cause_only_when_measured() {
     let s = sim_on(eager());
     let dir = scratch("telemetry-step");
     let v100 = tokentap::bench::gpu::lookup("v100").unwrap();
-    let run = |name: &str, peaks: Option<(f64, f64)>| BenchConfig {
-        outputs: [64, 64, 64],
-        peak_bandwidth: peaks.map(|p| p.0),
-        peak_flops: peaks.map(|p| p.1),
-        ..sweep(1000, dir.join(name), &s)
+    let run = |name: &str, peaks: Option<(f64, f64)>| {
+        let mut b = sweep(1000, dir.join(name), &s);
+        b.common.prompts.outputs = [64, 64, 64];
+        b.common.hardware.peak_bandwidth_bytes_s = peaks.map(|p| p.0);
+        b.common.hardware.peak_flops = peaks.map(|p| p.1);
+        b
     };
     // No card peaks: no MBU or MFU, nothing waits. No cause is shown, and none is named.
     run_bench(&run("blind", None)).await;
@@ -363,16 +369,17 @@ async fn dcgm_failures_and_credentials() {
         "http://scraper:hunter2@{}/metrics?token=s3cr3t&x=1",
         dcgm.addr
     );
-    let cfg = BenchConfig {
-        scrape: ScrapePlan::Urls(vec![
+    let cfg = {
+        let mut b = sweep(100, dir.clone(), &s);
+        b.common.scrape.plan = ScrapePlan::Urls(vec![
             format!("http://{}/metrics", s.engine),
             with_secret,
             format!("http://{dead_addr}/metrics"),
-        ]),
-        concurrency: vec![2],
-        requests: 4,
-        outputs: [8, 8, 8],
-        ..sweep(100, dir.clone(), &s)
+        ]);
+        b.common.requests = 4;
+        b.common.prompts.outputs = [8, 8, 8];
+        b.load = tokentap::bench::Load::closed(vec![2]);
+        b
     };
     let info = run_bench(&cfg).await;
     let sc = info.scrape.as_ref().unwrap();
@@ -425,12 +432,13 @@ async fn the_plateau_leaves_out_the_drain_on_the_sims_own_timeline() {
     let dir = scratch("telemetry-steady");
     // Output lengths drawn from 32 to 64 tokens (no ignore_eos): the last requests end apart,
     // so the cell drains.
-    let cfg = BenchConfig {
-        concurrency: vec![4],
-        requests: 16,
-        fixed_output: false,
-        scrape_interval: Duration::from_millis(10),
-        ..sweep(100, dir.clone(), &s)
+    let cfg = {
+        let mut b = sweep(100, dir.clone(), &s);
+        b.common.requests = 16;
+        b.common.fixed_output = false;
+        b.common.scrape.interval = Duration::from_millis(10);
+        b.load = tokentap::bench::Load::closed(vec![4]);
+        b
     };
     run_bench(&cfg).await;
     let run = run_json(&dir);
@@ -494,12 +502,13 @@ async fn bench_serves_its_own_metrics_while_it_runs() {
         .local_addr()
         .unwrap();
     let dir = scratch("telemetry-live");
-    let cfg = BenchConfig {
-        concurrency: vec![3],
-        requests: 9,
-        metrics_listen: Some(port.to_string()),
-        scrape: ScrapePlan::Off,
-        ..sweep(100, dir.clone(), &s)
+    let cfg = {
+        let mut b = sweep(100, dir.clone(), &s);
+        b.common.requests = 9;
+        b.common.metrics_listen = Some(port.to_string());
+        b.common.scrape.plan = ScrapePlan::Off;
+        b.load = tokentap::bench::Load::closed(vec![3]);
+        b
     };
     let run = tokio::spawn(async move { run_bench(&cfg).await });
     let c = support::client();
@@ -549,13 +558,14 @@ async fn a_cells_figures_are_its_plateaus_when_it_holds_enough_and_whole_on_requ
     let s = sim_on(small_kv());
     let dir = scratch("telemetry-figures");
     // 40 requests at C=4 with drawn output lengths: a ramp, a plateau of well over 20, a drain.
-    let cfg = BenchConfig {
-        concurrency: vec![4],
-        requests: 40,
-        fixed_output: false,
-        outputs: [48, 48, 48],
-        timeslice: None,
-        ..sweep(100, dir.clone(), &s)
+    let cfg = {
+        let mut b = sweep(100, dir.clone(), &s);
+        b.common.requests = 40;
+        b.common.fixed_output = false;
+        b.common.prompts.outputs = [48, 48, 48];
+        b.common.timeslice = None;
+        b.load = tokentap::bench::Load::closed(vec![4]);
+        b
     };
     run_bench(&cfg).await;
     let run = run_json(&dir);

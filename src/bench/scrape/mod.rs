@@ -23,7 +23,8 @@ use tokio::time::Instant;
 
 use names::{Fold, Kind, Role};
 
-use super::{BenchConfig, BenchError, CellInfo};
+use super::{BenchError, CellInfo};
+use crate::report::engine::Hardware;
 
 /// A page larger than this is not read (a metrics page is a few hundred kilobytes).
 const MAX_PAGE: usize = 16 << 20;
@@ -374,25 +375,55 @@ fn fold_values(fold: Fold, v: &[f64]) -> f64 {
     }
 }
 
+/// What to scrape while the load runs (`--scrape`), how often, and which unknown metrics to
+/// summarise per cell too (`--scrape-metric`).
+#[derive(Debug, Clone)]
+pub struct Scraping {
+    pub plan: ScrapePlan,
+    pub interval: Duration,
+    pub metrics: Vec<String>,
+}
+
+impl Default for Scraping {
+    fn default() -> Self {
+        Scraping {
+            plan: ScrapePlan::Auto,
+            interval: Duration::from_secs(1),
+            metrics: Vec::new(),
+        }
+    }
+}
+
+impl Scraping {
+    /// No scraping.
+    pub fn off() -> Scraping {
+        Scraping {
+            plan: ScrapePlan::Off,
+            ..Scraping::default()
+        }
+    }
+}
+
 /// The scraper for `--scrape`: the URLs given, or the target's own `/metrics` when it is an
 /// engine's; none when off or when the target's is not.
 pub(super) async fn start_for(
-    cfg: &BenchConfig,
+    (cfg, target): (&Scraping, &str),
+    (quiet, out): (bool, &std::path::Path),
     t0: Instant,
 ) -> Result<Option<Scraper>, BenchError> {
-    let endpoints = match &cfg.scrape {
+    let endpoints = match &cfg.plan {
         ScrapePlan::Off => Vec::new(),
         ScrapePlan::Urls(urls) => urls
             .iter()
             .map(|u| Endpoint::new(u))
             .collect::<Result<_, _>>()
             .map_err(BenchError::Usage)?,
-        ScrapePlan::Auto => probe_target(&cfg.target).await.into_iter().collect(),
+        ScrapePlan::Auto => probe_target(target).await.into_iter().collect(),
     };
     if endpoints.is_empty() {
         return Ok(None);
     }
-    if !cfg.quiet {
+    if !quiet {
         let shown: Vec<&str> = endpoints
             .iter()
             .map(|e: &Endpoint| e.shown.as_str())
@@ -400,20 +431,19 @@ pub(super) async fn start_for(
         eprintln!(
             "tokentap bench: scraping {} every {} (raw samples: scrape.jsonl)",
             shown.join(", "),
-            humantime::format_duration(cfg.scrape_interval)
+            humantime::format_duration(cfg.interval)
         );
     }
     let settings = Settings {
         endpoints,
-        interval: cfg.scrape_interval,
-        extra: cfg.scrape_metrics.clone(),
+        interval: cfg.interval,
+        extra: cfg.metrics.clone(),
         t0,
     };
-    Scraper::start(settings, &cfg.out)
+    Scraper::start(settings, out)
         .map(Some)
         .map_err(|source| BenchError::Io {
-            path: cfg
-                .out
+            path: out
                 .join(crate::report::read::SCRAPE_FILE)
                 .display()
                 .to_string(),
@@ -422,15 +452,15 @@ pub(super) async fn start_for(
 }
 
 /// Each cell's scrape summary, and what `run.json` says of the scraping.
-pub(super) fn summarise(cfg: &BenchConfig, c: &Collected, cells: &mut [CellInfo]) -> ScrapeInfo {
+pub(super) fn summarise(hw: &Hardware, c: &Collected, cells: &mut [CellInfo]) -> ScrapeInfo {
     for cell in cells.iter_mut() {
         if let Some((from, to)) = cell.window_ms {
             let facts = summary::CellFacts {
                 requests: cell.measured,
                 output_tokens: cell.output_tokens,
                 wall_s: cell.wall_s,
-                peak_bandwidth: cfg.peak_bandwidth,
-                peak_flops: cfg.peak_flops,
+                peak_bandwidth: hw.peak_bandwidth_bytes_s,
+                peak_flops: hw.peak_flops,
             };
             cell.scrape = Some(summary::cell(c, from, to, &facts));
         }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use tokentap::bench::{self, BenchConfig, RunInfo};
+use tokentap::bench::{self, Bench, RunInfo};
 use tokentap::meter::RequestRecord;
 use tokentap::sim::{Pace, Profile, Sim};
 
@@ -69,18 +69,29 @@ fn apart(p: Result<Pace, Profile>) -> SimApart {
 }
 
 /// bench aimed at the sim, quiet, without its calibration, writing to `out`.
-pub fn bench_cfg(s: &SimApart, out: PathBuf) -> BenchConfig {
-    BenchConfig {
-        target: format!("http://{}", s.engine),
-        out,
-        calibrate: false,
-        quiet: true,
-        ..BenchConfig::default()
-    }
+pub fn bench_cfg(s: &SimApart, out: PathBuf) -> Bench {
+    quiet_bench(format!("http://{}", s.engine), out)
+}
+
+/// bench of `target`, quiet, without its calibration, writing to `out`: a closed sweep at the
+/// default levels until a test sets its load.
+pub fn quiet_bench(target: String, out: PathBuf) -> Bench {
+    let mut b = Bench::new(target, out);
+    b.common.calibrate = false;
+    b.common.quiet = true;
+    b
+}
+
+/// bench through a proxy at `target`, as `quiet_bench`, scraping nothing: the proxy's log holds
+/// bench's requests alone (no scrape of /metrics through it).
+pub fn bench_through_proxy(target: String, out: PathBuf) -> Bench {
+    let mut b = quiet_bench(target, out);
+    b.common.scrape = tokentap::bench::Scraping::off();
+    b
 }
 
 /// Run bench to its end.
-pub async fn run_bench(c: &BenchConfig) -> RunInfo {
+pub async fn run_bench(c: &Bench) -> RunInfo {
     bench::run(c, Arc::new(AtomicBool::new(false)))
         .await
         .expect("bench runs")

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::{CellInfo, RunInfo};
+use crate::bench::{CellInfo, RunInfo};
 use crate::meter::{Outcome, RequestRecord};
 use crate::stats::{pct, sorted};
 
@@ -79,7 +79,7 @@ fn rows(s: &mut String, cell: &CellInfo, cell_records: &[RequestRecord], arms: &
         // Only streams served whole: a cut stream's tokens are not a sustained output.
         let out_tokens: u64 = rs
             .iter()
-            .filter(|r| super::verdict::served(r))
+            .filter(|r| crate::bench::verdict::served(r))
             .filter_map(|r| r.output_tokens)
             .sum();
         // With two arms interleaved in one cell, each arm's share of the cell's wall time.
@@ -173,7 +173,7 @@ fn own_lag(s: &mut String, info: &RunInfo) {
         let _ = writeln!(
             s,
             "bench's own lag, {}: stall {} %, reader lag p99 {} ms (max {} ms).",
-            super::verdict::name(c),
+            crate::bench::verdict::name(c),
             f(c.stall_share.map(|v| 100.0 * v), 1),
             f(lag.and_then(|l| l.p99), 2),
             f(lag.and_then(|l| l.max), 2),

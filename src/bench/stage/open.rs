@@ -14,10 +14,10 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::progress::ttft_p95;
-use super::request::{Req, Sent};
-use super::session::Session;
-use super::{LagStats, OpenInfo};
+use crate::bench::progress::ttft_p95;
+use crate::bench::request::{Req, Sent};
+use crate::bench::session::Session;
+use crate::bench::{LagStats, OpenInfo};
 use crate::meter::{duration_ms, Outcome, RequestRecord, Schedule};
 
 /// A request of the plan: when it is due (from the start of the cell) and whether it is
@@ -70,14 +70,19 @@ impl OpenResult {
     }
 }
 
-/// Send the plan on its schedule; `--max-concurrency` bounds the requests in flight.
-pub(crate) async fn run(s: &Session<'_>, label: &str, plan: Vec<Planned>) -> OpenResult {
-    let (target, cap, stop, progress) = (&s.target, s.cfg.max_concurrency, &s.stop, &s.progress);
+/// Send the plan on its schedule; `cap` (`--max-concurrency`) bounds the requests in flight.
+pub(crate) async fn run(
+    s: &Session,
+    label: &str,
+    plan: Vec<Planned>,
+    cap: Option<usize>,
+) -> OpenResult {
+    let (target, stop, progress) = (&s.target, &s.stop, &s.progress);
     let measured = plan.iter().filter(|p| p.measured).count();
     progress.begin(label, measured, plan.len() - measured);
     let sem = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
     let in_flight = Arc::new(AtomicUsize::new(0));
-    let probe = super::stall::Probe::start();
+    let probe = crate::bench::stall::Probe::start();
     // A little ahead, so the first request is not late by the time it takes to get here.
     let start = Instant::now() + Duration::from_millis(20);
     let mut set = JoinSet::new();
@@ -150,7 +155,7 @@ pub(crate) async fn run(s: &Session<'_>, label: &str, plan: Vec<Planned>) -> Ope
     let since = |t: Instant| t.saturating_duration_since(start);
     let mut waits: Vec<(Duration, Duration)> = done.iter().map(|d| (d.2, since(d.1))).collect();
     let stall_share = match (first, last) {
-        (Some(f), Some(l)) => super::stall::open_share(&mut waits, since(f), since(l)),
+        (Some(f), Some(l)) => crate::bench::stall::open_share(&mut waits, since(f), since(l)),
         _ => None,
     };
     let due_s = done.iter().map(|d| d.2.as_secs_f64()).collect();

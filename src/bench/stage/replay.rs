@@ -15,72 +15,18 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::cell::Out;
 use super::open::Planned;
-use super::request::{overhead, text_of_tokens, Message, Req};
-use super::session::Session;
-use super::{BenchConfig, BenchError, OpenInfo};
+use crate::bench::cell::Out;
+use crate::bench::model::settings::{Common, Replay};
+pub use crate::bench::model::window::{Bound, Window};
+use crate::bench::request::{overhead, text_of_tokens, Message, Req};
+use crate::bench::session::Session;
+use crate::bench::{BenchError, OpenInfo};
 use crate::meter::Buckets;
 use crate::openai::Api;
 
 /// Tokens in one Mooncake `hash_ids` block.
 const MOONCAKE_BLOCK: u64 = 512;
-
-/// One end of `--window`: an offset from the first request, or a wall-clock time.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Bound {
-    Offset(Duration),
-    At(SystemTime),
-}
-
-/// `--window FROM..TO`: either side an offset from the first request (`90s`, `1h30m`) or an
-/// RFC 3339 time, either side may be left out (`..10m`, `2026-12-01T14:00:00Z..`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Window {
-    pub from: Option<Bound>,
-    pub to: Option<Bound>,
-    /// As given.
-    pub text: String,
-}
-
-impl Window {
-    pub fn parse(s: &str) -> Result<Window, String> {
-        let (a, b) = s
-            .split_once("..")
-            .ok_or_else(|| format!("--window {s:?}: expected FROM..TO (e.g. 10m..20m)"))?;
-        let bound = |v: &str| -> Result<Option<Bound>, String> {
-            let v = v.trim();
-            if v.is_empty() {
-                return Ok(None);
-            }
-            if let Ok(t) = humantime::parse_rfc3339_weak(v) {
-                return Ok(Some(Bound::At(t)));
-            }
-            humantime::parse_duration(v)
-                .map(|d| Some(Bound::Offset(d)))
-                .map_err(|e| {
-                    format!("--window {s:?}: {v:?} is neither a duration (10m) nor an RFC 3339 time ({e})")
-                })
-        };
-        Ok(Window {
-            from: bound(a)?,
-            to: bound(b)?,
-            text: s.to_owned(),
-        })
-    }
-
-    fn holds(&self, offset: Duration, at: Option<SystemTime>) -> bool {
-        let after = |b: &Bound| match b {
-            Bound::Offset(d) => offset >= *d,
-            Bound::At(t) => at.is_some_and(|a| a >= *t),
-        };
-        let before = |b: &Bound| match b {
-            Bound::Offset(d) => offset <= *d,
-            Bound::At(t) => at.is_some_and(|a| a <= *t),
-        };
-        self.from.as_ref().is_none_or(after) && self.to.as_ref().is_none_or(before)
-    }
-}
 
 /// What `run.json` says of a replay.
 #[derive(Debug, Clone, Serialize)]
@@ -150,8 +96,8 @@ struct Item {
 }
 
 /// Read the files into the replay's plan; every request measured, none warm-up.
-pub fn plan(cfg: &BenchConfig) -> Result<(Vec<Planned>, ReplayInfo), BenchError> {
-    let (mut items, mut left_out, format) = read(cfg)?;
+pub fn plan(cfg: &Replay, common: &Common) -> Result<(Vec<Planned>, ReplayInfo), BenchError> {
+    let (mut items, mut left_out, format) = read(&cfg.files, common.api)?;
     let read = items.len() + left_out.values().sum::<usize>();
     if let Some(w) = &cfg.window {
         if format == "mooncake"
@@ -181,7 +127,7 @@ pub fn plan(cfg: &BenchConfig) -> Result<(Vec<Planned>, ReplayInfo), BenchError>
     if items.is_empty() {
         return Err(BenchError::Replay(format!(
             "--replay {}: no request to replay ({})",
-            cfg.replay
+            cfg.files
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
@@ -202,11 +148,11 @@ pub fn plan(cfg: &BenchConfig) -> Result<(Vec<Planned>, ReplayInfo), BenchError>
     let planned: Vec<Planned> = items
         .iter()
         .enumerate()
-        .map(|(n, i)| planned(cfg, n, i, due(i)))
+        .map(|(n, i)| planned(common, n, i, due(i)))
         .collect();
     let info = ReplayInfo {
         files: cfg
-            .replay
+            .files
             .iter()
             .map(|p: &PathBuf| p.display().to_string())
             .collect(),
@@ -232,14 +178,14 @@ pub fn plan(cfg: &BenchConfig) -> Result<(Vec<Planned>, ReplayInfo), BenchError>
 
 /// The files' requests in arrival order (offsets from the first), what was left out and why, and
 /// the files' format.
-fn read(cfg: &BenchConfig) -> Result<Read, BenchError> {
+fn read(files: &[PathBuf], api: Api) -> Result<Read, BenchError> {
     let mut items: Vec<Item> = Vec::new();
     let mut left_out: BTreeMap<String, usize> = BTreeMap::new();
     let mut format: Option<&'static str> = None;
     let mut warnings = Vec::new();
-    crate::report::read::scan(&cfg.replay, &mut |w| warnings.push(w), &mut |line| {
+    crate::report::read::scan(files, &mut |w| warnings.push(w), &mut |line| {
         let l: Line = serde_json::from_slice(line)?;
-        items.extend(item(l, cfg.api, &mut format, &mut left_out)?);
+        items.extend(item(l, api, &mut format, &mut left_out)?);
         Ok(())
     })
     .map_err(|e| BenchError::Replay(format!("--replay {e}")))?;
@@ -349,7 +295,7 @@ fn bad(m: String) -> serde_json::Error {
 
 /// Request `n` of the replay, due at `at`: synthetic text of its recorded input length (a
 /// Mooncake request's shared blocks shared), its recorded output length, shape and model.
-fn planned(cfg: &BenchConfig, n: usize, i: &Item, at: Duration) -> Planned {
+fn planned(cfg: &Common, n: usize, i: &Item, at: Duration) -> Planned {
     let buckets = Buckets::default();
     let input = i.input.unwrap_or(1);
     let text_tokens = input.saturating_sub(overhead(i.api)).max(1);
@@ -426,13 +372,13 @@ fn blocks(ids: &[u64], tokens: u64, seed: u64, own: u64) -> String {
 /// Send the replay's requests on their schedule, as one cell kept in `out`; what `run.json` says
 /// of the replay, with what was sent.
 pub(crate) async fn send(
-    s: &Session<'_>,
+    s: &Session,
     requests: Vec<Planned>,
-    mut info: ReplayInfo,
+    (mut info, cap): (ReplayInfo, Option<usize>),
     out: &mut Out,
 ) -> ReplayInfo {
     let begun = s.load.mark().await;
-    let r = super::open::run(s, "replay", requests).await;
+    let r = super::open::run(s, "replay", requests, cap).await;
     let sent = r.info(info.offered_rate);
     info.sent = Some(sent.clone());
     out.push("replay", None, r.records, r.wall_s, Some(sent));

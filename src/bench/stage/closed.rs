@@ -8,9 +8,9 @@ use std::sync::Mutex;
 
 use tokio::time::Instant;
 
-use super::progress::{ttft_p95, Progress};
-use super::request::{Req, Sent};
-use super::session::Session;
+use crate::bench::progress::{ttft_p95, Progress};
+use crate::bench::request::{Req, Sent};
+use crate::bench::session::Session;
 use crate::meter::{Outcome, RequestRecord};
 
 pub struct CellResult {
@@ -19,7 +19,7 @@ pub struct CellResult {
     /// bench's own stall share (`stall::Gaps`); none for conversations (think time is planned).
     pub stall_share: Option<f64>,
     /// bench's reader lag over the cell, ms (`stall::Probe`).
-    pub reader_lag_ms: Option<super::LagStats>,
+    pub reader_lag_ms: Option<crate::bench::LagStats>,
 }
 
 /// A closed loop's requests as they finish: the measured ones (index `warmup` on) counted,
@@ -33,7 +33,7 @@ pub(crate) struct Tally<'a> {
     errors: AtomicUsize,
     results: Mutex<Vec<(usize, RequestRecord)>>,
     first: Mutex<Option<Instant>>,
-    probe: super::stall::Probe,
+    probe: crate::bench::stall::Probe,
 }
 
 impl<'a> Tally<'a> {
@@ -48,7 +48,7 @@ impl<'a> Tally<'a> {
             errors: AtomicUsize::new(0),
             results: Mutex::new(Vec::with_capacity(requests)),
             first: Mutex::new(None),
-            probe: super::stall::Probe::start(),
+            probe: crate::bench::stall::Probe::start(),
         }
     }
 
@@ -104,7 +104,7 @@ impl<'a> Tally<'a> {
 /// One closed-loop cell: `(requests, warmup)` — W warm-up then N measured requests, C always in
 /// flight; request `i` is `make(i)`.
 pub(crate) async fn run(
-    s: &Session<'_>,
+    s: &Session,
     label: &str,
     make: &(dyn Fn(usize) -> Req + Sync),
     conc: usize,
@@ -118,7 +118,7 @@ pub(crate) async fn run(
         in_flight: conc as u64,
         schedule: None,
     };
-    let gaps = super::stall::Gaps::default();
+    let gaps = crate::bench::stall::Gaps::default();
     let worker = || async {
         // When this worker read its last response's end (its next request is then due).
         let mut ended: Option<Instant> = None;

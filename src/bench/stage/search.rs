@@ -13,129 +13,12 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::cell::{Level, Out};
-use super::dataset::Chosen;
-use super::session::Session;
 use super::sweep::measure;
-use crate::meter::RequestRecord;
-use crate::report::Slos;
-use crate::stats::{pct, sorted};
-
-/// What breaks a level.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Until {
-    /// A named SLO of the report (`slo:interactive`): TTFT p95 at most its threshold, or the
-    /// slowest 5 % of streams at least its tok/s.
-    Slo {
-        name: &'static str,
-        kind: crate::report::SloKind,
-        threshold: f64,
-    },
-    /// Errors alone (`errors`).
-    Errors,
-    /// TTFT p95 at most this many milliseconds (`ttft_p95_ms:N`).
-    TtftP95(f64),
-}
-
-impl Until {
-    /// `slo:NAME`, `errors` or `ttft_p95_ms:N`; SLO names and thresholds from `slos`.
-    pub fn parse(s: &str, slos: &Slos) -> Result<Until, String> {
-        let s = s.trim();
-        if s == "errors" {
-            return Ok(Until::Errors);
-        }
-        if let Some(n) = s.strip_prefix("ttft_p95_ms:") {
-            return match n.trim().parse::<f64>() {
-                Ok(v) if v.is_finite() && v > 0.0 => Ok(Until::TtftP95(v)),
-                _ => Err(format!("--until {s}: {n:?} is not a positive number of ms")),
-            };
-        }
-        if let Some(name) = s.strip_prefix("slo:") {
-            let list = slos.list();
-            return list
-                .iter()
-                .find(|(n, ..)| *n == name)
-                .map(|(name, kind, threshold)| Until::Slo {
-                    name,
-                    kind: *kind,
-                    threshold: *threshold,
-                })
-                .ok_or_else(|| {
-                    let names: Vec<&str> = list.iter().map(|s| s.0).collect();
-                    format!("--until {s}: no SLO {name:?} (one of {})", names.join(", "))
-                });
-        }
-        Err(format!(
-            "--until {s:?}: expected slo:NAME (e.g. slo:interactive), errors, or ttft_p95_ms:N"
-        ))
-    }
-
-    /// Whether a cell of records meets it, with what was measured.
-    pub fn judge(&self, records: &[RequestRecord]) -> Judged {
-        let n = records.len();
-        let errors = records
-            .iter()
-            .filter(|r| {
-                !matches!(
-                    r.outcome,
-                    crate::meter::Outcome::Ok | crate::meter::Outcome::ClientCancelled
-                )
-            })
-            .count();
-        let ok = || {
-            records
-                .iter()
-                .filter(|r| r.outcome == crate::meter::Outcome::Ok)
-        };
-        let ttft = sorted(ok().filter_map(|r| r.ttft_ms));
-        let tpot = sorted(ok().filter_map(|r| r.tpot_ms));
-        let ttft_p95 = pct(&ttft, 0.95);
-        // The slowest 5 % of streams, as the report reads it: 1000 ÷ TPOT p95.
-        let tok_s_p5 = pct(&tpot, 0.95).filter(|t| *t > 0.0).map(|t| 1000.0 / t);
-        let error_rate = errors as f64 / n.max(1) as f64;
-        let slo = match self {
-            Until::Errors => true,
-            Until::TtftP95(max) => ttft_p95.is_some_and(|p| p <= *max),
-            Until::Slo {
-                kind, threshold, ..
-            } => match *kind {
-                crate::report::SloKind::Ttft => ttft_p95.is_some_and(|p| p <= *threshold),
-                _ => tok_s_p5.is_some_and(|t| t >= *threshold),
-            },
-        };
-        Judged {
-            requests: n,
-            errors,
-            error_rate,
-            ttft_p95_ms: ttft_p95,
-            tok_s_p5,
-            met: n > 0 && slo && error_rate < 0.01,
-        }
-    }
-}
-
-impl std::fmt::Display for Until {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        match self {
-            Until::Slo { name, .. } => write!(f, "slo:{name}"),
-            Until::Errors => f.write_str("errors"),
-            Until::TtftP95(v) => write!(f, "ttft_p95_ms:{v}"),
-        }
-    }
-}
-
-/// One level measured.
-#[derive(Debug, Clone, Serialize)]
-pub struct Judged {
-    pub requests: usize,
-    pub errors: usize,
-    pub error_rate: f64,
-    pub ttft_p95_ms: Option<f64>,
-    /// Per-stream tok/s of the slowest 5 % of streams.
-    pub tok_s_p5: Option<f64>,
-    /// Meets the criterion, with an error rate under 1 %.
-    pub met: bool,
-}
+use crate::bench::cell::{Level, Out};
+use crate::bench::dataset::Chosen;
+use crate::bench::model::settings::SearchOver;
+use crate::bench::model::until::{Judged, Until};
+use crate::bench::session::Session;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LevelResult {
@@ -214,17 +97,24 @@ pub(crate) enum Axis {
 impl Ladder {
     /// From the lowest `--concurrency` (or `--request-rate`) up to `--max-level` (default 256
     /// in flight, or 1000 req/s).
-    pub fn of(cfg: &super::BenchConfig) -> Ladder {
-        match cfg.request_rates.iter().copied().reduce(f64::min) {
-            Some(start) => Ladder {
+    pub fn of(search: &crate::bench::model::settings::Search) -> Ladder {
+        let rates = match &search.over {
+            SearchOver::Rate(o) => o.rates.iter().copied().reduce(f64::min),
+            SearchOver::Concurrency(_) => None,
+        };
+        match (rates, &search.over) {
+            (Some(start), _) => Ladder {
                 axis: Axis::Rate,
                 start,
-                max: cfg.max_level.unwrap_or(1000.0),
+                max: search.max_level.unwrap_or(1000.0),
             },
-            None => Ladder {
+            (None, over) => Ladder {
                 axis: Axis::Concurrency,
-                start: cfg.concurrency.iter().copied().min().unwrap_or(1) as f64,
-                max: cfg.max_level.unwrap_or(256.0),
+                start: match over {
+                    SearchOver::Concurrency(c) => c.iter().copied().min().unwrap_or(1) as f64,
+                    SearchOver::Rate(_) => 1.0,
+                },
+                max: search.max_level.unwrap_or(256.0),
             },
         }
     }
@@ -240,10 +130,10 @@ impl Ladder {
     /// Measured and warm-up requests at level `v`: enough for the level to be reached and held
     /// — twice the level in flight (two seconds' worth of a rate), after as many warm-up
     /// requests as fill it.
-    pub fn requests(self, cfg: &super::BenchConfig, v: f64) -> (usize, usize) {
+    pub fn requests(self, (requests, warmup): (usize, usize), v: f64) -> (usize, usize) {
         match self.axis {
-            Axis::Rate => (cfg.requests.max((2.0 * v).ceil() as usize), cfg.warmup),
-            Axis::Concurrency => (cfg.requests.max(2 * v as usize), cfg.warmup.max(v as usize)),
+            Axis::Rate => (requests.max((2.0 * v).ceil() as usize), warmup),
+            Axis::Concurrency => (requests.max(2 * v as usize), warmup.max(v as usize)),
         }
     }
 
@@ -270,16 +160,16 @@ impl Ladder {
 /// Search every bucket's levels, bounded by `--max-time` from now; every cell measured is kept
 /// in `out`.
 pub(crate) async fn buckets(
-    s: &Session<'_>,
+    s: &Session,
     chosen: &[&Chosen],
-    until: &Until,
-    ladder: Ladder,
+    (search, ladder): (&crate::bench::model::settings::Search, Ladder),
+    cells: (usize, usize),
     out: &mut Out,
 ) -> BTreeMap<String, SaturationInfo> {
-    let deadline = Instant::now() + s.cfg.max_time;
+    let deadline = Instant::now() + search.max_time;
     let mut found = BTreeMap::new();
     for c in chosen {
-        let info = bucket(s, c, (until, ladder), deadline, out).await;
+        let info = bucket(s, c, (search, ladder), (deadline, cells), out).await;
         s.progress.line(&info.line(c.spec.name));
         found.insert(c.spec.name.to_owned(), info);
     }
@@ -288,12 +178,17 @@ pub(crate) async fn buckets(
 
 /// Search one bucket's levels: doubling until one breaks, then halving the gap.
 async fn bucket(
-    s: &Session<'_>,
+    s: &Session,
     c: &Chosen,
-    (until, ladder): (&Until, Ladder),
-    deadline: Instant,
+    (search, ladder): (&crate::bench::model::settings::Search, Ladder),
+    (deadline, cells): (Instant, (usize, usize)),
     out: &mut Out,
 ) -> SaturationInfo {
+    let until = &search.until;
+    let open = match &search.over {
+        SearchOver::Rate(o) => Some(o),
+        SearchOver::Concurrency(_) => None,
+    };
     let mut levels: Vec<LevelResult> = Vec::new();
     let (mut good, mut bad): (Option<f64>, Option<f64>) = (None, None);
     let mut stopped = "refined";
@@ -307,8 +202,8 @@ async fn bucket(
             stopped = "max_time";
             break;
         }
-        let n = ladder.requests(s.cfg, v);
-        let range = measure(s, c, ladder.level(v), n, out).await;
+        let n = ladder.requests(cells, v);
+        let range = measure(s, c, (ladder.level(v), open), n, out).await;
         // A level cut short by the stop is not judged: its records are kept, and the search
         // says it was interrupted, whatever level it had reached.
         if s.stop.load(Ordering::Relaxed) {
@@ -335,7 +230,7 @@ async fn bucket(
             (Some(g), Some(b)) => ladder.between(g, b),
         };
     }
-    found(levels, until, ladder, s.cfg.slos.knee_factor, stopped)
+    found(levels, until, ladder, search.knee_factor, stopped)
 }
 
 /// What the levels measured say: the ceiling (every level up to it met the criterion, as the
@@ -371,32 +266,5 @@ fn found(
         knee,
         stopped,
         levels,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn criteria_parse_and_name_what_is_wrong() {
-        let s = Slos::default();
-        assert_eq!(Until::parse("errors", &s), Ok(Until::Errors));
-        assert_eq!(
-            Until::parse("ttft_p95_ms:250", &s),
-            Ok(Until::TtftP95(250.0))
-        );
-        assert!(matches!(
-            Until::parse("slo:interactive", &s),
-            Ok(Until::Slo { threshold, .. }) if threshold == s.ttft_interactive_ms
-        ));
-        let e = Until::parse("slo:fast", &s).unwrap_err();
-        assert!(e.contains("interactive"), "{e}");
-        assert!(Until::parse("ttft_p95_ms:-1", &s).is_err());
-        assert!(Until::parse("forever", &s).is_err());
-        assert_eq!(
-            Until::parse("slo:reading_speed", &s).map(|u| u.to_string()),
-            Ok("slo:reading_speed".into())
-        );
     }
 }

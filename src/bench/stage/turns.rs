@@ -9,11 +9,12 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::cell::{Load, Out};
 use super::closed::{join_all, CellResult, Tally};
-use super::dataset::{BucketSpec, Conversation};
-use super::request::{Message, Req, Role, Sent};
-use super::session::Session;
+use crate::bench::cell::{Load, Out};
+use crate::bench::dataset::{BucketSpec, Conversation};
+use crate::bench::model::settings::Conversations;
+use crate::bench::request::{Message, Req, Role, Sent};
+use crate::bench::session::Session;
 use crate::tokens::estimate_tokens;
 
 /// The bucket whose prompt range holds `tokens`.
@@ -26,13 +27,12 @@ fn bucket_of(specs: &[BucketSpec], tokens: u64) -> &'static str {
 
 /// The request for turn `k` (from 0) of a conversation.
 fn turn_request(
-    load: &Load<'_>,
+    load: &Load,
     specs: &[BucketSpec],
     (n, conv): (usize, &Conversation),
     k: usize,
     conc: usize,
 ) -> Req {
-    let cfg = load.cfg;
     let mut messages = Vec::with_capacity(2 * k + 1);
     for (human, reply) in &conv.turns[..k] {
         messages.push(Message::user(human.as_str()));
@@ -59,11 +59,11 @@ fn turn_request(
         .map_or(128, |r| estimate_tokens(r).clamp(16, 1024));
     Req {
         model: load.model.clone(),
-        api: cfg.api,
+        api: load.api,
         system,
         messages,
         out,
-        fixed: cfg.fixed_output,
+        fixed: load.fixed,
         bucket: bucket_of(specs, prompt).into(),
         concurrency: Some(conc as u64),
         request_rate: None,
@@ -84,20 +84,21 @@ fn think(mean: Duration, seed: u64, conv: usize, k: usize) -> Duration {
     mean.mul_f64(-(1.0 - rng.f64()).ln())
 }
 
-/// Every level, `conc` conversations in flight at each; a cell per level kept in `out`.
+/// Every level, `conc` conversations in flight at each, each cell `(requests, warmup)` turns,
+/// think times drawn from `seed`; a cell per level kept in `out`.
 pub(crate) async fn run(
-    s: &Session<'_>,
-    convs: &[Conversation],
-    specs: &[BucketSpec],
-    levels: &[usize],
+    s: &Session,
+    (convs, specs): (&[Conversation], &[BucketSpec]),
+    turns: &Conversations,
+    (cells, seed): ((usize, usize), u64),
     out: &mut Out,
 ) {
-    for &conc in levels {
+    for &conc in &turns.concurrency {
         if s.stop.load(Ordering::Relaxed) {
             break;
         }
         let begun = s.load.mark().await;
-        let cell = run_cell(s, convs, specs, conc).await;
+        let cell = run_cell(s, (convs, specs), (turns, conc), (cells, seed)).await;
         out.push("conversations", Some(conc), cell.records, cell.wall_s, None);
         out.own_lag(cell.stall_share, cell.reader_lag_ms);
         out.window(begun, s.load.mark().await);
@@ -107,17 +108,17 @@ pub(crate) async fn run(
 /// One level: `conc` conversations in flight until W warm-up and N measured requests (turns)
 /// are sent.
 async fn run_cell(
-    s: &Session<'_>,
-    convs: &[Conversation],
-    specs: &[BucketSpec],
-    conc: usize,
+    s: &Session,
+    (convs, specs): (&[Conversation], &[BucketSpec]),
+    (turns, conc): (&Conversations, usize),
+    ((requests, warmup), seed): ((usize, usize), u64),
 ) -> CellResult {
-    let (cfg, load, target, stop) = (s.cfg, &s.load, &s.target, &s.stop);
-    let total = cfg.warmup + cfg.requests;
+    let (load, target, stop) = (&s.load, &s.target, &s.stop);
+    let total = warmup + requests;
     let label = format!("conversations C={conc}");
     let next_conv = AtomicUsize::new(0);
     let next_req = AtomicUsize::new(0);
-    let tally = Tally::new(&label, cfg.requests, cfg.warmup, &s.progress);
+    let tally = Tally::new(&label, requests, warmup, &s.progress);
     let sent = Sent {
         in_flight: conc as u64,
         schedule: None,
@@ -128,9 +129,9 @@ async fn run_cell(
             let Some(conv) = convs.get(n % convs.len().max(1)) else {
                 return;
             };
-            for k in 0..conv.turns.len().min(cfg.max_turns) {
+            for k in 0..conv.turns.len().min(turns.max_turns) {
                 if k > 0 {
-                    tokio::time::sleep(think(cfg.think_time, cfg.seed, n, k)).await;
+                    tokio::time::sleep(think(turns.think_time, seed, n, k)).await;
                 }
                 let i = next_req.fetch_add(1, Ordering::Relaxed);
                 if i >= total || stop.load(Ordering::Relaxed) {

@@ -4,17 +4,19 @@
 
 use std::sync::atomic::Ordering;
 
-use super::cell::{grid, run_order, Level, Out};
-use super::dataset::Chosen;
-use super::session::Session;
 use super::{closed, open};
+use crate::bench::cell::{grid, run_order, Level, Out};
+use crate::bench::dataset::Chosen;
+use crate::bench::model::settings::OpenLoop;
+use crate::bench::session::Session;
 
-/// Measure the sweep's cells; with several runs, each record and cell says its run.
+/// Measure the sweep's cells, each level at its pace (an open loop's arrivals and cap), `runs`
+/// times; with several runs, each record and cell says its run.
 pub(crate) async fn run(
-    s: &Session<'_>,
+    s: &Session,
     chosen: &[&Chosen],
-    levels: &[Level],
-    runs: u32,
+    (levels, runs, pace): (&[Level], u32, Option<&OpenLoop>),
+    cells: (usize, usize),
     out: &mut Out,
 ) {
     let grid = grid(levels, chosen.len());
@@ -27,8 +29,7 @@ pub(crate) async fn run(
             if s.stop.load(Ordering::Relaxed) {
                 return;
             }
-            let n = (s.cfg.requests, s.cfg.warmup);
-            let at = measure(s, chosen[b], level, n, out).await;
+            let at = measure(s, chosen[b], (level, pace), cells, out).await;
             if many {
                 out.mark_run(at, run);
             }
@@ -38,7 +39,7 @@ pub(crate) async fn run(
 
 /// The buckets with prompts; a line for each one without, saying why (`why`, in bucket order).
 pub(crate) fn with_prompts<'a>(
-    s: &Session<'_>,
+    s: &Session,
     chosen: &'a [Chosen],
     why: &[String],
 ) -> Vec<&'a Chosen> {
@@ -48,21 +49,21 @@ pub(crate) fn with_prompts<'a>(
     chosen.iter().filter(|c| !c.prompts.is_empty()).collect()
 }
 
-/// One cell of a bucket at a level, closed or open loop, with `(requests, warmup)` requests;
-/// its records kept in `out`. Returns where they are.
+/// One cell of a bucket at a level, closed or open loop (its arrivals and cap in `pace`), with
+/// `(requests, warmup)` requests; its records kept in `out`. Returns where they are.
 pub(crate) async fn measure(
-    s: &Session<'_>,
+    s: &Session,
     c: &Chosen,
-    level: Level,
+    (level, pace): (Level, Option<&OpenLoop>),
     (requests, warmup): (usize, usize),
     out: &mut Out,
 ) -> std::ops::Range<usize> {
     let label = format!("{} {}", c.spec.name, level.label());
     // Whole groups of copies, one per arm (a search's levels choose their own counts).
-    let n = s.cfg.arms.len();
+    let n = s.load.experiment.arms.len();
     let (requests, warmup) = (
-        super::arms::whole_groups(requests, n),
-        super::arms::whole_groups(warmup, n),
+        crate::bench::arms::whole_groups(requests, n),
+        crate::bench::arms::whole_groups(warmup, n),
     );
     let from = out.records.len();
     let begun = s.load.mark().await;
@@ -81,8 +82,11 @@ pub(crate) async fn measure(
         }
         Level::Rate(rate) => {
             let n = warmup + requests;
-            let plan = s
-                .cfg
+            // NB: a plan's rate levels come with their open loop's settings; the default stands
+            // in only for a caller that gave none.
+            let default = OpenLoop::default();
+            let pace = pace.unwrap_or(&default);
+            let plan = pace
                 .arrivals
                 .offsets(rate, n)
                 .into_iter()
@@ -93,7 +97,7 @@ pub(crate) async fn measure(
                     measured: i >= warmup,
                 })
                 .collect();
-            let r = open::run(s, &label, plan).await;
+            let r = open::run(s, &label, plan, pace.max_concurrency).await;
             let oi = r.info(rate);
             if oi.behind {
                 s.progress.line(&format!(
