@@ -197,6 +197,31 @@ pub struct Args {
     /// --multi-turn).
     #[arg(long, default_value_t = 1)]
     pub runs: u32,
+    /// Run shard I of N of one distributed run (I from 1; N alone in a Kubernetes Indexed Job
+    /// takes I from JOB_COMPLETION_INDEX): every shard computes the one plan and sends every
+    /// N-th request of each cell (C ÷ N workers, --requests ÷ N, the rate ÷ N), into
+    /// OUT/shard-I-of-N. A closed or open sweep; needs --start-at and --cell-window.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+    /// Begin the first cell at this wall-clock time (RFC 3339, UTC: 2026-12-05T10:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    pub start_at: Option<String>,
+    /// With --start-at: cell k begins at --start-at + k × this (e.g. 90s), on every shard; a
+    /// cell that begins late (the one before ran over) is said on stderr and in run.json.
+    #[arg(long, value_name = "DURATION")]
+    pub cell_window: Option<humantime::Duration>,
+    /// The run's id, in every record and in run.json (default: from --start-at, so every
+    /// shard of a run has the same; else drawn at random).
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// Also insert every record into ClickHouse, into the table of
+    /// deploy/clickhouse/schema.sql as serve's [clickhouse] does:
+    /// http[s]://[USER[:PASSWORD]@]HOST:PORT (else CLICKHOUSE_USER, CLICKHOUSE_PASSWORD).
+    #[arg(long, value_name = "URL")]
+    pub clickhouse: Option<String>,
+    /// The table --clickhouse inserts into.
+    #[arg(long, value_name = "[DB.]TABLE", default_value = "default.requests")]
+    pub clickhouse_table: String,
     /// Print a progress line after this long without one (a terminal's bar is redrawn instead).
     #[arg(long, default_value = "10s", hide = true)]
     pub progress_every: humantime::Duration,

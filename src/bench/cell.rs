@@ -103,6 +103,8 @@ impl Load {
 pub(crate) struct Out {
     pub records: Vec<RequestRecord>,
     pub cells: Vec<CellInfo>,
+    /// Cells that began after their common window's start (`--start-at`, `--cell-window`).
+    pub late: Vec<super::shard::Late>,
 }
 
 impl Out {

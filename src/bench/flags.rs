@@ -33,11 +33,46 @@ pub(super) fn bench(a: Args) -> Result<Bench, String> {
     };
     let experiment = experiment(&flags, a.route_header.as_deref())?;
     validate(&a, &p, &experiment).map_err(|e| format!("bench: {e}"))?;
-    let common = common(&a, &p);
-    Ok(Bench {
-        load: load(a, p, experiment),
-        common,
-    })
+    let job_index = std::env::var(super::shard::JOB_INDEX).ok();
+    let fleet = super::shard::Fleet::of(
+        a.shard.as_deref(),
+        a.start_at.as_deref(),
+        a.cell_window.map(Into::into),
+        a.run_id.as_deref(),
+        job_index.as_deref(),
+    )?;
+    let mut common = common(&a, &p);
+    common.clickhouse = a
+        .clickhouse
+        .clone()
+        .map(|url| (url, a.clickhouse_table.clone()));
+    let load = load(a, p, experiment);
+    if let Some(shard) = fleet.shard {
+        sharded(shard, &load)?;
+        if common.requests < shard.of as usize {
+            return Err(format!("--shard: --requests {} is below {} shards: each shard measures at least one request a cell", common.requests, shard.of));
+        }
+        common.out = common.out.join(shard.folder());
+        if !shard.scrapes() {
+            common.scrape.plan = super::scrape::ScrapePlan::Off;
+        }
+    }
+    common.fleet = fleet;
+    Ok(Bench { load, common })
+}
+
+/// A shard splits a closed sweep whose every level is at least N (one request in flight per
+/// shard), or an open sweep.
+fn sharded(shard: super::shard::Shard, load: &Load) -> Result<(), String> {
+    let n = shard.of as usize;
+    match load {
+        Load::Closed(c) => match c.concurrency.iter().find(|c| **c < n) {
+            Some(low) => Err(format!("--shard {}/{n}: concurrency {low} is below {n} shards: each shard keeps at least one request in flight", shard.index)),
+            None => Ok(()),
+        },
+        Load::Open(_) => Ok(()),
+        _ => Err("--shard splits a closed or open sweep (--concurrency, --request-rate), not a search, a replay or conversations".into()),
+    }
 }
 
 /// The settings every load shares.
@@ -88,6 +123,8 @@ fn common(a: &Args, p: &Parsed) -> Common {
         },
         timeslice: a.timeslice.map(Into::into),
         max_error_rate: a.max_error_rate,
+        fleet: Default::default(),
+        clickhouse: None,
     }
 }
 
@@ -424,5 +461,41 @@ mod tests {
         assert_eq!(e, "bench: --runs must be at least 1");
         let e = settings(&["--max-turns", "0"]).unwrap_err();
         assert_eq!(e, "bench: --max-turns must be at least 1");
+    }
+
+    #[test]
+    fn a_shard_takes_its_folder_and_its_scrape_and_is_refused_what_it_cannot_split() {
+        let at = ["--start-at", "2026-12-05T10:00:00Z", "--cell-window", "60s"];
+        let with = |extra: &[&str]| {
+            let mut v = vec!["--concurrency", "4,8"];
+            v.extend_from_slice(&at);
+            v.extend_from_slice(extra);
+            settings(&v)
+        };
+        let b = with(&["--shard", "2/4"]).unwrap();
+        assert_eq!(b.common.out, std::path::Path::new("unused/shard-2-of-4"));
+        assert_eq!(b.common.scrape.plan, crate::bench::scrape::ScrapePlan::Off);
+        assert_eq!(b.common.fleet.run_id.as_deref(), Some("r20261205T100000Z"));
+        let b = with(&["--shard", "1/4", "--run-id", "nightly-7"]).unwrap();
+        assert_ne!(b.common.scrape.plan, crate::bench::scrape::ScrapePlan::Off);
+        assert_eq!(b.common.fleet.run_id.as_deref(), Some("nightly-7"));
+        let e = settings(&["--shard", "1/2"]).unwrap_err();
+        assert!(
+            e.starts_with("--shard needs --start-at and --cell-window"),
+            "{e}"
+        );
+        let e = with(&["--shard", "1/8"]).unwrap_err();
+        assert!(e.contains("concurrency 4 is below 8 shards"), "{e}");
+        let e = with(&["--shard", "1/2", "--requests", "1"]).unwrap_err();
+        assert!(e.contains("--requests 1 is below 2 shards"), "{e}");
+        let mut v = vec!["--multi-turn", "--shard", "1/2"];
+        v.extend_from_slice(&at);
+        let e = settings(&v).unwrap_err();
+        assert!(
+            e.starts_with("--shard splits a closed or open sweep"),
+            "{e}"
+        );
+        let e = with(&["--shard", "1/2", "--run-id", "a b"]).unwrap_err();
+        assert!(e.starts_with("--run-id"), "{e}");
     }
 }

@@ -194,6 +194,19 @@ pub struct RunInfo {
     /// `--arm-pid`, `--arm-cgroup`: each arm's own CPU seconds and peak memory over the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub arm_resources: Vec<crate::bench::resources::ArmResources>,
+    /// The run's id, in every record (`--run-id`; every shard of a distributed run shares it).
+    pub run_id: String,
+    /// `--shard I/N`: I (from 1) and N; `report` reads the shards of one run as one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    /// `--start-at`, `--cell-window`: the common windows, and the cells that began late.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<crate::bench::shard::FleetInfo>,
+    /// `--clickhouse`: the rows inserted and those that were not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clickhouse: Option<crate::bench::clickhouse::Inserted>,
     /// bench's own stall share over the run: its cells' stalled time ÷ their wall time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stall_share: Option<f64>,

@@ -23,6 +23,7 @@ pub mod arms;
 pub mod arrival;
 mod cell;
 pub mod cli;
+pub mod clickhouse;
 pub mod dataset;
 mod estimate;
 mod flags;
@@ -81,4 +82,7 @@ pub enum BenchError {
     Target(String, String),
     #[error("{0}")]
     Replay(String),
+    /// `--clickhouse`: rows not inserted (the records are in the run folder).
+    #[error("{0}")]
+    ClickHouse(String),
 }

@@ -45,15 +45,38 @@ pub async fn run(bench: &Bench, stop: Arc<AtomicBool>) -> Result<RunInfo, BenchE
     // The arms' own CPU and memory: from the first cell's start to the last one's end.
     let watch = plan.experiment().map_or(&[][..], |e| &e.watch[..]);
     let sampler = resources::Sampler::start(watch).await;
-    let found = drive(&s, (&mut plan, (cells, cfg.seed)), &mut out).await;
+    let found = drive(&s, (&mut plan, (cells, cfg.seed)), &cfg.fleet, &mut out).await;
     let arm_resources = match sampler {
         Some(sm) => sm.finish().await,
         None => Vec::new(),
     };
+    let run_id = cfg
+        .fleet
+        .run_id
+        .clone()
+        .unwrap_or_else(|| s.target.run_id());
+    let shard = cfg.fleet.shard;
+    for r in &mut out.records {
+        r.run_id = Some(run_id.clone());
+        (r.shard, r.shards) = (shard.map(|s| s.index), shard.map(|s| s.of));
+    }
     write_records(cfg, &out.records)?;
+    let inserted = match &cfg.clickhouse {
+        Some((url, table)) => Some(insert(url, table, cfg, &out.records).await?),
+        None => None,
+    };
     let scrape = run_json::scraped((&mut s, cfg), &mut out).await;
+    let late = std::mem::take(&mut out.late);
     let mut info = RunInfo::of((&s, cfg), &plan, found, scrape, &mut out);
     info.arm_resources = arm_resources;
+    (info.run_id, info.shard, info.shards) = (run_id, shard.map(|s| s.index), shard.map(|s| s.of));
+    info.fleet = cfg.fleet.windows.map(|w| super::shard::FleetInfo {
+        start_at: Some(humantime::format_rfc3339_seconds(w.start).to_string()),
+        cell_window_s: Some(w.window.as_secs_f64()),
+        late_cells: late,
+    });
+    let dropped = inserted.as_ref().map_or(0, |i| i.dropped);
+    info.clickhouse = inserted;
     let run_path = cfg.out.join("run.json");
     let json = serde_json::to_string_pretty(&info).unwrap_or_default();
     std::fs::write(&run_path, json + "\n").map_err(|source| BenchError::Io {
@@ -66,7 +89,32 @@ pub async fn run(bench: &Bench, stop: Arc<AtomicBool>) -> Result<RunInfo, BenchE
             crate::outln!("{}", resources::line(r));
         }
     }
+    if dropped > 0 {
+        return Err(BenchError::ClickHouse(format!(
+            "--clickhouse: {dropped} of {} rows were not inserted (see the warning above); every record is in {}",
+            out.records.len(),
+            cfg.out.join("requests.jsonl").display()
+        )));
+    }
     Ok(info)
+}
+
+/// `--clickhouse`: every record inserted; a ClickHouse that cannot be reached is an error.
+async fn insert(
+    url: &str,
+    table: &str,
+    cfg: &Common,
+    records: &[RequestRecord],
+) -> Result<super::clickhouse::Inserted, BenchError> {
+    let ch = super::clickhouse::config(url, table, records.len())
+        .map_err(|e| BenchError::Usage(format!("--clickhouse: {e}")))?;
+    let done = super::clickhouse::insert(&ch, records)
+        .await
+        .map_err(|e| BenchError::ClickHouse(format!("--clickhouse: {e}")))?;
+    if !cfg.quiet {
+        crate::outln!("ClickHouse {}: {} rows inserted", done.table, done.rows);
+    }
+    Ok(done)
 }
 
 /// The shared settings with, for two or more arms, `--requests` and `--warmup` rounded up to
@@ -105,13 +153,14 @@ fn claim_out(cfg: &Common) -> Result<(), BenchError> {
 async fn drive(
     s: &Session,
     (plan, (cells, seed)): (&mut Plan, ((usize, usize), u64)),
+    fleet: &super::shard::Fleet,
     out: &mut Out,
 ) -> Findings {
     match plan {
         Plan::Closed(w) | Plan::Open(w) => {
             let chosen = sweep::with_prompts(s, &w.prompts.chosen, &w.prompts.empty);
             let how = (&w.levels[..], w.runs, w.open.as_ref());
-            sweep::run(s, &chosen, how, cells, out).await;
+            sweep::run(s, &chosen, how, (cells, fleet), out).await;
             Findings::default()
         }
         Plan::Search {

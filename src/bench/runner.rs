@@ -66,6 +66,12 @@ pub struct Target {
 }
 
 impl Target {
+    /// The run's own id when none was given (`--run-id`, `--start-at`): the random part of its
+    /// request ids, so the records' `run_id` and their `request_id` prefix agree.
+    pub fn run_id(&self) -> String {
+        self.ids.prefix.clone()
+    }
+
     /// Count every request in these live counters (`--metrics-listen`).
     pub fn with_live(mut self, live: Option<Arc<super::live::Live>>) -> Target {
         self.live = live;

@@ -92,6 +92,96 @@ impl Windows {
     }
 }
 
+/// A run's place in a fleet: its shard (none: the whole plan), the common windows (with
+/// `--start-at`) and the run id every record carries.
+#[derive(Debug, Clone, Default)]
+pub struct Fleet {
+    pub shard: Option<Shard>,
+    pub windows: Option<Windows>,
+    pub start: Option<SystemTime>,
+    /// `--run-id`, else derived from `--start-at`, else drawn when the run begins.
+    pub run_id: Option<String>,
+}
+
+/// A cell that began after its window's start (the shard's previous cell ran over), by how
+/// much: `run.json`'s `fleet.late_cells`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Late {
+    pub cell: String,
+    pub late_ms: f64,
+}
+
+/// What `run.json` says of the run's place in a fleet.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct FleetInfo {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cell_window_s: Option<f64>,
+    /// Cells that began late: each shard must begin cell k together, so a late cell is one the
+    /// shards did not run side by side for all of its length.
+    pub late_cells: Vec<Late>,
+}
+
+impl Fleet {
+    /// The flags read: `--shard` needs `--start-at` and `--cell-window` (every shard begins
+    /// cell k at the same instant); `--cell-window` needs `--start-at`.
+    pub fn of(
+        shard: Option<&str>,
+        start_at: Option<&str>,
+        cell_window: Option<Duration>,
+        run_id: Option<&str>,
+        job_index: Option<&str>,
+    ) -> Result<Fleet, String> {
+        let shard = shard.map(|s| Shard::parse(s, job_index)).transpose()?;
+        let start = start_at
+            .map(|t| {
+                humantime::parse_rfc3339_weak(t.trim()).map_err(|_| {
+                    format!(
+                        "--start-at {t:?}: not a time like 2026-12-05T10:00:00Z (RFC 3339, UTC)"
+                    )
+                })
+            })
+            .transpose()?;
+        if shard.is_some() && (start.is_none() || cell_window.is_none()) {
+            return Err("--shard needs --start-at and --cell-window: every shard begins cell k at --start-at + k × --cell-window".into());
+        }
+        if cell_window.is_some() && start.is_none() {
+            return Err("--cell-window needs --start-at, where the first window begins".into());
+        }
+        if cell_window.is_some_and(|w| w.is_zero()) {
+            return Err("--cell-window must be longer than 0".into());
+        }
+        if let Some(id) = run_id.filter(|id| !crate::report::sql::run_id_ok(id)) {
+            return Err(format!(
+                "--run-id {id:?}: letters, digits, '.', '_', '-' and ':'"
+            ));
+        }
+        Ok(Fleet {
+            shard,
+            windows: start
+                .zip(cell_window)
+                .map(|(start, window)| Windows { start, window }),
+            start,
+            run_id: run_id.map(str::to_owned).or(start.map(run_id_of)),
+        })
+    }
+
+    /// The positions of a cell's sequence of `total` (a multiple of `unit`, the arms' group:
+    /// a group's copies stay together) this run sends, in order: every one without a shard.
+    pub fn positions(&self, total: usize, unit: usize) -> Vec<usize> {
+        let unit = unit.max(1);
+        (0..total)
+            .filter(|j| self.shard.is_none_or(|s| s.takes(j / unit)))
+            .collect()
+    }
+
+    /// This run's workers of a closed loop's `conc` (the flags refuse a level below N).
+    pub fn workers(&self, conc: usize) -> usize {
+        self.shard.map_or(conc, |s| s.share(conc))
+    }
+}
+
 /// The run id every shard derives alike from the common start, when `--run-id` is not given:
 /// `r` and the start's UTC digits (`r20261205T100000Z`).
 pub fn run_id_of(start: SystemTime) -> String {

@@ -45,11 +45,11 @@ pub enum ClickHouseError {
 
 /// Where the records are: the server's HTTP interface, its credentials, the table.
 pub struct Source {
-    endpoint: Uri,
+    pub endpoint: Uri,
     /// The URL's own path, ending in `/`.
-    base: String,
+    pub base: String,
     /// `Authorization`, when there are credentials.
-    auth: Vec<(HeaderName, Secret<HeaderValue>)>,
+    pub auth: Vec<(HeaderName, Secret<HeaderValue>)>,
     /// `database.table`.
     pub table: String,
 }

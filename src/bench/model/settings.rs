@@ -58,6 +58,11 @@ pub struct Common {
     pub timeslice: Option<Duration>,
     /// A cell failing a larger share of its requests fails the run (`--max-error-rate`).
     pub max_error_rate: Option<f64>,
+    /// The run's place in a fleet: its shard, the common windows, the run id (`--shard`,
+    /// `--start-at`, `--cell-window`, `--run-id`).
+    pub fleet: crate::bench::shard::Fleet,
+    /// Also insert every record into ClickHouse (`--clickhouse URL`, `--clickhouse-table`).
+    pub clickhouse: Option<(String, String)>,
 }
 
 /// The prompts: where they come from, how they are sorted into buckets, and the shared system
@@ -207,6 +212,8 @@ impl Default for Common {
             hardware: Hardware::default(),
             timeslice: None,
             max_error_rate: None,
+            fleet: Default::default(),
+            clickhouse: None,
         }
     }
 }

@@ -101,13 +101,14 @@ impl<'a> Tally<'a> {
     }
 }
 
-/// One closed-loop cell: `(requests, warmup)` — W warm-up then N measured requests, C always in
-/// flight; request `i` is `make(i)`.
+/// One closed-loop cell: `(requests, warmup)` — W warm-up then N measured requests, `workers`
+/// always in flight (of the fleet's level `conc`, which the records carry: the same unless the
+/// run is a shard); request `i` is `make(i)`.
 pub(crate) async fn run(
     s: &Session,
     label: &str,
     make: &(dyn Fn(usize) -> Req + Sync),
-    conc: usize,
+    (conc, workers): (usize, usize),
     (requests, warmup): (usize, usize),
 ) -> CellResult {
     let (target, stop) = (&s.target, &s.stop);
@@ -138,10 +139,10 @@ pub(crate) async fn run(
             tally.finished(i, rec);
         }
     };
-    let workers: Vec<_> = (0..conc).map(|_| worker()).collect();
-    join_all(workers).await;
+    let tasks: Vec<_> = (0..workers).map(|_| worker()).collect();
+    join_all(tasks).await;
     let mut cell = tally.finish();
-    cell.stall_share = gaps.share(conc, cell.wall_s);
+    cell.stall_share = gaps.share(workers, cell.wall_s);
     cell
 }
 

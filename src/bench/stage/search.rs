@@ -203,7 +203,8 @@ async fn bucket(
             break;
         }
         let n = ladder.requests(cells, v);
-        let range = measure(s, c, (ladder.level(v), open), n, out).await;
+        let whole = crate::bench::shard::Fleet::default();
+        let range = measure(s, c, (ladder.level(v), open), (n, &whole), out).await;
         // A level cut short by the stop is not judged: its records are kept, and the search
         // says it was interrupted, whatever level it had reached.
         if s.stop.load(Ordering::Relaxed) {

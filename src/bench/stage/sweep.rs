@@ -9,6 +9,8 @@ use crate::bench::cell::{grid, run_order, Level, Out};
 use crate::bench::dataset::Chosen;
 use crate::bench::model::settings::OpenLoop;
 use crate::bench::session::Session;
+use crate::bench::shard::{Fleet, Late};
+use std::time::SystemTime;
 
 /// Measure the sweep's cells, each level at its pace (an open loop's arrivals and cap), `runs`
 /// times; with several runs, each record and cell says its run.
@@ -16,11 +18,12 @@ pub(crate) async fn run(
     s: &Session,
     chosen: &[&Chosen],
     (levels, runs, pace): (&[Level], u32, Option<&OpenLoop>),
-    cells: (usize, usize),
+    (cells, fleet): ((usize, usize), &Fleet),
     out: &mut Out,
 ) {
     let grid = grid(levels, chosen.len());
     let many = runs > 1;
+    let mut k = 0;
     for run in 1..=runs {
         if many {
             s.progress.line(&format!("run {run} of {runs}"));
@@ -29,10 +32,43 @@ pub(crate) async fn run(
             if s.stop.load(Ordering::Relaxed) {
                 return;
             }
-            let at = measure(s, chosen[b], (level, pace), cells, out).await;
+            if let Some(w) = fleet.windows {
+                let label = format!("{} {}", chosen[b].spec.name, level.label());
+                if let Some(late) = window(s, w.cell_start(k), label).await {
+                    out.late.push(late);
+                }
+                k += 1;
+            }
+            let at = measure(s, chosen[b], (level, pace), (cells, fleet), out).await;
             if many {
                 out.mark_run(at, run);
             }
+        }
+    }
+}
+
+/// Wait for a cell's window to open; a cell that begins over 100 ms after it (the one before
+/// ran over) is said on stderr and returned.
+async fn window(s: &Session, start: SystemTime, cell: String) -> Option<Late> {
+    let now = SystemTime::now();
+    match start.duration_since(now) {
+        Ok(wait) => {
+            // In steps, so that Ctrl-C ends a wait as it ends a cell.
+            let until = tokio::time::Instant::now() + wait;
+            while tokio::time::Instant::now() < until && !s.stop.load(Ordering::Relaxed) {
+                let left = until - tokio::time::Instant::now();
+                tokio::time::sleep(left.min(std::time::Duration::from_millis(100))).await;
+            }
+            None
+        }
+        Err(e) => {
+            let late_ms = e.duration().as_secs_f64() * 1000.0;
+            (late_ms > 100.0).then(|| {
+                eprintln!(
+                    "tokentap bench: {cell} began {late_ms:.0} ms after its window: the cell before ran over --cell-window, so the shards did not run it side by side throughout"
+                );
+                Late { cell, late_ms }
+            })
         }
     }
 }
@@ -55,7 +91,7 @@ pub(crate) async fn measure(
     s: &Session,
     c: &Chosen,
     (level, pace): (Level, Option<&OpenLoop>),
-    (requests, warmup): (usize, usize),
+    ((requests, warmup), fleet): ((usize, usize), &Fleet),
     out: &mut Out,
 ) -> std::ops::Range<usize> {
     let label = format!("{} {}", c.spec.name, level.label());
@@ -75,8 +111,12 @@ pub(crate) async fn measure(
                     2 * conc
                 ));
             }
-            let make = |i: usize| s.load.request(c, i, level);
-            let cell = closed::run(s, &label, &make, conc, (requests, warmup)).await;
+            // A shard sends its positions of the one plan's sequence (all of them alone).
+            let mine = fleet.positions(warmup + requests, n);
+            let warm = mine.iter().filter(|j| **j < warmup).count();
+            let make = |i: usize| s.load.request(c, mine.get(i).copied().unwrap_or(i), level);
+            let shape = (conc, fleet.workers(conc));
+            let cell = closed::run(s, &label, &make, shape, (mine.len() - warm, warm)).await;
             out.push(c.spec.name, Some(conc), cell.records, cell.wall_s, None);
             out.own_lag(cell.stall_share, cell.reader_lag_ms);
         }
@@ -86,11 +126,11 @@ pub(crate) async fn measure(
             // in only for a caller that gave none.
             let default = OpenLoop::default();
             let pace = pace.unwrap_or(&default);
-            let plan = pace
-                .arrivals
-                .offsets(rate, n)
+            let mine = fleet.positions(n, s.load.experiment.arms.len());
+            let due = pace.arrivals.offsets(rate, n);
+            let plan = mine
                 .into_iter()
-                .enumerate()
+                .map(|i| (i, due[i]))
                 .map(|(i, at)| open::Planned {
                     at,
                     req: s.load.request(c, i, level),

@@ -68,6 +68,11 @@ impl RunInfo {
             },
             experiment: plan.experiment().and_then(experiment),
             arm_resources: Vec::new(),
+            run_id: String::new(),
+            shard: None,
+            shards: None,
+            fleet: None,
+            clickhouse: None,
             stall_share,
             verdict,
         }
