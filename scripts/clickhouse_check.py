@@ -144,10 +144,11 @@ checked = 0
 # What the files give that the ClickHouse table cannot (docs/report.md says so): the streaming
 # section (no delivery columns), a repeated sweep's spread (no run column), and what bench's
 # run.json beside the records adds (the engine per cell, its plateau and time slices, the GPU,
-# the binding constraint), with the answers drawn from them; and the window's count of records
-# left out, which the files count as they read and the query never sees.
+# the binding constraint, bench's own stall share and reader lag), with the answers drawn from
+# them; and the window's count of records left out, which the files count as they read and the
+# query never sees.
 FILE_ONLY = {"streaming", "spread", "hardware", "binding", "engine", "steady_state", "timeslices",
-             "buffered_streams", "window"}
+             "buffered_streams", "window", "bench_stall_share", "bench_reader_lag_p99_ms"}
 FILE_ANSWERS = {"Is it really streaming?", "What binds, at the knee or ceiling?",
                 "How close to the hardware's limit is it?"}
 

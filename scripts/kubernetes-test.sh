@@ -19,7 +19,7 @@ fi
 cargo build --release --locked -q
 "$VENV/bin/kubernetes-validate" --kubernetes-version 1.30.0 --strict \
   deploy/kubernetes/tokentap-vllm.yaml deploy/kubernetes/tokentap-litellm-tap.yaml \
-  deploy/kubernetes/bench-job.yaml
+  deploy/kubernetes/bench-job.yaml deploy/kubernetes/bench-indexed-job.yaml
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 "$VENV/bin/python" - "$WORK" <<'PY'

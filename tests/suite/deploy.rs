@@ -96,3 +96,56 @@ fn the_grafana_configmap_carries_the_dashboard() {
     let carried: serde_json::Value = serde_json::from_str(&cm).unwrap();
     assert_eq!(carried, dash, "deploy/grafana/configmap.yaml is stale");
 }
+
+/// Every bench Job's arguments are ones `tokentap bench` accepts: run as the manifest runs them
+/// (the Indexed Job's index and start time in its environment), aimed at a closed port, the run
+/// gets past its flags and stops at the target (exit 1), never at a usage error (64).
+#[test]
+fn every_bench_job_runs_bench_with_flags_it_accepts() {
+    let mut n = 0;
+    for f in [
+        "deploy/kubernetes/bench-job.yaml",
+        "deploy/kubernetes/bench-indexed-job.yaml",
+    ] {
+        let text = read(f);
+        let args: Vec<String> = block_after(&text, "          args:")
+            .iter()
+            .filter_map(|l| l.strip_prefix("- "))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(args.first().map(String::as_str), Some("bench"), "{f}");
+        let out =
+            std::env::temp_dir().join(format!("tokentap-deploy-bench-{}-{n}", std::process::id()));
+        let args: Vec<String> = args
+            .into_iter()
+            .map(|a| {
+                let a = a.replace("$(START_AT)", "2026-12-05T10:00:00Z");
+                match a.split_once('=') {
+                    Some(("--target", _)) => "--target=http://127.0.0.1:1".into(),
+                    Some(("--out", _)) => format!("--out={}", out.display()),
+                    _ => a,
+                }
+            })
+            .collect();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+            .args(&args)
+            .env("JOB_COMPLETION_INDEX", "2")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{f}: {args:?}: {err}");
+        assert!(
+            err.contains("127.0.0.1:1"),
+            "{f}: stopped at the target: {err}"
+        );
+        if f.ends_with("indexed-job.yaml") {
+            assert!(
+                out.join("shard-3-of-4").is_dir(),
+                "{f}: the pod's shard folder"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&out);
+        n += 1;
+    }
+    assert_eq!(n, 2);
+}
