@@ -29,10 +29,11 @@ impl Params {
         if let Some(id) = &self.run_id {
             cond.push(format!("run_id = '{id}'"));
         }
+        // `*` leaves out the MATERIALIZED columns (`ts_us`, `date`); the queries read them too.
         match cond.is_empty() {
             true => self.table.clone(),
             false => format!(
-                "(SELECT * FROM {} WHERE {})",
+                "(SELECT *, ts_us, date FROM {} WHERE {})",
                 self.table,
                 cond.join(" AND ")
             ),

@@ -304,7 +304,8 @@ fn report_reads_the_records_of_a_window() {
     // The queries read the window's rows.
     let sql = report(&["--sql", "--since", &s, "--until", &u]);
     let sql = String::from_utf8_lossy(&sql.stdout).to_string();
-    let sub = format!("(SELECT * FROM default.requests WHERE ts >= '{s}' AND ts < '{u}')");
+    let sub =
+        format!("(SELECT *, ts_us, date FROM default.requests WHERE ts >= '{s}' AND ts < '{u}')");
     assert!(sql.contains(&sub), "{sql}");
     assert!(!sql.contains("FROM default.requests\n"), "{sql}");
     // A bound that is no time, or a window that holds nothing, is a usage error.
