@@ -20,6 +20,8 @@
 //! and its first events split: how late the upstream wrote them, and their trip from the
 //! upstream's write to the client's read);
 //! OVERHEAD_H2_STREAMS (tokentap's slow streams with HTTP/2 clients, default 10000; 0 skips);
+//! OVERHEAD_STREAM_KIB (the memory test: the bench exits 1 when a tokentap's memory per
+//! HTTP/1.1 slow stream is over this many KiB, default 12; 0 checks nothing);
 //! OVERHEAD_TOKENTAP=<path> (the tokentap to measure; scripts/overhead.sh sets it to its
 //! `cargo build --release`, see `tokentap_bin`);
 //! OVERHEAD_COALESCE_US (the upstream pacer writes events due within this many µs of each other
@@ -281,19 +283,30 @@ fn main() {
             }
         }
 
+        // The memory test: tokentap's resident memory per HTTP/1.1 stream against its bound.
+        let mut missed = Vec::new();
         if streams > 0 {
             println!("\nmemory: {streams} concurrent slow streams (one event, then silence)");
             println!("{:<10} | {:>10} {:>12} {:>14}", "proxy", "idle MiB", "loaded MiB", "KiB/stream");
+            let bound = stream_kib_bound();
             for p in &proxies {
                 let pid = p.child.as_ref().map(|c| c.id()).unwrap_or(0);
                 let (idle, loaded) = slow_streams(p.addr, streams, pid).await;
+                let per = loaded.saturating_sub(idle) as f64 / streams as f64;
                 println!(
                     "{:<10} | {:>10.1} {:>12.1} {:>14.1}",
                     p.name,
                     idle as f64 / 1024.0,
                     loaded as f64 / 1024.0,
-                    loaded.saturating_sub(idle) as f64 / streams as f64
+                    per
                 );
+                if let (Some(b), "tokentap") = (bound, p.name) {
+                    let verdict = if per <= b { "met" } else { "MISSED" };
+                    println!("{:<10} | memory per stream {per:.1} KiB, bound {b} KiB (OVERHEAD_STREAM_KIB): {verdict}", p.name);
+                    if per > b {
+                        missed.push(p.name);
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
@@ -324,5 +337,18 @@ fn main() {
         }
         drop(proxies);
         if std::env::var("OVERHEAD_KEEP").is_err() { let _ = std::fs::remove_dir_all(&dir); } else { eprintln!("kept {}", dir.display()); }
+        if !missed.is_empty() {
+            eprintln!("overhead: memory per HTTP/1.1 stream over its bound: {}", missed.join(", "));
+            std::process::exit(1);
+        }
     });
+}
+
+/// The bound on tokentap's memory per HTTP/1.1 slow stream (KiB): `OVERHEAD_STREAM_KIB`,
+/// default 12 (below nginx's 13.5, docs/overhead.md); `0` checks nothing.
+fn stream_kib_bound() -> Option<f64> {
+    match std::env::var("OVERHEAD_STREAM_KIB") {
+        Ok(v) => v.trim().parse::<f64>().ok().filter(|b| *b > 0.0),
+        Err(_) => Some(12.0),
+    }
 }

@@ -7,15 +7,25 @@
 //! On shutdown: stop accepting, let in-flight requests finish for the grace period (the current
 //! generation's `timeouts.shutdown_grace_ms`), then cut what is left — each cut stream is still
 //! recorded (`shutdown_cut`).
+//!
+//! A plain connection's protocol is told by peeking at its first bytes (HTTP/2's preface or
+//! not), and hyper's HTTP/1.1 or HTTP/2 server then reads it from its first byte: hyper-util's
+//! `auto`, which reads those bytes itself and hands them back, would make hyper's first read
+//! one of 24 bytes and its read buffer twice its 8 KiB (docs/overhead.md, "Memory per
+//! stream"). TLS connections, and a preface split over segments, still go through `auto`. What
+//! every HTTP/1.1 connection holds for its life is kept small: its task holds the HTTP/1.1
+//! connection inline, and the rarer HTTP/2 and TLS ones boxed.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::proxy::{Live, Proxy};
 use crate::rxstamp::Stamped;
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -25,20 +35,76 @@ use tokio::task::JoinSet;
 
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn builder(header_read: Duration) -> auto::Builder<TokioExecutor> {
-    let mut b = auto::Builder::new(TokioExecutor::new());
-    b.http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_read)
-        .max_buf_size(256 * 1024);
-    b.http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(1024)
-        .max_pending_accept_reset_streams(Some(64))
-        .max_local_error_reset_streams(Some(256))
-        .max_header_list_size(256 * 1024)
-        .keep_alive_interval(Some(Duration::from_secs(30)));
-    b
+/// The HTTP/1.1 server's settings, on hyper's builder or `auto`'s (the same methods).
+macro_rules! h1_settings {
+    ($b:expr, $header_read:expr) => {
+        $b.timer(TokioTimer::new())
+            .header_read_timeout($header_read)
+            .max_buf_size(256 * 1024)
+    };
+}
+
+/// The HTTP/2 server's settings, likewise.
+macro_rules! h2_settings {
+    ($b:expr) => {
+        $b.timer(TokioTimer::new())
+            .max_concurrent_streams(1024)
+            .max_pending_accept_reset_streams(Some(64))
+            .max_local_error_reset_streams(Some(256))
+            .max_header_list_size(256 * 1024)
+            .keep_alive_interval(Some(Duration::from_secs(30)))
+    };
+}
+
+/// A config generation's servers: HTTP/1.1 and HTTP/2 for a plain connection whose protocol
+/// was peeked at, `auto` (either, told by reading) for the others.
+struct Builders {
+    h1: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
+    auto: auto::Builder<TokioExecutor>,
+}
+
+fn builders(header_read: Duration) -> Builders {
+    let mut h1 = http1::Builder::new();
+    h1_settings!(h1, header_read);
+    let mut h2 = http2::Builder::new(TokioExecutor::new());
+    h2_settings!(h2);
+    let mut auto = auto::Builder::new(TokioExecutor::new());
+    h1_settings!(auto.http1(), header_read);
+    h2_settings!(auto.http2());
+    Builders { h1, h2, auto }
+}
+
+/// HTTP/2's connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A plain connection's protocol, told by its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sniffed {
+    /// Not HTTP/2's preface (or the connection closed before a byte): HTTP/1.1.
+    Http1,
+    /// HTTP/2's preface, whole.
+    Http2,
+    /// A start of the preface, not all of it yet: left to `auto`, which reads on.
+    Unsure,
+}
+
+/// What the first bytes `peeked` say.
+fn sniffed(peeked: &[u8]) -> Sniffed {
+    if peeked.is_empty() || !H2_PREFACE.starts_with(peeked) {
+        Sniffed::Http1
+    } else if peeked.len() == H2_PREFACE.len() {
+        Sniffed::Http2
+    } else {
+        Sniffed::Unsure
+    }
+}
+
+/// Peek at a connection's first bytes (they stay in the socket for hyper to read).
+async fn sniff(tcp: &tokio::net::TcpStream) -> std::io::Result<Sniffed> {
+    let mut buf = [0u8; H2_PREFACE.len()];
+    let n = tcp.peek(&mut buf).await?;
+    Ok(sniffed(&buf[..n]))
 }
 
 /// Each connection's drain signal, held by the accept loop: one oneshot per connection, so a
@@ -71,56 +137,109 @@ impl Drains {
     }
 }
 
-/// Serve one connection to its end; once `drain` fires, let it finish the request in flight
-/// and close (`graceful_shutdown`, polled on until it is done).
-async fn serve<T>(
-    io: T,
-    service: Proxy,
-    builder: &auto::Builder<TokioExecutor>,
-    drain: oneshot::Receiver<()>,
-) where
-    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let conn = builder.serve_connection(TokioIo::new(io), service);
-    let mut conn = std::pin::pin!(conn);
-    let mut drain = Some(drain);
-    let _ = std::future::poll_fn(|cx| {
-        if let Some(rx) = drain.as_mut() {
+pin_project_lite::pin_project! {
+    /// A connection served to its end; once `drain` fires, told to finish the request in flight
+    /// and close (`shutdown`: the connection's `graceful_shutdown`), and polled on until it is
+    /// done. A future of its own, not an `async fn`, so that the connection is held once.
+    struct Drained<C> {
+        #[pin]
+        conn: C,
+        drain: Option<oneshot::Receiver<()>>,
+        shutdown: fn(Pin<&mut C>),
+    }
+}
+
+impl<C> Drained<C> {
+    fn new(conn: C, drain: oneshot::Receiver<()>, shutdown: fn(Pin<&mut C>)) -> Self {
+        Drained {
+            conn,
+            drain: Some(drain),
+            shutdown,
+        }
+    }
+}
+
+impl<C: Future> Future for Drained<C> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut this = self.project();
+        if let Some(rx) = this.drain.as_mut() {
             if Pin::new(rx).poll(cx).is_ready() {
-                drain = None;
-                conn.as_mut().graceful_shutdown();
+                *this.drain = None;
+                (this.shutdown)(this.conn.as_mut());
             }
         }
-        conn.as_mut().poll(cx)
-    })
-    .await;
+        this.conn.poll(cx).map(|_| ())
+    }
+}
+
+/// Serve a connection whose protocol is read by `auto` (TLS, or a split preface).
+async fn serve_auto<T>(io: T, service: Proxy, builders: &Builders, drain: oneshot::Receiver<()>)
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = builders.auto.serve_connection(TokioIo::new(io), service);
+    Drained::new(conn, drain, |c| c.graceful_shutdown()).await;
 }
 
 /// One accepted connection, in its own task: everything per connection (socket options, the
 /// TLS handshake, HTTP) happens here, so that the accept loop goes straight back to accepting.
+/// A plain connection's protocol is peeked at, and hyper serves it from its first byte; a
+/// drain that comes before that byte closes it.
+///
+/// NB: the HTTP/2, TLS and split-preface paths are boxed, so that a plain HTTP/1.1
+/// connection's task is the size of what it holds (docs/overhead.md, "Memory per stream").
 async fn connection(
     stream: tokio::net::TcpStream,
     service: Proxy,
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    drain: oneshot::Receiver<()>,
+    builders: Arc<Builders>,
+    mut drain: oneshot::Receiver<()>,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let _ = stream.set_nodelay(true);
     let (stream, latest) = Stamped::new(stream);
     let service = service.stamped_by(latest);
-    match tls {
-        None => serve(stream, service, &builder, drain).await,
-        Some(acceptor) => {
-            // A slow handshake blocks nobody; a drain that came during it closes the connection
-            // once it is an HTTP one.
-            let tls =
-                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(s)) => s,
-                    _ => return,
-                };
-            serve(tls, service, &builder, drain).await;
-        }
+    if let Some(acceptor) = tls {
+        return Box::pin(secure(stream, acceptor, service, builders, drain)).await;
     }
+    let sniffed = tokio::select! {
+        s = sniff(stream.tcp()) => s,
+        _ = &mut drain => return,
+    };
+    let io = TokioIo::new(stream);
+    match sniffed {
+        Ok(Sniffed::Http1) => {
+            let conn = builders.h1.serve_connection(io, service);
+            Drained::new(conn, drain, |c| c.graceful_shutdown()).await;
+        }
+        Ok(Sniffed::Http2) => {
+            let conn = builders.h2.serve_connection(io, service);
+            Box::pin(Drained::new(conn, drain, |c| c.graceful_shutdown())).await;
+        }
+        Ok(Sniffed::Unsure) => {
+            let stream = io.into_inner();
+            Box::pin(serve_auto(stream, service, &builders, drain)).await;
+        }
+        Err(_) => {}
+    }
+}
+
+/// A TLS connection: the handshake (at most `TLS_HANDSHAKE_TIMEOUT`), then `auto`. A slow
+/// handshake blocks nobody; a drain that came during it closes the connection once it is an
+/// HTTP one.
+async fn secure(
+    stream: Stamped,
+    acceptor: tokio_rustls::TlsAcceptor,
+    service: Proxy,
+    builders: Arc<Builders>,
+    drain: oneshot::Receiver<()>,
+) {
+    let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => s,
+        _ => return,
+    };
+    serve_auto(tls, service, &builders, drain).await;
 }
 
 /// Serve until `shutdown` resolves, then drain for the grace period and cut what is left.
@@ -137,7 +256,7 @@ pub async fn run(listener: TcpListener, live: Arc<Live>, shutdown: impl Future<O
     }
     let header_read = |live: &Live| live.state().config.timeouts.header_read;
     let mut generation = live.number();
-    let mut builder = Arc::new(builder(header_read(&live)));
+    let mut builders = Arc::new(builders(header_read(&live)));
     let proxy = Proxy::new(live.clone());
     let mut drains = Drains::default();
     let mut conns = JoinSet::new();
@@ -158,12 +277,12 @@ pub async fn run(listener: TcpListener, live: Arc<Live>, shutdown: impl Future<O
         };
         if live.number() != generation {
             generation = live.number();
-            builder = Arc::new(self::builder(header_read(&live)));
+            builders = Arc::new(self::builders(header_read(&live)));
         }
         conns.spawn(connection(
             stream,
             proxy.for_peer(peer.ip()),
-            builder.clone(),
+            builders.clone(),
             drains.add(),
             live.tls(),
         ));
@@ -189,7 +308,61 @@ pub async fn run(listener: TcpListener, live: Arc<Live>, shutdown: impl Future<O
 
 #[cfg(test)]
 mod tests {
-    use super::Drains;
+    use super::*;
+
+    /// A request path never taken: the tests here only build futures.
+    struct NoStack;
+
+    impl crate::proxy::stack::Current for NoStack {
+        fn stack(&self) -> crate::proxy::stack::Stack {
+            unreachable!("no request is served here")
+        }
+    }
+
+    /// What every HTTP/1.1 connection holds for its life stays small (docs/overhead.md, "Memory
+    /// per stream"): its task (hyper's connection, some 800 bytes, held once; with the HTTP/2
+    /// and TLS paths inline, and the connection moved through three `async fn`s, it was 4.5 KiB),
+    /// and the box hyper keeps for the service's future (an answer given at once is boxed:
+    /// inline it made the box 600 bytes).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_plain_connection_holds_little() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tcp = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (_tx, rx) = oneshot::channel();
+        let service = Proxy::new(Arc::new(NoStack));
+        let task = connection(
+            tcp,
+            service,
+            Arc::new(builders(Duration::from_secs(1))),
+            rx,
+            None,
+        );
+        let size = std::mem::size_of_val(&task);
+        assert!(
+            size <= 1280,
+            "a plain connection's task future is {size} bytes"
+        );
+        type ServiceFuture =
+            <Proxy as hyper::service::Service<http::Request<hyper::body::Incoming>>>::Future;
+        let size = std::mem::size_of::<ServiceFuture>();
+        assert!(size <= 64, "the service's future is {size} bytes");
+    }
+
+    #[test]
+    fn the_preface_is_told_from_its_first_bytes() {
+        assert_eq!(sniffed(b""), Sniffed::Http1);
+        assert_eq!(sniffed(b"GET / HTTP/1.1\r\n"), Sniffed::Http1);
+        assert_eq!(
+            sniffed(b"POST /v1/chat/completions HTTP/1.1"),
+            Sniffed::Http1
+        );
+        assert_eq!(sniffed(b"PRO"), Sniffed::Http1);
+        assert_eq!(sniffed(b"P"), Sniffed::Unsure);
+        assert_eq!(sniffed(b"PRI * HTTP/2.0\r\n"), Sniffed::Unsure);
+        assert_eq!(sniffed(H2_PREFACE), Sniffed::Http2);
+    }
 
     /// Ended connections' senders do not pile up: the list stays near the live count.
     #[test]

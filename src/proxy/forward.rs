@@ -75,15 +75,24 @@ impl Forward {
             Ok(b) => b,
             Err(e) => return ex.reject(e),
         };
+        let http::request::Parts {
+            method,
+            uri,
+            headers,
+            ..
+        } = head;
         let mut path_and_query = upstream_path;
-        if let Some(q) = head.uri.query() {
+        if let Some(q) = uri.query() {
             path_and_query.push('?');
             path_and_query.push_str(q);
         }
+        // NB: the URI shares hyper's read buffer with the head: not kept for the wait on the
+        // upstream (`send` lets go of the headers and body likewise).
+        drop(uri);
         let req = Outgoing {
-            method: head.method,
+            method,
             path_and_query,
-            headers: head.headers,
+            headers,
             body,
         };
         // NB: the direct arm never sees a request the gateway refused.

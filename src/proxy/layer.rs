@@ -13,9 +13,13 @@ use super::exchange::ProxyBody;
 
 pin_project_lite::pin_project! {
     /// A layer's answer: at once, or the inner service's future.
+    ///
+    /// NB: the answer given at once is boxed: hyper keeps a box the size of this future for
+    /// every connection's life, and a response inline would make it some 600 bytes where the
+    /// inner future is a pointer (docs/overhead.md, "Memory per stream").
     #[project = RespondProj]
     pub enum Respond<F> {
-        Now { response: Option<Response<ProxyBody>> },
+        Now { response: Option<Box<Response<ProxyBody>>> },
         Inner { #[pin] future: F },
     }
 }
@@ -26,7 +30,7 @@ impl<F: Future<Output = Result<Response<ProxyBody>, Infallible>>> Future for Res
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             RespondProj::Now { response } => match response.take() {
-                Some(r) => Poll::Ready(Ok(r)),
+                Some(r) => Poll::Ready(Ok(*r)),
                 None => Poll::Pending, // polled after completion: never
             },
             RespondProj::Inner { future } => future.poll(cx),
@@ -36,7 +40,9 @@ impl<F: Future<Output = Result<Response<ProxyBody>, Infallible>>> Future for Res
 
 /// An answer at once.
 pub fn now<F>(r: Response<ProxyBody>) -> Respond<F> {
-    Respond::Now { response: Some(r) }
+    Respond::Now {
+        response: Some(Box::new(r)),
+    }
 }
 
 macro_rules! always_ready {

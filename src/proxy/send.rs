@@ -48,7 +48,7 @@ pub async fn send(
     ex.body_read(body.len());
     // The body is read before it is sent only when it is to be changed; otherwise while the
     // upstream works on it.
-    let mut peek_later = !rewrite::changes_body(rc, salt.as_deref());
+    let peek_later = !rewrite::changes_body(rc, salt.as_deref());
     if !peek_later {
         let r = rewrite::body(body, &rc.model_map, salt.as_deref());
         body = r.body;
@@ -63,19 +63,25 @@ pub async fn send(
     tap(&mut ex, &route, &mut headers, &body);
     let wait = due.head_wait();
     let mut send = std::pin::pin!(target.client.send(&req.method, &path, &headers, &body));
+    // NB: the request is in its wire form now. The client's head and body (which share hyper's
+    // read buffer) are let go before the wait on the upstream: the body is kept only until it
+    // is peeked at, once the request is written.
+    drop(headers);
+    let mut unpeeked = peek_later.then_some(body);
     let sent = tokio::time::timeout(
         wait,
         std::future::poll_fn(|cx| {
             let r = send.as_mut().poll(cx);
-            if r.is_pending() && peek_later {
-                peek_later = false;
-                ex.request_says(openai::peek_request(&body));
+            if r.is_pending() {
+                if let Some(body) = unpeeked.take() {
+                    ex.request_says(openai::peek_request(&body));
+                }
             }
             r
         }),
     )
     .await;
-    if peek_later {
+    if let Some(body) = unpeeked.take() {
         ex.request_says(openai::peek_request(&body));
     }
     let name = route.name.clone();

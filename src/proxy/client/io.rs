@@ -1,4 +1,8 @@
-//! One upstream connection (plain TCP or TLS) and its read buffer.
+//! One upstream connection (plain TCP or TLS) and its read buffer, held only while it holds
+//! unread bytes: a read that finds nothing (`Pending`) with the buffer empty hands it back to
+//! its thread's spares, and the next read takes one from there. A stream waiting for its next
+//! token then holds no buffer, and a thread's reads at full speed go through the same few warm
+//! buffers (docs/overhead.md, "Memory per stream").
 
 use std::io;
 use std::pin::Pin;
@@ -11,10 +15,40 @@ use tokio_rustls::client::TlsStream;
 use crate::proxy::h1;
 use crate::rxstamp::{Arrival, Stamped, Stamper};
 
-/// Read buffer of one upstream connection to start with: enough for a slow stream's events.
+/// A new read buffer: enough for a slow stream's events.
 const READ_BUF: usize = 4 * 1024;
 /// A read that fills the buffer doubles it, up to this (bulk transfers).
 const READ_BUF_BULK: usize = 64 * 1024;
+/// Buffers kept per thread between reads; one larger than `READ_BUF_BULK` (grown for a long
+/// head) is not kept.
+const SPARES: usize = 8;
+
+thread_local! {
+    /// This thread's read buffers between reads (each zeroed once, when made).
+    static SPARE: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A read buffer: one of this thread's spares, or a new one.
+fn take_spare() -> Vec<u8> {
+    SPARE
+        .try_with(|s| s.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| vec![0; READ_BUF])
+}
+
+/// Hand a read buffer back to this thread's spares (dropped when they are full).
+fn give_spare(buf: Vec<u8>) {
+    if buf.is_empty() || buf.len() > READ_BUF_BULK {
+        return;
+    }
+    let _ = SPARE.try_with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < SPARES {
+            s.push(buf);
+        }
+    });
+}
 
 /// A connection, plain or TLS: both with the kernel's receive stamps where it gives them.
 pub(super) enum Conn {
@@ -68,7 +102,8 @@ impl Conn {
     }
 }
 
-/// A connection and its read buffer (`buf[start..end]` holds unread bytes).
+/// A connection and its read buffer (`buf[start..end]` holds unread bytes; `buf` is empty,
+/// with no capacity, while it is lent back).
 pub struct Io {
     pub(super) conn: Conn,
     buf: Vec<u8>,
@@ -86,7 +121,7 @@ impl Io {
     pub(super) fn new(conn: Conn) -> Self {
         Io {
             conn,
-            buf: vec![0; READ_BUF],
+            buf: Vec::new(),
             start: 0,
             end: 0,
             got: 0,
@@ -107,9 +142,21 @@ impl Io {
         }
     }
 
-    /// Read once into the free end of the buffer (compacting or growing it first if full).
-    /// `Ready(Ok(0))` is end of stream.
+    /// Hand the read buffer back to the thread's spares if it holds no unread bytes.
+    pub(super) fn park(&mut self) {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            give_spare(std::mem::take(&mut self.buf));
+        }
+    }
+
+    /// Read once into the free end of the buffer (taking one first, or compacting or growing it
+    /// if full); a read that finds nothing parks the buffer. `Ready(Ok(0))` is end of stream.
     pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.is_empty() {
+            self.buf = take_spare();
+        }
         if self.end == self.buf.len() {
             if self.start > 0 {
                 self.buf.copy_within(self.start..self.end, 0);
@@ -138,11 +185,73 @@ impl Io {
                 Poll::Ready(Ok(n))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => {
+                self.park();
+                Poll::Pending
+            }
         }
     }
 
     pub(super) async fn fill(&mut self) -> io::Result<usize> {
         std::future::poll_fn(|cx| self.poll_fill(cx)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn poll(io: &mut Io) -> Poll<io::Result<usize>> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        io.poll_fill(&mut cx)
+    }
+
+    /// A connection waiting for bytes holds no read buffer; one with unread bytes keeps its own,
+    /// and the next read takes a spare again.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_waiting_connection_holds_no_read_buffer() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tcp = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (mut peer, _) = l.accept().await.unwrap();
+        let stamper = Stamper::new(&tcp);
+        let mut io = Io::new(Conn::Plain(tcp, stamper));
+        assert_eq!(io.buf.capacity(), 0, "a new connection has no buffer");
+        assert!(poll(&mut io).is_pending());
+        assert_eq!(
+            io.buf.capacity(),
+            0,
+            "nothing to read: the buffer was handed back"
+        );
+
+        peer.write_all(b"data: 1\n\n").await.unwrap();
+        let n = std::future::poll_fn(|cx| io.poll_fill(cx)).await.unwrap();
+        assert_eq!(io.filled(), b"data: 1\n\n");
+        io.consume(n - 2);
+        assert!(poll(&mut io).is_pending());
+        assert_eq!(io.filled(), b"\n\n", "unread bytes stay, with their buffer");
+        assert!(io.buf.len() >= READ_BUF);
+        io.consume(2);
+        assert!(poll(&mut io).is_pending());
+        assert_eq!(io.buf.capacity(), 0, "read to the end: handed back");
+
+        peer.write_all(b"more").await.unwrap();
+        std::future::poll_fn(|cx| io.poll_fill(cx)).await.unwrap();
+        assert_eq!(io.filled(), b"more");
+    }
+
+    /// The spares are bounded in number, and a buffer grown past the bulk size is not kept.
+    #[test]
+    fn spares_are_bounded() {
+        for _ in 0..SPARES + 4 {
+            give_spare(vec![0; READ_BUF]);
+        }
+        give_spare(vec![0; READ_BUF_BULK * 2]);
+        give_spare(Vec::new());
+        let kept = SPARE.with(|s| s.borrow().len());
+        assert_eq!(kept, SPARES);
+        assert!(SPARE.with(|s| s.borrow().iter().all(|b| b.len() == READ_BUF)));
+        let taken = take_spare();
+        assert_eq!(taken.len(), READ_BUF);
+        assert_eq!(SPARE.with(|s| s.borrow().len()), SPARES - 1);
     }
 }

@@ -140,13 +140,19 @@ impl Upstream {
     /// sent once more, on a new connection — as browsers and nginx do for kept-alive
     /// connections; a new connection that fails is an error at once. With the response comes
     /// the instant the request was written whole (the last attempt's).
-    pub async fn send(
+    ///
+    /// The request is put in its wire form here, before the future is first polled: the future
+    /// holds neither `headers` nor `body`, so the caller can let go of them (a client's request
+    /// head and body share hyper's read buffer) while the upstream works.
+    pub fn send(
         self: &Arc<Self>,
         method: &Method,
         path_and_query: &str,
         headers: &HeaderMap,
         body: &[u8],
-    ) -> Result<(Response<UpstreamBody>, Instant), UpstreamError> {
+    ) -> impl std::future::Future<Output = Result<(Response<UpstreamBody>, Instant), UpstreamError>>
+           + Send
+           + 'static {
         let mut wire = h1::request_head(
             method,
             path_and_query,
@@ -155,6 +161,14 @@ impl Upstream {
             body.len(),
         );
         wire.extend_from_slice(body);
+        self.clone().send_wire(method.clone(), wire)
+    }
+
+    async fn send_wire(
+        self: Arc<Self>,
+        method: Method,
+        wire: Vec<u8>,
+    ) -> Result<(Response<UpstreamBody>, Instant), UpstreamError> {
         // At most one retry, and on a new connection: a request is never sent three times.
         let mut fresh = false;
         loop {
@@ -164,7 +178,7 @@ impl Upstream {
                 None => (Box::pin(self.connect()).await?, false),
             };
             match exchange(&mut io, &wire).await {
-                Ok((head, sent)) => return Ok((self.response(io, method, head)?, sent)),
+                Ok((head, sent)) => return Ok((self.response(io, &method, head)?, sent)),
                 Err(e) if reused && io.got == 0 && retryable(&e) => fresh = true,
                 Err(e) => return Err(e),
             }

@@ -41,6 +41,7 @@ impl Pool {
         if !io.filled().is_empty() {
             return; // bytes after the response: the connection is not in a known state
         }
+        io.park();
         io.got = 0;
         io.want_stamps = true;
         io.arrival = None;
