@@ -23,12 +23,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q chdb==4.4.0
 fi
-command -v clickhouse-server >/dev/null || apt-get install -y clickhouse-server >/dev/null
 WORK=$(mktemp -d)
 CH_PID=
 SIM_PID=
 PX_PID=
-stop() { if [ -n "$1" ]; then kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; fi; }
+source scripts/ch-server.sh
 cleanup() {
   stop "$PX_PID"; stop "$SIM_PID"; stop "$CH_PID"
   rm -rf "$WORK"
@@ -85,36 +84,6 @@ PY
   cargo run --release --locked -q -p tokentap-test-support --bin records -- 3000 load >"$WORK/load.jsonl"
   set -- "$WORK/tokentap-demo/bench/requests.jsonl" "$WORK/tokentap-demo/proxy.jsonl" "$WORK/keys.jsonl" "$WORK/edges.jsonl" "$WORK/everything.jsonl" "$WORK/load.jsonl"
 fi
-# A copy of Debian's config with data, logs and ports of its own.
-HTTP_PORT=$(python3 - "$WORK/ch" <<'PY'
-import re, socket, sys, os
-d = sys.argv[1]
-os.makedirs(d + "/log")
-s = open("/etc/clickhouse-server/config.xml").read()
-def port():
-    x = socket.socket(); x.bind(("127.0.0.1", 0)); p = x.getsockname()[1]; x.close(); return p
-http = port()
-for tag, val in [("http_port", http), ("tcp_port", port()), ("interserver_http_port", port()),
-                 ("path", d + "/data/"), ("tmp_path", d + "/tmp/"), ("user_files_path", d + "/user_files/"),
-                 ("format_schema_path", d + "/format_schemas/"), ("log", d + "/log/server.log"),
-                 ("errorlog", d + "/log/error.log")]:
-    s = re.sub(rf"<{tag}>[^<]*</{tag}>", f"<{tag}>{val}</{tag}>", s, count=1)
-s = re.sub(r"<(listen_host|https_port|mysql_port)>[^<]*</\1>", "", s)
-s = s.replace("<http_port>", "<listen_host>127.0.0.1</listen_host>\n<http_port>", 1)
-open(d + "/config.xml", "w").write(s)
-print(http)
-PY
-)
-cp /etc/clickhouse-server/users.xml "$WORK/ch/"
-start_ch() {
-  (cd "$WORK/ch" && exec clickhouse-server --config-file="$WORK/ch/config.xml" >>"$WORK/ch/log/stdout.log" 2>&1) &
-  CH_PID=$!
-  for _ in $(seq 100); do
-    curl -fsS "http://127.0.0.1:$HTTP_PORT/ping" >/dev/null 2>&1 && return
-    sleep 0.2
-  done
-  echo "clickhouse-server did not start" >&2; exit 1
-}
 start_ch
 echo "clickhouse-server $(curl -fsS "http://127.0.0.1:$HTTP_PORT/?query=SELECT%20version()") on 127.0.0.1:$HTTP_PORT"
 for log in "$@"; do
@@ -125,17 +94,7 @@ done
 # ---- the sink ----
 CH="http://127.0.0.1:$HTTP_PORT"
 chq() { curl -fsS "$CH/?database=tokentap_sink" --data-binary "$1"; }
-curl -fsS "$CH/" --data-binary "DROP DATABASE IF EXISTS tokentap_sink" >/dev/null
-curl -fsS "$CH/" --data-binary "CREATE DATABASE tokentap_sink" >/dev/null
-python3 - <<'PY' | while IFS= read -r -d '' stmt; do chq "$stmt" >/dev/null; done
-import sys
-# Comments out first: one may hold a `;`.
-schema = "\n".join(l for l in open("deploy/clickhouse/schema.sql").read().splitlines() if not l.strip().startswith("--"))
-for stmt in schema.split(";"):
-    body = stmt.strip()
-    if body:
-        sys.stdout.write(body + "\0")
-PY
+ch_schema tokentap_sink
 read -r SIM_PORT PX_PORT ADM_PORT < <(python3 -c '
 import socket
 ss = [socket.socket() for _ in range(3)]
