@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_cancellations_leak_nothing() {
+    let _alone = crate::alone().await;
     let up = Upstream::spawn(|_| Script::chat_stream(MS(2), MS(5), 400, false)).await;
     let px = proxy(&up.url(), "").await;
     let round = |n: usize| {
@@ -66,6 +67,7 @@ async fn a_thousand_cancellations_leak_nothing() {
 
 #[tokio::test]
 async fn huge_invalid_and_broken_upstream_events_pass_through_exactly() {
+    let _alone = crate::alone().await;
     let mut big = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"".to_vec();
     big.extend(std::iter::repeat_n(b'x', 10 * 1024 * 1024));
     big.extend_from_slice(b"\"}}]}\n\n");
@@ -118,6 +120,7 @@ async fn huge_invalid_and_broken_upstream_events_pass_through_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_back_pressures_the_upstream_and_others_are_unaffected() {
+    let _alone = crate::alone().await;
     // The upstream tries to send 8 MB at once.
     let payload = Bytes::from(vec![b'a'; 8 * 1024 * 1024]);
     let p2 = payload.clone();
@@ -173,6 +176,7 @@ async fn a_slow_reader_back_pressures_the_upstream_and_others_are_unaffected() {
 
 #[tokio::test]
 async fn oversized_heads_dribbled_heads_and_smuggling_never_reach_the_upstream() {
+    let _alone = crate::alone().await;
     let up = Upstream::spawn(|_| Script::json(200, "{}")).await;
     let px = proxy(&up.url(), "[timeouts]\nheader_read_ms = 300\n").await;
 
@@ -242,6 +246,7 @@ async fn oversized_heads_dribbled_heads_and_smuggling_never_reach_the_upstream()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_rapid_reset_is_bounded_and_recorded() {
+    let _alone = crate::alone().await;
     let up = Upstream::spawn(|_| Script::chat_stream(MS(50), MS(5), 5, false)).await;
     let px = proxy(&up.url(), "").await;
     let tcp = TcpStream::connect(px.addr).await.unwrap();
@@ -283,6 +288,7 @@ async fn h2_rapid_reset_is_bounded_and_recorded() {
 
 #[test]
 fn the_key_never_appears_in_debug_logs_of_hostile_traffic() {
+    let _alone = crate::ALONE.blocking_lock();
     use std::process::{Command, Stdio};
     let rt = tokio::runtime::Runtime::new().unwrap();
     let up = rt.block_on(Upstream::spawn(|_| Script::json(401, r#"{"error":{"message":"Invalid key sk-hostile-secret-42","type":"auth_error","param":null,"code":401}}"#)));
@@ -466,6 +472,7 @@ proptest! {
 
 #[test]
 fn chunk_view_survives_truncation_at_every_byte() {
+    let _alone = crate::ALONE.blocking_lock();
     // Every prefix of real events (and one ending in a lone backslash) parses or errors — no panic.
     let ev = br#"{"choices":[{"index":0,"delta":{"content":" a \"quoted\" \\ word"}}],"id":"x"}"#;
     for cut in 0..=ev.len() {

@@ -174,6 +174,7 @@ fn grew_kb(before: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rapid_reset_gets_goaway_enhance_your_calm() {
+    let _alone = crate::alone().await;
     let (up, px) = setup().await;
     let rss = rss_kb(None);
     let n = 5_000u32;
@@ -215,6 +216,7 @@ async fn rapid_reset_gets_goaway_enhance_your_calm() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continuation_flood_gets_goaway_enhance_your_calm() {
+    let _alone = crate::alone().await;
     let (up, px) = setup().await;
     let rss = rss_kb(None);
     let n = 10_000;
@@ -250,6 +252,7 @@ async fn continuation_flood_gets_goaway_enhance_your_calm() {
 /// answer and memory stays flat; the connection is not closed (h2 0.4 has no limit on either).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_and_ping_floods_are_answered_one_for_one_in_bounded_memory() {
+    let _alone = crate::alone().await;
     let (up, px) = setup().await;
     let rss = rss_kb(None);
     let n = 10_000;
@@ -336,6 +339,7 @@ async fn settings_and_ping_floods_are_answered_one_for_one_in_bounded_memory() {
 /// one record when the connection ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_over_the_limit_are_refused_then_the_connection_is_closed() {
+    let _alone = crate::alone().await;
     let (up, px) = setup().await;
     let rss = rss_kb(None);
     let n = 1024 + 400u32;
@@ -390,6 +394,7 @@ async fn streams_over_the_limit_are_refused_then_the_connection_is_closed() {
 /// upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dribbled_h2_body_gets_408_at_body_read_ms() {
+    let _alone = crate::alone().await;
     let up = Upstream::spawn(|_| Script::chat_stream(MS(1), MS(1), 3, true)).await;
     let px = proxy(&up.url(), "[timeouts]\nbody_read_ms = 500\n").await;
     let s = TcpStream::connect(px.addr).await.unwrap();

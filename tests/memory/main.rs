@@ -10,3 +10,12 @@
 mod hostile;
 mod hostile_h2;
 mod smuggling;
+
+/// One test at a time: each bound reads the whole process's RSS, so a test running beside it
+/// would count as its own (the 1,424-stream test alone adds 5–10 MB, under load more).
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Holds the binary to this test until the guard drops.
+async fn alone() -> tokio::sync::MutexGuard<'static, ()> {
+    ALONE.lock().await
+}

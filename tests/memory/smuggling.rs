@@ -155,6 +155,7 @@ const CHUNKED_ABCD: &str = "4\r\nabcd\r\n0\r\n\r\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_tokentap_records_is_what_the_upstream_reads() {
+    let _alone = crate::alone().await;
     let post = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n";
     let probes: Vec<(&str, String)> = vec![
         ("CL + TE", format!("{post}content-length: 4\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n")),
@@ -245,6 +246,7 @@ where
 /// `timeouts.body_read_ms`, with its record; nothing reaches the upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dribbled_body_gets_408_at_body_read_ms() {
+    let _alone = crate::alone().await;
     let up = Upstream::spawn(|_| Script::json(200, "{}")).await;
     let px = proxy(&up.url(), "[timeouts]\nbody_read_ms = 500\n").await;
     let mut s = TcpStream::connect(px.addr).await.unwrap();
@@ -284,6 +286,7 @@ async fn a_dribbled_body_gets_408_at_body_read_ms() {
 /// read, a chunked one when it crosses the limit; 413 and a record each, memory bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_bodies_get_413_with_a_record_in_bounded_memory() {
+    let _alone = crate::alone().await;
     let up = Upstream::spawn(|_| Script::json(200, "{}")).await;
     let px = proxy(&up.url(), "[limits]\nmax_request_bytes = 1048576\n").await;
     let rss = rss_kb(None);
