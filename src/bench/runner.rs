@@ -3,7 +3,7 @@
 //! carries a unique `x-request-id` (its record's `request_id`), so that a proxy's record of it
 //! joins bench's.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,6 +63,8 @@ pub struct Target {
     /// `--metrics-listen`: bench's own counters.
     live: Option<Arc<super::live::Live>>,
     ids: RequestIds,
+    /// The most connections opened at once so far (`preconnect`).
+    opened: AtomicUsize,
 }
 
 impl Target {
@@ -112,6 +114,7 @@ impl Target {
             headers,
             live: None,
             ids: RequestIds::new(),
+            opened: AtomicUsize::new(0),
         })
     }
 
@@ -160,6 +163,7 @@ impl Target {
             .await
             .map_err(|_| "GET /v1/models timed out".to_string())?
             .map_err(|e| format!("GET /v1/models: {e}"))?;
+        self.opened(1);
         let status = resp.status();
         let body = resp
             .into_body()
@@ -175,6 +179,38 @@ impl Target {
             .ok_or_else(|| {
                 format!("GET /v1/models: status {status}, no model listed (use --model)")
             })
+    }
+
+    /// Have `n` connections open before a cell whose first round sends `n` requests at once, so
+    /// that the round does not time `n` handshakes into bench's TTFT (the proxy's starts at the
+    /// request head and cannot see them): `n` listings at once (`GET /v1/models`), unmeasured
+    /// and unrecorded by bench; any answer, even an error, leaves its connection in the pool.
+    /// Done once per level: a level no higher than one already opened sends nothing.
+    pub async fn preconnect(&self, n: usize) {
+        use futures_util::StreamExt;
+        if n <= self.opened.load(Ordering::Relaxed) {
+            return;
+        }
+        let list = |id: String| async move {
+            let Ok(req) = self.request("GET", "/v1/models", Bytes::new(), None, None, &id) else {
+                return;
+            };
+            let fut = async {
+                if let Ok(resp) = self.client.request(req).await {
+                    let _ = resp.into_body().collect().await;
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(30), fut).await;
+        };
+        let mut set: futures_util::stream::FuturesUnordered<_> =
+            (0..n).map(|_| list(self.ids.next())).collect();
+        while set.next().await.is_some() {}
+        self.opened(n);
+    }
+
+    /// `n` requests were in flight at once: as many connections are in the pool.
+    pub fn opened(&self, n: usize) {
+        self.opened.fetch_max(n, Ordering::Relaxed);
     }
 
     /// One streamed request, measured on this client's clock.

@@ -415,7 +415,8 @@ async fn bench_speaks_every_shape_to_a_reasoning_model() {
         bench::run(&cfg, Arc::new(AtomicBool::new(false)))
             .await
             .unwrap();
-        n += 9;
+        // 9 requests, and the listing that opens the C=1 cell's connection (no warm-up).
+        n += 10;
         let recs = px.records(n).await;
         let mine: Vec<_> = recs.iter().filter(|r| r.api == api).collect();
         assert_eq!(mine.len(), 9, "{api:?}");
@@ -470,9 +471,15 @@ async fn bench_request_ids_join_the_proxys_records_one_to_one() {
         .unwrap();
     let recs = read_records(&dir.join("requests.jsonl"));
     assert_eq!(recs.len(), 2 * 16);
-    // Measured and warm-up requests, and bench's GET /v1/models.
-    let proxied = px.records(2 * 17 + 1).await;
-    assert_eq!(proxied.len(), 2 * 17 + 1);
+    // Measured and warm-up requests, bench's GET /v1/models, and the 8 listings that open C=8's
+    // connections before its cell (C=1's is the first listing's).
+    let proxied = px.records(2 * 17 + 1 + 8).await;
+    assert_eq!(proxied.len(), 2 * 17 + 1 + 8);
+    let listings = proxied
+        .iter()
+        .filter(|r| r.endpoint == "/v1/models")
+        .count();
+    assert_eq!(listings, 1 + 8);
     let mut ids = std::collections::HashSet::new();
     for p in &proxied {
         assert!(ids.insert(p.request_id.clone().expect("an id")), "distinct");
@@ -491,4 +498,71 @@ async fn bench_request_ids_join_the_proxys_records_one_to_one() {
         let (bt, pt) = (b.ttft_ms.unwrap(), p.ttft_ms.unwrap());
         assert!(pt >= 20.0 && bt >= pt - 0.5, "bench {bt} proxy {pt}");
     }
+}
+
+/// A cell whose first round sends C requests at once has its C connections open before it, so
+/// that no measured request times a handshake (the proxy's TTFT starts at the request head and
+/// cannot see one). A relay in front of the mock notes when it accepts each connection and when
+/// the first POST comes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cells_connections_are_open_before_its_first_round() {
+    use std::sync::{Mutex, OnceLock};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::time::Instant;
+    let s = load::sim_paced("5,1,4".parse().unwrap());
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay = l.local_addr().unwrap();
+    let accepts = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let first_post = Arc::new(OnceLock::<Instant>::new());
+    let (engine, seen, post) = (s.engine, accepts.clone(), first_post.clone());
+    tokio::spawn(async move {
+        while let Ok((client, _)) = l.accept().await {
+            seen.lock().unwrap().push(Instant::now());
+            let post = post.clone();
+            tokio::spawn(async move {
+                let up = tokio::net::TcpStream::connect(engine).await.unwrap();
+                let (mut cr, mut cw) = client.into_split();
+                let (mut ur, mut uw) = up.into_split();
+                tokio::spawn(async move { tokio::io::copy(&mut ur, &mut cw).await });
+                let mut buf = vec![0u8; 16 << 10];
+                while let Ok(n) = cr.read(&mut buf).await {
+                    if n == 0 || uw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    if buf[..n].windows(5).any(|w| w == b"POST ") {
+                        post.get_or_init(Instant::now);
+                    }
+                }
+            });
+        }
+    });
+    let dir = scratch("preconnect");
+    // No scrape of /metrics: its connections are not the load's.
+    let mut b = load::bench_through_proxy(format!("http://{relay}"), dir.clone());
+    (b.common.requests, b.common.warmup) = (16, 0);
+    b.common.prompts.outputs = [4, 4, 4];
+    b.common.prompts.buckets = vec!["balanced".into()];
+    b.load = bench::Load::closed(vec![8]);
+    load::run_bench(&b).await;
+    assert_eq!(read_records(&dir.join("requests.jsonl")).len(), 16);
+    let first_post = *first_post.get().expect("a POST came through");
+    let accepts = accepts.lock().unwrap().clone();
+    // The model's listing, then 8 at once: 8 connections, every one before the first POST.
+    let at: Vec<f64> = accepts
+        .iter()
+        .map(|&a| match a >= first_post {
+            true => (a - first_post).as_secs_f64() * 1e3,
+            false => -(first_post - a).as_secs_f64() * 1e3,
+        })
+        .collect();
+    assert_eq!(
+        accepts.len(),
+        8,
+        "accepted at (ms from the first POST) {at:?}"
+    );
+    assert!(
+        accepts.iter().all(|a| *a < first_post),
+        "connections opened during the cell: {:?}",
+        accepts.iter().filter(|a| **a >= first_post).count()
+    );
 }

@@ -176,8 +176,9 @@ async fn the_tap_recovers_the_hop_at_every_level() {
         .iter()
         .filter(|r| r.experiment.as_ref().is_some_and(|e| e.arm == "gateway"))
         .count();
-    // Every request on the gateway route: its record, and the engine route's.
-    let proxied = px.records(bench_recs.len() + n_gateway).await;
+    // Every request on the gateway route: its record, and the engine route's; and bench's
+    // listings: the model's, and the 4 that open C=4's connections.
+    let proxied = px.records(bench_recs.len() + n_gateway + 1 + 4).await;
     let r = tokentap::report::compute_all(
         &bench_recs,
         &proxied,

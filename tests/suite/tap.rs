@@ -480,8 +480,9 @@ async fn one_tokentap_taps_two_gateways_at_once() {
     tokentap::bench::run(&cfg, stop).await.unwrap();
     let bench_recs = tokentap::report::load(&[dir], &mut |w| panic!("{w}")).unwrap();
     assert_eq!(bench_recs.len(), 12);
-    // Every gateway request twice (outside and inside its gateway), direct once.
-    let proxied = px.records(12 + 8).await;
+    // Every gateway request twice (outside and inside its gateway), direct once; and bench's
+    // listings: the model's, and the 3 that open C=3's connections.
+    let proxied = px.records(12 + 8 + 1 + 3).await;
     let by_id: std::collections::HashMap<&str, &RequestRecord> =
         proxied.iter().map(|r| (r.id.as_str(), r)).collect();
     for (name, hold) in gateways {

@@ -119,6 +119,10 @@ pub(crate) async fn run(
         in_flight: conc as u64,
         schedule: None,
     };
+    // The first round's connections, before the cell: warm-up covers them when W >= C.
+    if workers > warmup {
+        target.preconnect(workers).await;
+    }
     let gaps = crate::bench::stall::Gaps::default();
     let worker = || async {
         // When this worker read its last response's end (its next request is then due).
@@ -141,21 +145,18 @@ pub(crate) async fn run(
     };
     let tasks: Vec<_> = (0..workers).map(|_| worker()).collect();
     join_all(tasks).await;
+    target.opened(workers.min(total));
     let mut cell = tally.finish();
     cell.stall_share = gaps.share(workers, cell.wall_s);
     cell
 }
 
-/// Poll futures concurrently on this task (no spawn: they borrow the cell's state).
+/// Poll futures concurrently on this task (no spawn: they borrow the cell's state). Only the
+/// futures whose wakers fired are polled again (`FuturesUnordered`), so a wake-up costs one
+/// worker's poll, not C: at C = 1,000 every SSE event would otherwise poll a thousand workers
+/// before its own is stamped.
 pub(crate) async fn join_all<F: std::future::Future<Output = ()>>(futs: Vec<F>) {
-    let mut futs: Vec<std::pin::Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
-    std::future::poll_fn(move |cx| {
-        futs.retain_mut(|f| f.as_mut().poll(cx).is_pending());
-        if futs.is_empty() {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await
+    use futures_util::StreamExt;
+    let mut set: futures_util::stream::FuturesUnordered<F> = futs.into_iter().collect();
+    while set.next().await.is_some() {}
 }

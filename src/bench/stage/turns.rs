@@ -123,6 +123,9 @@ async fn run_cell(
         in_flight: conc as u64,
         schedule: None,
     };
+    if conc > warmup {
+        target.preconnect(conc).await;
+    }
     let worker = || async {
         'conversations: loop {
             let n = next_conv.fetch_add(1, Ordering::Relaxed);
@@ -145,5 +148,6 @@ async fn run_cell(
     };
     let workers: Vec<_> = (0..conc).map(|_| worker()).collect();
     join_all(workers).await;
+    target.opened(conc.min(total));
     tally.finish()
 }
