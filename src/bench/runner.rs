@@ -194,7 +194,9 @@ impl Target {
         // Stamped before the body is built: the record's `ts` is when the client set out.
         let stamp = Stamp::now();
         let (path, body) = req.body();
-        let body = Bytes::from(body.to_string());
+        // Straight to bytes, not through `Display`'s formatter (a Value always serializes).
+        let body =
+            Bytes::from(serde_json::to_vec(&body).unwrap_or_else(|_| body.to_string().into()));
         let prefix = req.arm.as_ref().map_or("", |a| &*a.1);
         let endpoint = format!("{prefix}{path}");
         let mut facts = Facts::new(stamp, "POST", &endpoint);
@@ -204,7 +206,7 @@ impl Target {
         });
         facts.model = Some(req.model.to_string());
         facts.key_id = self.key_id.clone();
-        facts.stream = true;
+        facts.stream = req.stream;
         facts.max_tokens = Some(req.out);
         facts.request_bytes = body.len() as u64;
         facts.in_flight = sent.in_flight;
@@ -324,20 +326,25 @@ async fn read(
             tx: Some(tx),
         },
     );
-    let deadline = t0 + REQUEST_TIMEOUT;
+    // One timer for the whole body, not one a frame.
+    let deadline = tokio::time::sleep_until(t0 + REQUEST_TIMEOUT);
+    tokio::pin!(deadline);
     // Why this client stopped reading, when it did.
     let mut timed_out = false;
     loop {
         if stop.load(Ordering::Relaxed) && !body.meter().is_some_and(|m| m.done) {
             break;
         }
-        match tokio::time::timeout_at(deadline, body.frame()).await {
-            Err(_) => {
+        tokio::select! {
+            biased;
+            f = body.frame() => match f {
+                None | Some(Err(_)) => break,
+                Some(Ok(_)) => {}
+            },
+            _ = &mut deadline => {
                 timed_out = true;
                 break;
             }
-            Ok(None) | Ok(Some(Err(_))) => break,
-            Ok(Some(Ok(_))) => {}
         }
     }
     drop(body);
@@ -481,6 +488,7 @@ pub async fn client_overhead() -> Overhead {
             messages: vec![Message::user("calibrate")],
             out: 1,
             fixed: false,
+            stream: true,
             bucket: "calibration".into(),
             concurrency: Some(1),
             request_rate: None,
