@@ -16,6 +16,8 @@
 # - scripts/nginx-stream-test.sh: nginx between a tap's routes, with and without gzip;
 # - scripts/connect-burst.sh: a burst of new connections through tokentap, nginx and HAProxy;
 # - scripts/client-error.sh: bench's and AIPerf's own TTFT error through tokentap (PyPI);
+# - scripts/bench-ceiling.sh: bench's requests/s and events/s beside wrk's on the mock with no
+#   delay, each on its own core (wrk from apt-get);
 # - scripts/gateway-board.sh: the gateway board over nginx, HAProxy, Caddy, LiteLLM and Portkey's
 #   gateway (apt-get, PyPI, npm);
 # - scripts/report_vs_chdb.py: the report against chdb on one thread (chdb, a 1 M-record log);

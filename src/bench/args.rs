@@ -48,6 +48,10 @@ pub struct Args {
     /// Send ignore_eos + min_tokens so output length is exact (vLLM extension).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub fixed_output: bool,
+    /// Ask for streamed answers (default). --stream false sends "stream": false and measures
+    /// each whole JSON body: E2E and tokens from its usage; no TTFT, TPOT or ITL (null).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub stream: bool,
     /// Prompts under this many (estimated) tokens are "short".
     #[arg(long, default_value_t = 200)]
     pub short_max: u64,

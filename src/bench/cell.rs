@@ -17,6 +17,8 @@ pub(crate) struct Load {
     /// The API shape requests are sent in, and whether their output length is fixed.
     pub api: crate::openai::Api,
     pub fixed: bool,
+    /// Whether requests ask for a stream (`--stream`).
+    pub stream: bool,
     /// The arms each prompt goes through (none: the target itself).
     pub experiment: Experiment,
     /// Per bucket, its shared system prompts (`--shared-prefix`).
@@ -86,6 +88,7 @@ impl Load {
             messages: vec![Message::user(prompt.text.as_str())],
             out: c.spec.output_tokens,
             fixed: self.fixed,
+            stream: self.stream,
             bucket: c.spec.name.into(),
             concurrency,
             request_rate,

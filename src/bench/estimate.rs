@@ -369,6 +369,8 @@ async fn probe(s: &Session, seed: u64, tokens: u64) -> Option<Probe> {
         ))],
         out: PROBE_TOKENS,
         fixed: load.fixed,
+        // Streamed whatever the run's mode: its TTFT and TPOT give any request's duration.
+        stream: true,
         bucket: "probe".into(),
         concurrency: None,
         request_rate: None,

@@ -90,6 +90,7 @@ fn common(a: &Args, p: &Parsed) -> Common {
         api: a.api.into(),
         seed: a.seed,
         fixed_output: a.fixed_output,
+        stream: a.stream,
         calibrate: !a.no_calibrate,
         requests: a.requests,
         warmup: a.warmup,
@@ -444,6 +445,14 @@ mod tests {
         assert!(matches!(&b.load, Load::Replay(r) if r.speed == 2.0));
         let b = settings(&["--route-header", "x-route"]).unwrap();
         assert_eq!(b.experiment().map(|e| e.arms.len()), Some(2));
+    }
+
+    #[test]
+    fn answers_are_streamed_unless_asked_otherwise() {
+        assert!(settings(&[]).unwrap().common.stream);
+        assert!(!settings(&["--stream", "false"]).unwrap().common.stream);
+        assert!(settings(&["--stream", "true"]).unwrap().common.stream);
+        assert!(settings(&["--stream", "maybe"]).is_err());
     }
 
     #[test]

@@ -160,6 +160,8 @@ pub struct RunInfo {
     pub seed: u64,
     pub prompt_set_sha256: String,
     pub fixed_output: bool,
+    /// Whether requests asked for a stream (`--stream`): a non-streamed run has no TTFT.
+    pub stream: bool,
     pub concurrency: Vec<usize>,
     pub requests_per_cell: usize,
     pub warmup_per_cell: usize,

@@ -309,16 +309,16 @@ impl Progress {
 
     /// `done` of the cell's `total` measured requests ended, `errors` of them in error.
     pub fn update(&self, label: &str, done: usize, total: usize, errors: usize) {
+        // The bar is drawn only on a terminal: off one, no text is made per request.
+        let drawn = self.tty && !self.quiet;
         let bar = self.with(|s| {
             if let Some(c) = s.cell.as_mut().filter(|c| c.label == label) {
                 (c.measured, c.measured_total, c.errors) = (done, total, errors);
             }
-            s.bar(Instant::now())
+            drawn.then(|| s.bar(Instant::now())).flatten()
         });
-        if self.tty && !self.quiet {
-            if let Some(b) = bar.flatten() {
-                eprint!("{b}");
-            }
+        if let Some(b) = bar.flatten() {
+            eprint!("{b}");
         }
     }
 

@@ -53,6 +53,9 @@ pub struct Req {
     pub out: u64,
     /// Send `ignore_eos` and `min_tokens` (vLLM's extension) so the output length is exact.
     pub fixed: bool,
+    /// Ask for a stream (`"stream": true`, with `stream_options.include_usage` where the shape
+    /// takes it); false: one JSON body (`"stream": false`).
+    pub stream: bool,
     pub bucket: Arc<str>,
     /// The closed loop's level, or the open loop's offered rate (requests a second).
     pub concurrency: Option<u64>,
@@ -132,6 +135,12 @@ impl Req {
                     "stream": true, "stream_options": {"include_usage": true}}),
             ),
         };
+        if !self.stream {
+            body["stream"] = false.into();
+            if let Some(o) = body.as_object_mut() {
+                o.remove("stream_options");
+            }
+        }
         if self.fixed {
             body["ignore_eos"] = true.into();
             body["min_tokens"] = out.into();
@@ -222,6 +231,7 @@ mod tests {
             ],
             out: 9,
             fixed: true,
+            stream: true,
             bucket: "b".into(),
             concurrency: Some(1),
             request_rate: None,
@@ -252,5 +262,16 @@ mod tests {
         assert_eq!(r.body().1["cache_salt"], "balanced-c1-3-nginx");
         r.cache_salt = false;
         assert!(r.body().1.get("cache_salt").is_none());
+        // Not streamed: "stream": false and no stream_options, in every shape.
+        r.stream = false;
+        for api in [Api::Chat, Api::Completions, Api::Responses, Api::Messages] {
+            r.api = api;
+            let b = r.body().1;
+            assert_eq!(b["stream"], false, "{api:?}");
+            assert!(b.get("stream_options").is_none(), "{api:?}");
+        }
+        r.stream = true;
+        r.api = Api::Chat;
+        assert_eq!(r.body().1["stream_options"]["include_usage"], true);
     }
 }

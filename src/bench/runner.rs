@@ -186,25 +186,26 @@ impl Target {
     /// request head and cannot see them): `n` listings at once (`GET /v1/models`), unmeasured
     /// and unrecorded by bench; any answer, even an error, leaves its connection in the pool.
     /// Done once per level: a level no higher than one already opened sends nothing.
-    pub async fn preconnect(&self, n: usize) {
-        use futures_util::StreamExt;
+    pub async fn preconnect(self: &Arc<Self>, n: usize) {
         if n <= self.opened.load(Ordering::Relaxed) {
             return;
         }
-        let list = |id: String| async move {
-            let Ok(req) = self.request("GET", "/v1/models", Bytes::new(), None, None, &id) else {
-                return;
-            };
-            let fut = async {
-                if let Ok(resp) = self.client.request(req).await {
-                    let _ = resp.into_body().collect().await;
-                }
-            };
-            let _ = tokio::time::timeout(Duration::from_secs(30), fut).await;
-        };
-        let mut set: futures_util::stream::FuturesUnordered<_> =
-            (0..n).map(|_| list(self.ids.next())).collect();
-        while set.next().await.is_some() {}
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..n {
+            let (t, id) = (self.clone(), self.ids.next());
+            set.spawn(async move {
+                let Ok(req) = t.request("GET", "/v1/models", Bytes::new(), None, None, &id) else {
+                    return;
+                };
+                let list = async {
+                    if let Ok(resp) = t.client.request(req).await {
+                        let _ = resp.into_body().collect().await;
+                    }
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(30), list).await;
+            });
+        }
+        while set.join_next().await.is_some() {}
         self.opened(n);
     }
 
@@ -230,7 +231,9 @@ impl Target {
         // Stamped before the body is built: the record's `ts` is when the client set out.
         let stamp = Stamp::now();
         let (path, body) = req.body();
-        let body = Bytes::from(body.to_string());
+        // Straight to bytes, not through `Display`'s formatter (a Value always serializes).
+        let body =
+            Bytes::from(serde_json::to_vec(&body).unwrap_or_else(|_| body.to_string().into()));
         let prefix = req.arm.as_ref().map_or("", |a| &*a.1);
         let endpoint = format!("{prefix}{path}");
         let mut facts = Facts::new(stamp, "POST", &endpoint);
@@ -240,7 +243,7 @@ impl Target {
         });
         facts.model = Some(req.model.to_string());
         facts.key_id = self.key_id.clone();
-        facts.stream = true;
+        facts.stream = req.stream;
         facts.max_tokens = Some(req.out);
         facts.request_bytes = body.len() as u64;
         facts.in_flight = sent.in_flight;
@@ -360,20 +363,25 @@ async fn read(
             tx: Some(tx),
         },
     );
-    let deadline = t0 + REQUEST_TIMEOUT;
+    // One timer for the whole body, not one a frame.
+    let deadline = tokio::time::sleep_until(t0 + REQUEST_TIMEOUT);
+    tokio::pin!(deadline);
     // Why this client stopped reading, when it did.
     let mut timed_out = false;
     loop {
         if stop.load(Ordering::Relaxed) && !body.meter().is_some_and(|m| m.done) {
             break;
         }
-        match tokio::time::timeout_at(deadline, body.frame()).await {
-            Err(_) => {
+        tokio::select! {
+            biased;
+            f = body.frame() => match f {
+                None | Some(Err(_)) => break,
+                Some(Ok(_)) => {}
+            },
+            _ = &mut deadline => {
                 timed_out = true;
                 break;
             }
-            Ok(None) | Ok(Some(Err(_))) => break,
-            Ok(Some(Ok(_))) => {}
         }
     }
     drop(body);
@@ -517,6 +525,7 @@ pub async fn client_overhead() -> Overhead {
             messages: vec![Message::user("calibrate")],
             out: 1,
             fixed: false,
+            stream: true,
             bucket: "calibration".into(),
             concurrency: Some(1),
             request_rate: None,

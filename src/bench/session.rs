@@ -100,6 +100,7 @@ impl Session {
             model: requests.model,
             api: cfg.api,
             fixed: cfg.fixed_output,
+            stream: cfg.stream,
             experiment: requests.experiment.cloned().unwrap_or_default(),
             prefixes: requests
                 .prefixed

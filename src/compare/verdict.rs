@@ -466,6 +466,12 @@ pub fn mismatches(base: &Side, new: &Side) -> Vec<String> {
                     out.push(format!("load differs: {f} {} → {}", v(b), v(n)));
                 }
             }
+            // Streamed or whole answers: a run.json from before the key was streamed.
+            let stream = |x: &serde_json::Value| x.get("stream").and_then(|v| v.as_bool());
+            let (sb, sn) = (stream(b).unwrap_or(true), stream(n).unwrap_or(true));
+            if sb != sn {
+                out.push(format!("load differs: stream {sb} → {sn} (a non-streamed run has no TTFT, TPOT or ITL)"));
+            }
             let outs = |x: &serde_json::Value| -> Vec<(String, String)> {
                 x.get("buckets")
                     .and_then(|b| b.as_array())

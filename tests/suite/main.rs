@@ -13,6 +13,7 @@ mod arrivals;
 mod bench_progress;
 mod bench_runs;
 mod bench_sim;
+mod bench_whole;
 mod cli;
 mod compare;
 mod compressed;

@@ -37,6 +37,9 @@ pub struct Common {
     /// The prompt sample's, the arrivals', the arm order's and the think times' seed.
     pub seed: u64,
     pub fixed_output: bool,
+    /// Ask for streamed answers (`--stream`, default); false: whole JSON bodies, measured
+    /// without TTFT, TPOT or ITL (DESIGN: a non-streaming response has none).
+    pub stream: bool,
     /// Measure this client's own overhead first (`--no-calibrate` turns it off).
     pub calibrate: bool,
     /// Measured and warm-up requests per cell (a replay sends its recorded ones).
@@ -200,6 +203,7 @@ impl Default for Common {
             api: crate::openai::Api::Chat,
             seed: 42,
             fixed_output: true,
+            stream: true,
             calibrate: true,
             requests: 30,
             warmup: 5,

@@ -86,14 +86,13 @@ impl<'a> Tally<'a> {
             .ok()
             .and_then(|f| *f)
             .map_or(0.0, |s| s.elapsed().as_secs_f64());
-        let mut records = self.results.into_inner().unwrap_or_default();
-        records.sort_by_key(|(i, _)| *i);
+        let records = in_order(self.results.into_inner().unwrap_or_default());
         let errors = self.errors.load(Ordering::Relaxed);
-        let p95 = ttft_p95(records.iter().map(|(_, r)| r));
+        let p95 = ttft_p95(records.iter());
         self.progress
             .cell_done(self.label, records.len(), errors, wall_s, p95);
         CellResult {
-            records: records.into_iter().map(|(_, r)| r).collect(),
+            records,
             wall_s,
             stall_share: None,
             reader_lag_ms: self.probe.finish(),
@@ -144,19 +143,26 @@ pub(crate) async fn run(
         }
     };
     let tasks: Vec<_> = (0..workers).map(|_| worker()).collect();
-    join_all(tasks).await;
+    super::join::join_all(tasks).await;
     target.opened(workers.min(total));
     let mut cell = tally.finish();
     cell.stall_share = gaps.share(workers, cell.wall_s);
     cell
 }
 
-/// Poll futures concurrently on this task (no spawn: they borrow the cell's state). Only the
-/// futures whose wakers fired are polled again (`FuturesUnordered`), so a wake-up costs one
-/// worker's poll, not C: at C = 1,000 every SSE event would otherwise poll a thousand workers
-/// before its own is stamped.
-pub(crate) async fn join_all<F: std::future::Future<Output = ()>>(futs: Vec<F>) {
-    use futures_util::StreamExt;
-    let mut set: futures_util::stream::FuturesUnordered<F> = futs.into_iter().collect();
-    while set.next().await.is_some() {}
+/// Records in the order of their requests, each moved once (a record is large: sorting them
+/// in place moves each many times).
+fn in_order(finished: Vec<(usize, RequestRecord)>) -> Vec<RequestRecord> {
+    let mut order: Vec<(usize, usize)> = finished
+        .iter()
+        .enumerate()
+        .map(|(k, (i, _))| (*i, k))
+        .collect();
+    order.sort_unstable();
+    let mut slots: Vec<Option<RequestRecord>> =
+        finished.into_iter().map(|(_, r)| Some(r)).collect();
+    order
+        .into_iter()
+        .filter_map(|(_, k)| slots.get_mut(k).and_then(Option::take))
+        .collect()
 }

@@ -324,6 +324,7 @@ fn planned(cfg: &Common, n: usize, i: &Item, at: Duration) -> Planned {
             messages: vec![Message::user(text)],
             out: i.output,
             fixed: cfg.fixed_output,
+            stream: cfg.stream,
             bucket: bucket.into(),
             concurrency: None,
             request_rate: None,

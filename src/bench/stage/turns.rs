@@ -9,7 +9,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::closed::{join_all, CellResult, Tally};
+use super::closed::{CellResult, Tally};
+use super::join::join_all;
 use crate::bench::cell::{Load, Out};
 use crate::bench::dataset::{BucketSpec, Conversation};
 use crate::bench::model::settings::Conversations;
@@ -64,6 +65,7 @@ fn turn_request(
         messages,
         out,
         fixed: load.fixed,
+        stream: load.stream,
         bucket: bucket_of(specs, prompt).into(),
         concurrency: Some(conc as u64),
         request_rate: None,

@@ -45,6 +45,7 @@ impl RunInfo {
             seed: cfg.seed,
             prompt_set_sha256,
             fixed_output: cfg.fixed_output,
+            stream: cfg.stream,
             concurrency: concurrency(plan),
             requests_per_cell: cfg.requests,
             warmup_per_cell: cfg.warmup,
