@@ -7,11 +7,12 @@
 #
 # Where the Dockerfile's base images cannot be pulled (no registry reachable), both are built
 # here from Debian's packages: a `debootstrap --variant=minbase` bookworm as the runtime base,
-# and the same plus gcc, a rustup toolchain and this machine's CA bundle as the builder. The build runs with
-# `--isolation chroot`: where containers cannot set their own rlimits (some sandboxes refuse
-# crun's setrlimit), `podman run` cannot start the image, so the image's binary is run with
-# `buildah run --isolation chroot` and the HEALTHCHECK is read from the image's config. Every
-# container and temporary directory this makes is removed at the end; the images stay.
+# and the same plus gcc, make (jemalloc's build), a rustup toolchain and this machine's CA bundle
+# as the builder. The build runs with `--isolation chroot`: where containers cannot set their own
+# rlimits (some sandboxes refuse crun's setrlimit), `podman run` cannot start the image, so the
+# image's binary is run with `buildah run --isolation chroot` and the HEALTHCHECK is read from the
+# image's config. Every container and temporary directory this makes is removed at the end; the
+# images stay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in buildah debootstrap; do
@@ -41,7 +42,7 @@ if ! timeout 60 buildah pull -q "$runtime" >/dev/null 2>&1; then
   fi
   if ! buildah inspect "$builder" >/dev/null 2>&1; then
     c=$(buildah from "$runtime"); CONTAINERS+=("$c")
-    "${B[@]}" run "$c" -- sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev curl >/dev/null'
+    "${B[@]}" run "$c" -- sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev make curl >/dev/null'
     # The builder trusts what this machine trusts: where downloads pass a TLS-inspecting proxy,
     # its CA is in the host's bundle, not in Debian's (the runtime base keeps Debian's).
     buildah copy -q "$c" /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt >/dev/null

@@ -4,6 +4,13 @@
 
 use std::process::ExitCode;
 
+/// jemalloc rather than the system's malloc: a block carries no header of its own, so memory
+/// reserved and never written stays unresident (hyper's read buffer for a connection that
+/// waits; docs/overhead.md, "Memory per stream").
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use clap::{Parser, Subcommand};
 use tokentap::cli::Exit;
 

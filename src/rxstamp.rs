@@ -5,7 +5,7 @@
 //! On Linux a socket asked for `SO_TIMESTAMPNS` gets, with every `recvmsg`, one control message:
 //! the software receive stamp (`CLOCK_REALTIME`) of the last segment the read took. The stamp is
 //! mapped onto the monotonic clock by an offset between the two clocks, sampled once per second
-//! of stamps on each socket (see docs/records.md for the error this adds): a read reads no clock.
+//! of stamps on each thread (see docs/records.md for the error this adds): a read reads no clock.
 //! Elsewhere, or where the socket refuses the option, a read has no stamp and its caller stamps
 //! it as before (`Instant::now()`).
 //!
@@ -154,15 +154,31 @@ fn on_timeline(base: &mut Option<Base>, stamp: SystemTime) -> Option<Arrival> {
     Some(Arrival { at })
 }
 
+thread_local! {
+    /// The clocks' offset, sampled at this thread's first stamp and once per second of stamps
+    /// (the offset is the process's: any socket's stamp maps by it). Per thread, not per
+    /// socket: a socket a stream waits on holds nothing for it (docs/overhead.md, "Memory per
+    /// stream").
+    static BASE: std::cell::Cell<Option<Base>> = const { std::cell::Cell::new(None) };
+}
+
+/// `stamp` on the monotonic clock by this thread's sample of the clocks' offset.
+fn mapped(stamp: SystemTime) -> Option<Arrival> {
+    BASE.with(|cell| {
+        let mut base = cell.get();
+        let at = on_timeline(&mut base, stamp);
+        cell.set(base);
+        at
+    })
+}
+
 /// One socket's reads with their stamps.
+///
+/// NB: one byte: the control message's room is on the reading function's stack and the
+/// clocks' offset is per thread (`BASE`), so the socket of a stream that waits holds nothing
+/// for its stamps.
 pub struct Stamper {
     on: bool,
-    /// The control message's room: one `cmsghdr` and one `timespec` (32 bytes on 64-bit
-    /// Linux), reused by every read.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    cmsg: [u8; 64],
-    /// The clocks' offset, sampled at this socket's first stamp and once per second of stamps.
-    base: Option<Base>,
 }
 
 impl Stamper {
@@ -170,8 +186,6 @@ impl Stamper {
     pub fn new(tcp: &TcpStream) -> Self {
         Stamper {
             on: enabled() && sys::enable(tcp),
-            cmsg: [0; 64],
-            base: None,
         }
     }
 
@@ -192,9 +206,10 @@ impl Stamper {
         if !self.on {
             return Pin::new(tcp).poll_read(cx, buf).map_ok(|()| None);
         }
-        let base = &mut self.base;
-        sys::poll_recv(tcp, cx, buf, want.then_some(&mut self.cmsg))
-            .map_ok(|stamp| stamp.and_then(|s| on_timeline(base, s)))
+        // One `cmsghdr` and one `timespec` (32 bytes on 64-bit Linux).
+        let mut cmsg = [0u8; 64];
+        sys::poll_recv(tcp, cx, buf, want.then_some(&mut cmsg))
+            .map_ok(|stamp| stamp.and_then(mapped))
     }
 }
 

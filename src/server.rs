@@ -20,7 +20,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use crate::proxy::{Live, Proxy};
@@ -28,7 +28,7 @@ use crate::rxstamp::Stamped;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
@@ -100,13 +100,6 @@ fn sniffed(peeked: &[u8]) -> Sniffed {
     }
 }
 
-/// Peek at a connection's first bytes (they stay in the socket for hyper to read).
-async fn sniff(tcp: &tokio::net::TcpStream) -> std::io::Result<Sniffed> {
-    let mut buf = [0u8; H2_PREFACE.len()];
-    let n = tcp.peek(&mut buf).await?;
-    Ok(sniffed(&buf[..n]))
-}
-
 /// Each connection's drain signal, held by the accept loop: one oneshot per connection, so a
 /// connection polls only its own receiver. (hyper-util's `GracefulShutdown` shares one watch
 /// channel: every poll of every connection takes a lock that all connections share.) Senders of
@@ -175,7 +168,7 @@ impl<C: Future> Future for Drained<C> {
 }
 
 /// Serve a connection whose protocol is read by `auto` (TLS, or a split preface).
-async fn serve_auto<T>(io: T, service: Proxy, builders: &Builders, drain: oneshot::Receiver<()>)
+async fn serve_auto<T>(io: T, service: Proxy, builders: Arc<Builders>, drain: oneshot::Receiver<()>)
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -183,45 +176,163 @@ where
     Drained::new(conn, drain, |c| c.graceful_shutdown()).await;
 }
 
-/// One accepted connection, in its own task: everything per connection (socket options, the
-/// TLS handshake, HTTP) happens here, so that the accept loop goes straight back to accepting.
-/// A plain connection's protocol is peeked at, and hyper serves it from its first byte; a
-/// drain that comes before that byte closes it.
-///
-/// NB: the HTTP/2, TLS and split-preface paths are boxed, so that a plain HTTP/1.1
-/// connection's task is the size of what it holds (docs/overhead.md, "Memory per stream").
-async fn connection(
+/// A plain HTTP/1.1 connection served by hyper.
+type Http1 = http1::Connection<TokioIo<Stamped>, Proxy>;
+
+pin_project_lite::pin_project! {
+    /// One accepted connection, in its own task: everything per connection (socket options,
+    /// the TLS handshake, HTTP) happens here, so that the accept loop goes straight back to
+    /// accepting. A plain connection's protocol is peeked at, and hyper serves it from its
+    /// first byte; a drain that comes before that byte closes it.
+    ///
+    /// NB: a future of its own, not an `async fn`, so that the task is the size of what a
+    /// plain HTTP/1.1 connection holds for its life (hyper's connection, held once), and the
+    /// HTTP/2, TLS and split-preface paths are boxed (docs/overhead.md, "Memory per stream").
+    #[project = TaskProj]
+    enum Task {
+        Accepted { accepted: Option<Accepted> },
+        Sniffing { pending: Option<Pending> },
+        Http1 { #[pin] conn: Drained<Http1> },
+        Boxed { future: Pin<Box<dyn Future<Output = ()> + Send>> },
+        Done,
+    }
+}
+
+/// A connection as accepted.
+struct Accepted {
     stream: tokio::net::TcpStream,
     service: Proxy,
     builders: Arc<Builders>,
-    mut drain: oneshot::Receiver<()>,
+    drain: oneshot::Receiver<()>,
     tls: Option<tokio_rustls::TlsAcceptor>,
-) {
-    let _ = stream.set_nodelay(true);
-    let (stream, latest) = Stamped::new(stream);
-    let service = service.stamped_by(latest);
-    if let Some(acceptor) = tls {
-        return Box::pin(secure(stream, acceptor, service, builders, drain)).await;
+}
+
+/// A plain connection whose first bytes are awaited.
+struct Pending {
+    stream: Stamped,
+    service: Proxy,
+    builders: Arc<Builders>,
+    drain: oneshot::Receiver<()>,
+}
+
+fn connection(
+    stream: tokio::net::TcpStream,
+    service: Proxy,
+    builders: Arc<Builders>,
+    drain: oneshot::Receiver<()>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> Task {
+    Task::Accepted {
+        accepted: Some(Accepted {
+            stream,
+            service,
+            builders,
+            drain,
+            tls,
+        }),
     }
-    let sniffed = tokio::select! {
-        s = sniff(stream.tcp()) => s,
-        _ = &mut drain => return,
-    };
-    let io = TokioIo::new(stream);
-    match sniffed {
-        Ok(Sniffed::Http1) => {
-            let conn = builders.h1.serve_connection(io, service);
-            Drained::new(conn, drain, |c| c.graceful_shutdown()).await;
+}
+
+impl Accepted {
+    /// Its socket options and stamps; a TLS connection goes to its handshake, a plain one to
+    /// the peek at its first bytes.
+    fn start(self) -> Task {
+        let Accepted {
+            stream,
+            service,
+            builders,
+            drain,
+            tls,
+        } = self;
+        let _ = stream.set_nodelay(true);
+        let (stream, latest) = Stamped::new(stream);
+        let service = service.stamped_by(latest);
+        match tls {
+            Some(acceptor) => Task::Boxed {
+                future: Box::pin(secure(stream, acceptor, service, builders, drain)),
+            },
+            None => Task::Sniffing {
+                pending: Some(Pending {
+                    stream,
+                    service,
+                    builders,
+                    drain,
+                }),
+            },
         }
-        Ok(Sniffed::Http2) => {
-            let conn = builders.h2.serve_connection(io, service);
-            Box::pin(Drained::new(conn, drain, |c| c.graceful_shutdown())).await;
+    }
+}
+
+impl Pending {
+    /// Peek at the first bytes (they stay in the socket for hyper to read); `None` when a
+    /// drain came first, or the peek failed.
+    fn poll_sniff(&mut self, cx: &mut Context<'_>) -> Poll<Option<Sniffed>> {
+        if Pin::new(&mut self.drain).poll(cx).is_ready() {
+            return Poll::Ready(None);
         }
-        Ok(Sniffed::Unsure) => {
-            let stream = io.into_inner();
-            Box::pin(serve_auto(stream, service, &builders, drain)).await;
+        let mut room = [0u8; H2_PREFACE.len()];
+        let mut buf = ReadBuf::new(&mut room);
+        match ready!(self.stream.tcp().poll_peek(cx, &mut buf)) {
+            Ok(_) => Poll::Ready(Some(sniffed(buf.filled()))),
+            Err(_) => Poll::Ready(None),
         }
-        Err(_) => {}
+    }
+
+    /// hyper's server for what the first bytes said.
+    fn serve(self, sniffed: Sniffed) -> Task {
+        let Pending {
+            stream,
+            service,
+            builders,
+            drain,
+        } = self;
+        let io = TokioIo::new(stream);
+        match sniffed {
+            Sniffed::Http1 => {
+                let conn = builders.h1.serve_connection(io, service);
+                Task::Http1 {
+                    conn: Drained::new(conn, drain, |c| c.graceful_shutdown()),
+                }
+            }
+            Sniffed::Http2 => {
+                let conn = builders.h2.serve_connection(io, service);
+                Task::Boxed {
+                    future: Box::pin(Drained::new(conn, drain, |c| c.graceful_shutdown())),
+                }
+            }
+            Sniffed::Unsure => Task::Boxed {
+                future: Box::pin(serve_auto(io.into_inner(), service, builders, drain)),
+            },
+        }
+    }
+}
+
+impl Future for Task {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            let next = match self.as_mut().project() {
+                TaskProj::Accepted { accepted } => match accepted.take() {
+                    Some(a) => a.start(),
+                    None => Task::Done,
+                },
+                TaskProj::Sniffing { pending } => {
+                    let sniffed = match pending.as_mut() {
+                        Some(p) => ready!(p.poll_sniff(cx)),
+                        None => None,
+                    };
+                    match (sniffed, pending.take()) {
+                        (Some(s), Some(p)) => p.serve(s),
+                        _ => Task::Done,
+                    }
+                }
+                TaskProj::Http1 { conn } => return conn.poll(cx),
+                TaskProj::Boxed { future } => return future.as_mut().poll(cx),
+                TaskProj::Done => return Poll::Ready(()),
+            };
+            self.set(next);
+        }
     }
 }
 
@@ -239,7 +350,7 @@ async fn secure(
         Ok(Ok(s)) => s,
         _ => return,
     };
-    serve_auto(tls, service, &builders, drain).await;
+    serve_auto(tls, service, builders, drain).await;
 }
 
 /// Serve until `shutdown` resolves, then drain for the grace period and cut what is left.
@@ -320,10 +431,11 @@ mod tests {
     }
 
     /// What every HTTP/1.1 connection holds for its life stays small (docs/overhead.md, "Memory
-    /// per stream"): its task (hyper's connection, some 800 bytes, held once; with the HTTP/2
-    /// and TLS paths inline, and the connection moved through three `async fn`s, it was 4.5 KiB),
-    /// and the box hyper keeps for the service's future (an answer given at once is boxed:
-    /// inline it made the box 600 bytes).
+    /// per stream"): its task (hyper's connection, some 700 bytes, held once; as an `async fn`
+    /// it was 1,184 bytes, and with the HTTP/2 and TLS paths inline 4.5 KiB), the box hyper
+    /// keeps for the service's future (an answer given at once is boxed: inline it made the
+    /// box 600 bytes), and the box it keeps for the response body (472 bytes with the sockets'
+    /// stamp buffers and the chunked decoder's trailers inline).
     #[tokio::test(flavor = "current_thread")]
     async fn a_plain_connection_holds_little() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -341,13 +453,15 @@ mod tests {
         );
         let size = std::mem::size_of_val(&task);
         assert!(
-            size <= 1280,
+            size <= 736,
             "a plain connection's task future is {size} bytes"
         );
         type ServiceFuture =
             <Proxy as hyper::service::Service<http::Request<hyper::body::Incoming>>>::Future;
         let size = std::mem::size_of::<ServiceFuture>();
         assert!(size <= 64, "the service's future is {size} bytes");
+        let size = std::mem::size_of::<Option<crate::proxy::ProxyBody>>();
+        assert!(size <= 288, "the response body is {size} bytes");
     }
 
     #[test]

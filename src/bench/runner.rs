@@ -237,9 +237,11 @@ impl Target {
         let prefix = req.arm.as_ref().map_or("", |a| &*a.1);
         let endpoint = format!("{prefix}{path}");
         let mut facts = Facts::new(stamp, "POST", &endpoint);
-        facts.experiment = req.arm.as_ref().map(|(name, _, pair)| Experiment {
-            arm: name.to_string(),
-            pair_id: Some(pair.clone()),
+        facts.experiment = req.arm.as_ref().map(|(name, _, pair)| {
+            Box::new(Experiment {
+                arm: name.to_string(),
+                pair_id: Some(pair.clone()),
+            })
         });
         facts.model = Some(req.model.to_string());
         facts.key_id = self.key_id.clone();

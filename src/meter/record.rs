@@ -356,10 +356,13 @@ pub struct RequestRecord {
 
 /// What is known of a request besides the meter's observations: everything else its record
 /// says. Filled as the request goes (the body read tells `model`, `stream`, `max_tokens`).
+///
+/// NB: what few requests have is boxed (`experiment`, `trace`): the proxy holds a request's
+/// facts for its whole stream (docs/overhead.md, "Memory per stream").
 #[derive(Debug, Clone)]
 pub struct Facts {
     pub stamp: Stamp,
-    pub experiment: Option<Experiment>,
+    pub experiment: Option<Box<Experiment>>,
     pub method: String,
     pub endpoint: String,
     pub model: Option<String>,
@@ -377,7 +380,7 @@ pub struct Facts {
     /// `client_lag_ms`).
     pub schedule: Option<Schedule>,
     /// The request's trace context, when its span is exported (OTLP on).
-    pub trace: Option<super::Trace>,
+    pub trace: Option<Box<super::Trace>>,
     /// The client's request id (bounded), and the upstream's from its response headers.
     pub request_id: Option<String>,
     pub upstream_request_id: Option<String>,
@@ -471,7 +474,7 @@ impl RequestRecord {
             ts: humantime::format_rfc3339_micros(facts.stamp.at).to_string(),
             id: format!("{:016x}", facts.stamp.id),
             route: route.to_owned(),
-            experiment: facts.experiment,
+            experiment: facts.experiment.map(|e| *e),
             method: facts.method,
             endpoint: facts.endpoint,
             api,

@@ -202,10 +202,13 @@ enum State {
 }
 
 /// Incremental body decoder.
+///
+/// NB: the trailers, which few responses have, are boxed: the decoder is held inline by every
+/// response body for its life (docs/overhead.md, "Memory per stream").
 #[derive(Debug)]
 pub struct Decoder {
     state: State,
-    trailers: Option<HeaderMap>,
+    trailers: Option<Box<HeaderMap>>,
     trailer_bytes: usize,
 }
 
@@ -242,7 +245,7 @@ impl Decoder {
     }
 
     pub fn take_trailers(&mut self) -> Option<HeaderMap> {
-        self.trailers.take()
+        self.trailers.take().map(|t| *t)
     }
 
     /// The upstream closed the connection: fine only for read-to-close bodies (or after the end).
@@ -370,7 +373,7 @@ impl Decoder {
         ];
         if !forbidden.contains(&name) {
             self.trailers
-                .get_or_insert_with(HeaderMap::new)
+                .get_or_insert_with(Box::default)
                 .append(name, value);
         }
         Ok(())

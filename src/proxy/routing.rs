@@ -66,7 +66,7 @@ where
         o.facts.t0_kernel = t0_kernel;
         o.facts.request_id = request_id;
         if state.sink().otlp.is_some() {
-            o.facts.trace = Some(crate::meter::Trace::from_headers(&head.headers));
+            o.facts.trace = Some(Box::new(crate::meter::Trace::from_headers(&head.headers)));
         }
         o.made_id = made_id;
         o.join = join;
@@ -118,7 +118,7 @@ impl Opening {
 
     /// The experiment's copy of a request: its arm and pair, and the primary's request id.
     pub fn copy_of(mut self, experiment: Experiment, request_id: Option<String>) -> Opening {
-        self.facts.experiment = Some(experiment);
+        self.facts.experiment = Some(Box::new(experiment));
         self.facts.request_id = request_id;
         self
     }
