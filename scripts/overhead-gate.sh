@@ -20,7 +20,8 @@
 # measured for reference; empty for none); OVERHEAD_GATE_FULL=1 (also the C=64 full-speed cell:
 # chunks/s and CPU per chunk of both builds); OVERHEAD_GATE_MAX_BUSY (default 90: a latency cell
 # whose load-generator core was busier than this % makes the run unjudgeable, exit 2);
-# OVERHEAD_GATE_BENCH (a benches/overhead binary already built, run instead of `cargo bench`).
+# OVERHEAD_GATE_BENCH (a benches/overhead binary already built, run instead of `cargo bench`);
+# OVERHEAD_GATE_SPREAD=1 (also C=8 spread, reported as C=8s; the verdict stays C=8 in step's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=${OVERHEAD_GATE_REPS:-4}
@@ -75,6 +76,7 @@ fi
 
 export OVERHEAD_PROXIES="tokentap${peers:+,$peers}"
 export OVERHEAD_LATENCY_C=1,8 OVERHEAD_SPREAD_C= OVERHEAD_STREAMS=0 OVERHEAD_H2_STREAMS=0
+if [ "${OVERHEAD_GATE_SPREAD:-}" = 1 ]; then export OVERHEAD_SPREAD_C=8; fi
 export OVERHEAD_ROUNDS=${OVERHEAD_ROUNDS:-4}
 if [ "${OVERHEAD_GATE_FULL:-}" = 1 ]; then export OVERHEAD_FULL_C=64; else export OVERHEAD_FULL_C=; fi
 bench=(cargo bench --locked --bench overhead --quiet)
@@ -113,10 +115,12 @@ for i in $(seq 1 "$reps"); do
 done
 
 # One row per (run, target, C): added TTFT p50, req p50, CPU µs/event; full speed: chunks/s, CPU µs/chunk.
-python3 - "$scratch" "$reps" "${peers}" "${OVERHEAD_GATE_FULL:-}" "${OVERHEAD_GATE_MAX_BUSY:-90}" <<'EOF'
+python3 - "$scratch" "$reps" "${peers}" "${OVERHEAD_GATE_FULL:-}" "${OVERHEAD_GATE_MAX_BUSY:-90}" \
+  "${OVERHEAD_GATE_SPREAD:-}" <<'EOF'
 import re, statistics as st, sys
 scratch, reps, peers, full = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
 max_busy = float(sys.argv[5])
+cells = ("1", "8", "8s") if sys.argv[6] == "1" else ("1", "8")
 peer_names = [p for p in peers.split(",") if p]
 names = ["new", "baseline"] + peer_names
 label = {n: n for n in names}
@@ -136,6 +140,8 @@ for i in range(1, reps + 1):
                   "(see target/overhead-gate/last-run-*.txt)", file=sys.stderr)
             sys.exit(2)
         f = line.split()
+        if len(f) > 3 and f[2] == "spread":  # "8 spread": the cell C=8s
+            f = [f[0], f[1] + "s"] + f[3:]
         if len(f) < 4 or f[0] not in as_name or f[2] != "|":
             continue
         f[0] = as_name[f[0]]
@@ -146,7 +152,7 @@ for i in range(1, reps + 1):
                 fast.setdefault((f[0], f[1]), []).append((float(f[4]), float(f[6])))
         except ValueError:
             continue
-missing = [(n, c) for n in names for c in ("1", "8") if len(lat.get((n, c), [])) != reps]
+missing = [(n, c) for n in names for c in cells if len(lat.get((n, c), [])) != reps]
 if full:
     missing += [(n, "64 full") for n in ("new", "baseline") if len(fast.get((n, "64"), [])) != reps]
 if missing:
@@ -156,7 +162,7 @@ med = lambda xs: st.median(xs)
 print()
 print("| added TTFT p50 (µs), each run | " + " | ".join(label.get(n, n) for n in names) + " |")
 print("| --- |" + " --- |" * len(names))
-for c in ("1", "8"):
+for c in cells:
     print(f"| C={c} | " + " | ".join(", ".join(f"{v[0]:.0f}" for v in lat[(n, c)]) for n in names) + " |")
     print(f"| C={c} median (spread) | " + " | ".join(
         f"{med([v[0] for v in lat[(n, c)]]):.0f} ({max(v[0] for v in lat[(n, c)]) - min(v[0] for v in lat[(n, c)]):.0f})" for n in names) + " |")

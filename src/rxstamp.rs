@@ -370,6 +370,14 @@ mod sys {
 
     /// One `recvmsg` into `buf`'s free room; the kernel's stamp when `cmsg` is given and holds
     /// one.
+    ///
+    /// A read that took less than the room drained the socket: its readiness is cleared then,
+    /// as tokio's own `TcpStream` reads do, so the next poll waits for the next segment instead
+    /// of asking the kernel once more for nothing (a `recvmsg` answered `EAGAIN` after every
+    /// event, before the event was handed on; and the pool's check of an idle connection would
+    /// find it ready and ask the kernel too). `try_io` clears it when its closure says
+    /// `WouldBlock`, and only if no new readiness came meanwhile (tokio's tick): the closure
+    /// keeps what it read in `done` and says so.
     pub(super) fn poll_recv(
         tcp: &TcpStream,
         cx: &mut Context<'_>,
@@ -382,25 +390,34 @@ mod sys {
         let direct = buf.initialized().len() >= buf.filled().len() + take;
         loop {
             ready!(tcp.poll_read_ready(cx))?;
+            let mut done = None;
             let got = tcp.try_io(Interest::READABLE, || {
-                if direct {
+                let got = if direct {
                     let got = recv(fd, buf.initialize_unfilled_to(take), cmsg.as_deref_mut())?;
                     buf.advance(got.0);
-                    return Ok(got);
+                    got
+                } else {
+                    SCRATCH.with_borrow_mut(|scratch| {
+                        if scratch.len() < take {
+                            scratch.resize(take, 0);
+                        }
+                        let got = recv(fd, &mut scratch[..take], cmsg.as_deref_mut())?;
+                        buf.put_slice(&scratch[..got.0]);
+                        Ok::<_, io::Error>(got)
+                    })?
+                };
+                if got.0 > 0 && got.0 < take {
+                    done = Some(got);
+                    return Err(io::ErrorKind::WouldBlock.into());
                 }
-                SCRATCH.with_borrow_mut(|scratch| {
-                    if scratch.len() < take {
-                        scratch.resize(take, 0);
-                    }
-                    let got = recv(fd, &mut scratch[..take], cmsg.as_deref_mut())?;
-                    buf.put_slice(&scratch[..got.0]);
-                    Ok(got)
-                })
+                Ok(got)
             });
-            match got {
-                Ok((n, stamp)) => return Poll::Ready(Ok(stamp.filter(|_| n > 0))),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
+            match (got, done) {
+                (_, Some((n, stamp))) | (Ok((n, stamp)), None) => {
+                    return Poll::Ready(Ok(stamp.filter(|_| n > 0)))
+                }
+                (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                (Err(e), None) => return Poll::Ready(Err(e)),
             }
         }
     }
@@ -473,6 +490,60 @@ mod tests {
         assert!(asked(Some(OsStr::new("1"))));
         assert_eq!(asked(None), cfg!(target_os = "linux"));
         assert_eq!(asked(Some(OsStr::new("yes"))), cfg!(target_os = "linux"));
+    }
+
+    /// A connected pair on loopback: (ours, the peer's).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ours = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        (ours, l.accept().await.unwrap().0)
+    }
+
+    /// One stamped read into `room` bytes, waiting for it.
+    async fn read(stamper: &mut Stamper, tcp: &mut TcpStream, room: usize) -> Vec<u8> {
+        let mut bytes = vec![0u8; room];
+        let mut buf = ReadBuf::new(&mut bytes);
+        std::future::poll_fn(|cx| stamper.poll_read(tcp, cx, &mut buf, true))
+            .await
+            .unwrap();
+        buf.filled().to_vec()
+    }
+
+    fn ready_now(tcp: &TcpStream) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        tcp.poll_read_ready(&mut cx).is_ready()
+    }
+
+    /// A read that took less than its room drained the socket: the socket is no longer ready,
+    /// so the next read waits for the next segment instead of asking the kernel for nothing,
+    /// and that segment still wakes it. A read that filled its room stays ready.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_read_that_drains_the_socket_leaves_it_waiting_for_the_next_segment() {
+        use tokio::io::AsyncWriteExt;
+        let (mut tcp, mut peer) = pair().await;
+        let mut stamper = Stamper::new(&tcp);
+        peer.write_all(b"data: 1\n\n").await.unwrap();
+        assert_eq!(read(&mut stamper, &mut tcp, 64).await, b"data: 1\n\n");
+        assert!(!ready_now(&tcp), "drained by a short read: not ready");
+
+        peer.write_all(b"data: 2\n\n").await.unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(5), read(&mut stamper, &mut tcp, 64));
+        assert_eq!(
+            next.await.unwrap(),
+            b"data: 2\n\n",
+            "the next segment wakes it"
+        );
+
+        peer.write_all(&[7u8; 100]).await.unwrap();
+        tcp.readable().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(read(&mut stamper, &mut tcp, 10).await, [7u8; 10]);
+        assert!(
+            ready_now(&tcp),
+            "a full read may have left bytes: still ready"
+        );
+        assert_eq!(read(&mut stamper, &mut tcp, 200).await, [7u8; 90]);
+        assert!(!ready_now(&tcp));
     }
 
     #[test]

@@ -35,6 +35,14 @@ pub const TURN_HEADER: &str = "x-tokentap-turn";
 /// bucket names are taken; any other value is ignored.
 pub const BUCKET_HEADER: &str = "x-tokentap-bucket";
 
+/// Does `headers` hold a header of tokentap's own (named `x-tokentap-…`: every tag's and the
+/// tap's join)?
+pub fn has_own_headers(headers: &HeaderMap) -> bool {
+    headers
+        .keys()
+        .any(|k| k.as_str().starts_with("x-tokentap-"))
+}
+
 /// The bucket names the proxy takes from [`BUCKET_HEADER`].
 const BUCKETS: [&str; 4] = ["long-short", "balanced", "short-long", "other"];
 
@@ -64,6 +72,11 @@ impl LoadTags {
     /// Takes every tag's header off `headers` (whatever it holds) and reads the ones that are
     /// well formed and in range; the others are dropped.
     pub fn take(headers: &mut HeaderMap) -> LoadTags {
+        // Most requests carry none: one look at the names costs less than four lookups by a
+        // name to parse and hash.
+        if !has_own_headers(headers) {
+            return LoadTags::default();
+        }
         let mut text = |name: &str| {
             let v = headers.remove(name)?;
             v.to_str().ok().map(|s| s.trim().to_owned())
@@ -148,6 +161,25 @@ mod tests {
             (Some(16), Some("balanced"))
         );
         assert_eq!(t.headers().count(), 2);
+    }
+
+    /// The one look that lets a request without them skip the lookups: every header tokentap
+    /// takes off is seen, whatever its case on the wire; no other header is.
+    #[test]
+    fn own_headers_are_seen_by_their_prefix() {
+        for (name, _) in LoadTags::FIELDS {
+            assert!(has_own_headers(&map(&[(name, "1")])), "{name}");
+        }
+        assert!(has_own_headers(&map(&[(TAP_HEADER, "1")])));
+        let mut wire = HeaderMap::new();
+        let upper =
+            http::HeaderName::from_bytes(b"X-Tokentap-Turn").unwrap_or_else(|e| panic!("{e}"));
+        wire.insert(upper, "2".parse().unwrap_or_else(|e| panic!("{e}")));
+        assert!(has_own_headers(&wire));
+        assert_eq!(LoadTags::take(&mut wire).turn, Some(2));
+        let other = map(&[("host", "x"), ("x-tokentap", "1"), ("x-request-id", "a")]);
+        assert!(!has_own_headers(&other));
+        assert!(!has_own_headers(&HeaderMap::new()));
     }
 
     #[test]

@@ -57,12 +57,14 @@ impl<S: Service<Arrival>> Service<Arrival> for RouteHeader<S> {
     fn call(&mut self, mut a: Arrival) -> S::Future {
         // NB: removed whatever happens next: it never reaches an upstream.
         a.forced = a.head.headers.remove(&self.header);
-        a.load = LoadTags::take(&mut a.head.headers);
-        a.join = a
-            .head
-            .headers
-            .remove(crate::tags::TAP_HEADER)
-            .and_then(|v| crate::tags::parse_join(v.as_bytes()));
+        if crate::tags::has_own_headers(&a.head.headers) {
+            a.load = LoadTags::take(&mut a.head.headers);
+            a.join = a
+                .head
+                .headers
+                .remove(crate::tags::TAP_HEADER)
+                .and_then(|v| crate::tags::parse_join(v.as_bytes()));
+        }
         self.inner.call(a)
     }
 }

@@ -6,7 +6,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
@@ -155,6 +155,12 @@ impl Io {
     /// if full); a read that finds nothing parks the buffer. `Ready(Ok(0))` is end of stream.
     pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.buf.is_empty() {
+            // Parked: a plain socket that is not ready keeps it parked. hyper polls a streaming
+            // body several times per event, and most polls find nothing: they take no spare and
+            // hand none back. (TLS may hold read bytes the socket no longer shows.)
+            if let Conn::Plain(s, _) = &self.conn {
+                ready!(s.poll_read_ready(cx))?;
+            }
             self.buf = take_spare();
         }
         if self.end == self.buf.len() {
@@ -237,6 +243,38 @@ mod tests {
         peer.write_all(b"more").await.unwrap();
         std::future::poll_fn(|cx| io.poll_fill(cx)).await.unwrap();
         assert_eq!(io.filled(), b"more");
+    }
+
+    /// A poll that finds the socket not ready takes no buffer: with no spares on the thread,
+    /// none is made (hyper polls a streaming body several times per event).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_poll_that_finds_nothing_takes_no_buffer() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tcp = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (mut peer, _) = l.accept().await.unwrap();
+        let stamper = Stamper::new(&tcp);
+        let mut io = Io::new(Conn::Plain(tcp, stamper));
+        SPARE.with(|s| s.borrow_mut().clear());
+        for _ in 0..3 {
+            assert!(poll(&mut io).is_pending());
+        }
+        assert_eq!(SPARE.with(|s| s.borrow().len()), 0, "no buffer was made");
+        assert_eq!(io.buf.capacity(), 0);
+
+        peer.write_all(b"data: 1\n\n").await.unwrap();
+        let n = std::future::poll_fn(|cx| io.poll_fill(cx)).await.unwrap();
+        assert_eq!(
+            io.filled(),
+            b"data: 1\n\n",
+            "woken by the bytes, it reads them"
+        );
+        io.consume(n);
+        assert!(poll(&mut io).is_pending());
+        assert_eq!(
+            SPARE.with(|s| s.borrow().len()),
+            1,
+            "read to the end: handed back"
+        );
     }
 
     /// The spares are bounded in number, and a buffer grown past the bulk size is not kept.

@@ -2,6 +2,8 @@
 //! `buffered`), every token's relay through a tapped gateway, compressed bodies whose
 //! measurement stopped, and the clock that stamped them (the kernel's lag, its fallbacks).
 
+use std::sync::OnceLock;
+
 use metrics::{KeyName, Label, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::PrometheusRecorder;
 
@@ -52,18 +54,40 @@ pub(super) fn describe(r: &PrometheusRecorder) {
     );
 }
 
+/// A route's per-request stream metrics, registered at their first use on it (a route that
+/// never streamed shows no delivery series) and then kept, so a request's end registers
+/// nothing (registering looks the key up in the recorder's registry: labels built, hashed and
+/// compared, for every request).
+#[derive(Default)]
+pub(super) struct StreamHandles {
+    /// `tokentap_stream_delivery_total`, one per `Verdict::ALL`.
+    delivery: OnceLock<Vec<(Verdict, metrics::Counter)>>,
+    stamp_lag: OnceLock<metrics::Histogram>,
+    fallbacks: OnceLock<metrics::Counter>,
+}
+
 impl Metrics {
-    /// A finished request's delivery verdict and, when its body could not be decoded, why.
-    pub(super) fn observe_stream(&self, rec: &RequestRecord) {
+    /// A finished request's delivery verdict and, when its body could not be decoded, why;
+    /// `h` holds its route's handles.
+    pub(super) fn observe_stream(&self, rec: &RequestRecord, h: &StreamHandles) {
         let route = || Label::new("route", rec.route.clone());
         if let Some(d) = &rec.delivery {
             // Every verdict exists once a route streamed (at 0): a share of buffered streams
             // is then 0, not "no data", on dashboards and in the alert's ratio.
-            for v in Verdict::ALL {
-                let l = vec![route(), Label::new("verdict", v.as_str())];
-                self.recorder
-                    .register_counter(&Self::key(STREAM_DELIVERY, l), &META)
-                    .increment(u64::from(v == d.verdict));
+            let all = h.delivery.get_or_init(|| {
+                Verdict::ALL
+                    .iter()
+                    .map(|&v| {
+                        let l = vec![route(), Label::new("verdict", v.as_str())];
+                        let c = self
+                            .recorder
+                            .register_counter(&Self::key(STREAM_DELIVERY, l), &META);
+                        (v, c)
+                    })
+                    .collect()
+            });
+            for (v, c) in all {
+                c.increment(u64::from(*v == d.verdict));
             }
         }
         if let Some(why) = &rec.decode_error {
@@ -80,14 +104,20 @@ impl Metrics {
                 .increment(1);
         }
         if let Some(ms) = rec.stamp_lag_ms {
-            self.recorder
-                .register_histogram(&Self::key(STAMP_LAG, vec![route()]), &META)
+            h.stamp_lag
+                .get_or_init(|| {
+                    self.recorder
+                        .register_histogram(&Self::key(STAMP_LAG, vec![route()]), &META)
+                })
                 .record(ms / 1000.0);
         }
         // A fallback: stamps were asked for and this record's were not all the kernel's.
         if rec.clock == Clock::Process && crate::rxstamp::enabled() {
-            self.recorder
-                .register_counter(&Self::key(CLOCK_FALLBACKS, vec![route()]), &META)
+            h.fallbacks
+                .get_or_init(|| {
+                    self.recorder
+                        .register_counter(&Self::key(CLOCK_FALLBACKS, vec![route()]), &META)
+                })
                 .increment(1);
         }
     }
