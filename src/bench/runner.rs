@@ -25,6 +25,12 @@ use crate::openai::Api;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// How long a listing that opens a connection (`Target::preconnect`) may take.
+const LISTING_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long the listings' connections are given to be back in the pool before the cell.
+const POOL_SETTLE: Duration = Duration::from_millis(20);
+
 /// The header every request's id goes out in: the one tokentap serve reads by default
 /// (`request_id.headers`), as do vLLM, AIPerf and most gateways.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -185,7 +191,10 @@ impl Target {
     /// that the round does not time `n` handshakes into bench's TTFT (the proxy's starts at the
     /// request head and cannot see them): `n` listings at once (`GET /v1/models`), unmeasured
     /// and unrecorded by bench; any answer, even an error, leaves its connection in the pool.
-    /// Done once per level: a level no higher than one already opened sends nothing.
+    /// As many connections as listings are in flight at once: all `n` when the listings go out
+    /// faster than answers come back, fewer on a loaded machine, where hyper's pool takes a
+    /// connection back as soon as its answer is in and a later listing reuses it. Done once per
+    /// level: a level no higher than one already opened sends nothing.
     pub async fn preconnect(self: &Arc<Self>, n: usize) {
         if n <= self.opened.load(Ordering::Relaxed) {
             return;
@@ -202,10 +211,13 @@ impl Target {
                         let _ = resp.into_body().collect().await;
                     }
                 };
-                let _ = tokio::time::timeout(Duration::from_secs(30), list).await;
+                let _ = tokio::time::timeout(LISTING_TIMEOUT, list).await;
             });
         }
         while set.join_next().await.is_some() {}
+        // The pool takes a connection back on the connection's own task once its body is read:
+        // a cell sent at once could find one not back yet and open another beside it.
+        tokio::time::sleep(POOL_SETTLE).await;
         self.opened(n);
     }
 
