@@ -16,11 +16,15 @@
 # Env: COUNT_TOOLS (default `syscalls callgrind dhat`), COUNT_C (default 8), COUNT_MODES (the
 # valgrind runs' upstream, default `paced fast`), COUNT_OUT (keep the runs' files there:
 # perf.data, callgrind and dhat outputs, by binary and tool).
-# Needs root (perf tracepoints, real-time priority), perf and valgrind. docs/overhead.md has
+# Needs root (perf tracepoints, real-time priority); installs perf and valgrind if missing. docs/overhead.md has
 # figures and what they showed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: scripts/overhead-count.sh BIN [BIN …]" >&2; exit 2; }
+# perf and valgrind from Debian, when missing.
+if ! command -v perf >/dev/null || ! command -v valgrind >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf valgrind >/dev/null
+fi
 tools=${COUNT_TOOLS:-syscalls callgrind dhat}
 c=${COUNT_C:-8}
 modes=${COUNT_MODES:-paced fast}
