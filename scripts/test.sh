@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: format, lints, then every test target (benches run in
 # test mode, once each). Every test binary runs even when one fails (--no-fail-fast), so one
-# failure never hides another. Needs only the Rust toolchain.
+# failure never hides another. Needs the Rust toolchain and a C compiler (make is installed here
+# when missing).
 #
 # Opt-in suites against real software (each installs what it needs and stops what it starts):
 # - scripts/rig-test.sh, scripts/rig-tap.sh, scripts/record-live-logs.sh: the rig's vLLM + LiteLLM;
@@ -28,6 +29,10 @@
 # The checks of these that need no outside software are in the suite (e.g. tests/suite/deploy.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# jemalloc (the binary's allocator) builds from C with make: installed here on a bare machine.
+if ! command -v make >/dev/null && command -v apt-get >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq make >/dev/null
+fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
