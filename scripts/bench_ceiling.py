@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,24 +33,8 @@ OUT_TOKENS = 16
 PROMPT_TOKENS = 127
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, proc, what):
-    for _ in range(200):
-        if proc.poll() is not None:
-            sys.exit(f"{what} exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"{what} did not listen on {port}")
+# The port helpers of client_error.py (this folder is on the path when run as a script).
+from client_error import free_port, wait_port  # noqa: E402
 
 
 def run(cmd, log):
