@@ -395,6 +395,17 @@ async fn a_simulated_sweep_reads_like_the_write_up() {
             .find(|x| x.bucket == b && x.concurrency == c)
             .unwrap()
     };
+    // Tokens per second from the median request's median gap between tokens.
+    let decode_rate = |b: &str, c: u64| {
+        let mut gaps: Vec<f64> = recs
+            .iter()
+            .filter(|x| x.bucket.as_deref() == Some(b) && x.concurrency == Some(c))
+            .filter_map(|x| x.itl_p50_ms)
+            .collect();
+        gaps.sort_by(f64::total_cmp);
+        assert!(!gaps.is_empty(), "{b} at C={c}: no gaps between tokens");
+        1000.0 / gaps[gaps.len() / 2]
+    };
     // TTFT fans out with prompt length and with concurrency.
     assert!(cell("long-short", "1").ttft_ms.p50 > cell("short-long", "1").ttft_ms.p50);
     assert!(cell("long-short", "8").ttft_ms.p50 > cell("short-long", "8").ttft_ms.p50);
@@ -403,15 +414,22 @@ async fn a_simulated_sweep_reads_like_the_write_up() {
             cell(b, "8").ttft_ms.p50.unwrap() > 1.5 * cell(b, "1").ttft_ms.p50.unwrap(),
             "{b}"
         );
-        // Per-stream tok/s stays nearly flat: the model gives ≈ 0.81× at C=8 (unit-tested on
-        // virtual time); on a loaded 2-core machine running the suite in parallel the real-time
-        // engine has been seen at 0.65×, so the bound is 0.6× — a decode rate that collapsed
-        // with concurrency (toward 1/8) still fails it.
+        // The engine's decode rate per stream stays nearly flat: its step is 26.85 ms for one
+        // sequence and 32.8 ms for eight (0.82×). Read from the median gap between tokens,
+        // which a stall does not move; the bound leaves room for a loaded machine.
+        let (d1, d8) = (decode_rate(b, 1), decode_rate(b, 8));
+        assert!(d8 > 0.6 * d1 && d8 <= d1 * 1.01, "{b}: decode {d1} → {d8}");
+        // Per-stream tok/s counts the stalls too: the engine prefills whole prompts between
+        // decode steps, so a stream whose prefill came first waits out the later arrivals'.
+        // Which of eight requests sent within a millisecond make the first prefill is a race:
+        // one of eight, or four (then the median stream waits a 300 ms prefill of four long
+        // prompts among its 7 tokens: 0.35× at long-short). A decode rate that collapsed with
+        // concurrency, toward 1/8, still fails the bound.
         let (t1, t8) = (
             cell(b, "1").tok_s_per_stream.p50.unwrap(),
             cell(b, "8").tok_s_per_stream.p50.unwrap(),
         );
-        assert!(t8 > 0.6 * t1 && t8 <= t1 * 1.01, "{b}: {t1} → {t8}");
+        assert!(t8 > 0.25 * t1 && t8 <= t1 * 1.01, "{b}: {t1} → {t8}");
     }
     // E2E is set by output length.
     assert!(cell("short-long", "1").e2e_ms.p50 > cell("long-short", "1").e2e_ms.p50);
