@@ -5,7 +5,8 @@
 //! Why the backlog matters: a connection whose handshake finds the accept queue full is dropped
 //! by the kernel (its SYN, or its last ACK), and the client waits for a retransmit: a second,
 //! then three. mio (under tokio's `TcpListener::bind`) listens with 128. Every listener
-//! tokentap opens goes through [`bind`]: the proxy's, the admin's, the sim's and its hop's.
+//! tokentap opens goes through [`bind`]: the admin's, the sim's and its hop's; the proxy's through
+//! [`bind_stamped`], which has the kernel's receive stamps on before it listens.
 //!
 //! Never on the data path: nothing here runs per connection or per request. Elsewhere than
 //! Linux there is no `/proc`: [`accept_queue`] and [`tcp_ext`] say nothing (`None`), and the
@@ -66,6 +67,23 @@ pub struct Bound {
 /// Bind `addr` and listen with `backlog` (SO_REUSEADDR on, as tokio's own `bind`). Must be called
 /// within a tokio runtime.
 pub fn bind(addr: SocketAddr, backlog: Backlog) -> io::Result<Bound> {
+    let listener = bound(addr)?.listen(backlog.asked)?;
+    Ok(Bound { listener, backlog })
+}
+
+/// Bind `addr` and listen with `backlog`, as [`bind`], with the kernel's receive stamps asked
+/// for and on before the socket listens (`rxstamp::prepare`): every connection it accepts has
+/// its request heads stamped from the first. The proxy's listener.
+pub async fn bind_stamped(addr: SocketAddr, backlog: Backlog) -> io::Result<Bound> {
+    let socket = bound(addr)?;
+    // Whether the kernel gives stamps is told when serving starts (`server::run`).
+    let _ = crate::rxstamp::prepare(&socket).await;
+    let listener = socket.listen(backlog.asked)?;
+    Ok(Bound { listener, backlog })
+}
+
+/// A socket bound to `addr` (SO_REUSEADDR on, as tokio's own `bind`), not yet listening.
+fn bound(addr: SocketAddr) -> io::Result<TcpSocket> {
     let socket = match addr {
         SocketAddr::V4(_) => TcpSocket::new_v4()?,
         SocketAddr::V6(_) => TcpSocket::new_v6()?,
@@ -73,8 +91,7 @@ pub fn bind(addr: SocketAddr, backlog: Backlog) -> io::Result<Bound> {
     #[cfg(unix)]
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
-    let listener = socket.listen(backlog.asked)?;
-    Ok(Bound { listener, backlog })
+    Ok(socket)
 }
 
 /// Bind an address given as text (`host:port`, resolved; the first address that binds wins),

@@ -83,16 +83,22 @@ fn asked(v: Option<&std::ffi::OsStr>) -> bool {
     }
 }
 
-/// Ask the listening socket for stamps before its first connection, and wait (at most
+/// Ask a listening socket for stamps before its first connection, and wait (at most
 /// `STAMPING_WAIT`) until the kernel stamps arriving segments: it turns that on only once some
-/// socket has asked, and then a moment later (from a work queue), so without this the first
-/// request heads after start could come unstamped. Accepted sockets inherit the option. Returns
-/// whether the kernel stamps (false when the stamps are off).
+/// socket has asked, and then a moment later (from a work queue). Accepted sockets inherit the
+/// option. Returns whether the kernel stamps (false when the stamps are off).
+///
+/// Called on the socket before it listens (`listen::bind_stamped`, the proxy's listener), so
+/// no connection is taken into the accept queue while the kernel turns stamping on: a request
+/// head that arrived then would have no stamp, and its record would say `clock: process`.
+/// Called on a socket already listening, it still waits, but what arrives meanwhile waits in
+/// the accept queue unstamped.
 ///
 /// The wait (a loopback probe with blocking sockets and sleeps) runs on the blocking pool, not
-/// on the runtime's threads; connections arriving meanwhile wait in the listener's accept queue.
-pub async fn prepare(listener: &tokio::net::TcpListener) -> bool {
-    if !(enabled() && sys::enable(listener)) {
+/// on the runtime's threads. Once the kernel stamps, the probe's first byte says so: a second
+/// call costs a loopback round trip.
+pub async fn prepare(socket: &impl std::os::fd::AsFd) -> bool {
+    if !(enabled() && sys::enable(socket)) {
         return false;
     }
     tokio::task::spawn_blocking(|| sys::await_stamping(STAMPING_WAIT))

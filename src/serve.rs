@@ -63,11 +63,13 @@ pub async fn bind(config: &Config) -> Result<(Bound, Option<Bound>), ServeError>
             );
         }
     }
-    let main = listen::bind(config.listen, backlog).map_err(|source| ServeError::Bind {
-        which: "listen.addr, the proxy",
-        addr: config.listen,
-        source,
-    })?;
+    let main = listen::bind_stamped(config.listen, backlog)
+        .await
+        .map_err(|source| ServeError::Bind {
+            which: "listen.addr, the proxy",
+            addr: config.listen,
+            source,
+        })?;
     let admin = match config.admin {
         Some(addr) => Some(
             listen::bind(addr, Backlog::resolve(None)).map_err(|source| ServeError::Bind {

@@ -92,6 +92,18 @@ impl Stamp {
             id: fastrand::u64(..),
         }
     }
+
+    /// The stamp of a request whose `t0` was earlier than now (a kernel receive stamp, a head
+    /// read before the service was called): the wall clock now, less the time since `t0`, so
+    /// that `ts` is t0's wall time and `ts + e2e_ms` is the end's, however late the task ran.
+    pub fn of(t0: Instant) -> Self {
+        let now = Self::now();
+        let since = crate::rxstamp::now().saturating_duration_since(t0);
+        Self {
+            at: now.at.checked_sub(since).unwrap_or(now.at),
+            id: now.id,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ impl hyper::service::Service<http::Request<Incoming>> for Proxy {
     fn call(&self, req: http::Request<Incoming>) -> Self::Future {
         let arrival = self.2.as_ref().and_then(|l| l.get());
         let t0 = arrival.map_or_else(crate::rxstamp::now, |a| a.at);
-        let stamp = Stamp::now();
+        let stamp = Stamp::of(t0);
         let (head, body) = req.into_parts();
         // Every layer is always ready (see the module docs): no poll_ready before call.
         self.0.stack().call(Arrival {

@@ -109,6 +109,63 @@ async fn a_held_proxy_still_stamps_the_first_token_when_it_arrived() {
     rt.shutdown_background();
 }
 
+/// A request head that arrives while the proxy's only thread is held: `ts` is when it arrived
+/// (the wall time of t0, the kernel's stamp), not when the proxy got to it, so `ts + e2e_ms` is
+/// when the last byte left, never after the client had it.
+#[tokio::test]
+async fn a_held_proxy_dates_the_record_when_the_head_arrived() {
+    use std::io::{Read, Write};
+    use std::time::SystemTime;
+    // On by default on Linux; said again so the test does not hang on the environment.
+    tokentap::rxstamp::enable();
+    let (up, rt) = upstream_apart(MS(20)).await;
+    let px = proxy(&up.url(), "").await;
+    let addr = px.addr;
+    let before = SystemTime::now();
+    // A client of its own thread: it sends while the test's (and the proxy's) thread is held.
+    let client = std::thread::spawn(move || {
+        std::thread::sleep(MS(30));
+        let body = chat_body("m", true);
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(&body).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        (
+            SystemTime::now(),
+            String::from_utf8_lossy(&got).into_owned(),
+        )
+    });
+    std::thread::sleep(MS(300));
+    let (ended, got) = tokio::task::spawn_blocking(move || client.join().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        got.starts_with("HTTP/1.1 200") && got.contains("[DONE]"),
+        "{got}"
+    );
+    let r = px.records(1).await.remove(0);
+    assert_eq!(r.clock, Clock::Kernel, "{r:?}");
+    let ts = humantime::parse_rfc3339(&r.ts).unwrap();
+    let arrived = ms(ts.duration_since(before).unwrap());
+    // Sent about 30 ms in; the proxy read it after the 300 ms hold.
+    assert!(
+        (25.0..200.0).contains(&arrived),
+        "ts is {arrived} ms after the client set out"
+    );
+    let end = ts + Duration::from_secs_f64(r.e2e_ms / 1000.0);
+    assert!(
+        end <= ended + MS(1),
+        "the record ends {:?} after the client had the end",
+        end.duration_since(ended).unwrap_or_default()
+    );
+    rt.shutdown_background();
+}
+
 /// A request through a proxy whose only thread is held for `hold` from when the upstream has
 /// the request; its record and when the upstream wrote each chunk (ms).
 async fn held_for(up: &Upstream, hold: Duration) -> (RequestRecord, Vec<f64>) {
