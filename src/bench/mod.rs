@@ -44,6 +44,7 @@ pub mod shard;
 mod slices;
 mod stage;
 mod stall;
+mod stamped;
 mod steady;
 pub mod verdict;
 pub mod view;

@@ -16,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
 use super::request::{Message, Req, Sent};
+use super::stamped::{self, Connector};
 use crate::meter::ending::{self, Close};
 use crate::meter::{
     BodyEnd, Buckets, Experiment, Facts, Meter, MeteredBody, Observer, Outcome, RequestRecord,
@@ -62,7 +63,7 @@ impl RequestIds {
 /// An OpenAI-compatible endpoint under test.
 pub struct Target {
     base: String,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<Connector, Full<Bytes>>,
     auth: Option<String>,
     key_id: Option<String>,
     headers: Vec<(String, String)>,
@@ -108,7 +109,7 @@ impl Target {
         c.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(1024)
-            .build(c);
+            .build(Connector::new(c));
         let key_id = api_key
             .as_ref()
             .map(|k| crate::keys::fingerprint(k.as_bytes()));
@@ -370,13 +371,15 @@ async fn read(
     meter.expect_body(header(http::header::CONTENT_TYPE), 1 << 20, 8 << 20);
     meter.expect_encoding(header(http::header::CONTENT_ENCODING));
     let (tx, rx) = tokio::sync::oneshot::channel();
+    // Each frame at its segment's arrival (the kernel's stamp), not at this worker's read.
     let mut body = MeteredBody::new(
-        resp.into_body(),
+        stamped::Body::of(resp),
         Ended {
             meter,
             tx: Some(tx),
         },
-    );
+    )
+    .stamped_by(stamped::Body::arrival);
     // One timer for the whole body, not one a frame.
     let deadline = tokio::time::sleep_until(t0 + REQUEST_TIMEOUT);
     tokio::pin!(deadline);

@@ -1,0 +1,270 @@
+//! bench's connections, read with the kernel's receive stamps as the proxy reads its own: every
+//! read leaves the stamp of its last segment in the connection's [`Latest`], which hyper's pool
+//! hands to each response on that connection (`Connected::extra`), and the response's body reads
+//! it when a frame comes (`MeteredBody::stamped_by`). A token's instant is then when its segment
+//! arrived, not when bench's worker got to it: the C first tokens of a round that arrive
+//! together are no longer stamped one after another, as the workers read them.
+//!
+//! The limit: hyper reads a connection on the connection's own task. When the worker is later
+//! than the gap to the next event, that task may read the next segment before the worker reads
+//! the stamp; the frame then takes the later arrival, which is still no later than bench's own
+//! clock would have said. With the stamps off (`TOKENTAP_KERNEL_STAMPS=0`, or a kernel that
+//! gives none) a frame is stamped with the process's clock, as before.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::Uri;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tower::Service;
+
+use crate::rxstamp::{Arrival, Latest, Stamped};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Opens bench's connections: the plain connector's, each wrapped in a [`Stamped`].
+#[derive(Clone)]
+pub struct Connector(HttpConnector);
+
+impl Connector {
+    pub fn new(plain: HttpConnector) -> Self {
+        Connector(plain)
+    }
+}
+
+impl Service<Uri> for Connector {
+    type Response = TokioIo<Conn>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<TokioIo<Conn>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.0.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.0.call(uri);
+        Box::pin(async move {
+            let (io, latest) = Stamped::new(connecting.await?.into_inner());
+            Ok(TokioIo::new(Conn {
+                io,
+                stamps: Stamps(latest),
+            }))
+        })
+    }
+}
+
+/// A connection's stamps, as its responses carry them (an extension).
+#[derive(Clone)]
+pub struct Stamps(Arc<Latest>);
+
+/// One of bench's connections.
+pub struct Conn {
+    io: Stamped,
+    stamps: Stamps,
+}
+
+impl Connection for Conn {
+    fn connected(&self) -> Connected {
+        Connected::new().extra(self.stamps.clone())
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// A response's body with its connection's stamps.
+pub struct Body {
+    inner: Incoming,
+    stamps: Option<Stamps>,
+}
+
+impl Body {
+    /// `resp`'s body, with the stamps of the connection it came on (none when the connection
+    /// was not one of [`Connector`]'s).
+    pub fn of(resp: http::Response<Incoming>) -> Body {
+        let stamps = resp.extensions().get::<Stamps>().cloned();
+        Body {
+            inner: resp.into_body(),
+            stamps,
+        }
+    }
+
+    /// The kernel's arrival of the connection's last read (`MeteredBody::stamped_by`).
+    pub fn arrival(&self) -> Option<Arrival> {
+        self.stamps.as_ref().and_then(|s| s.0.get())
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::bench::request::{Message, Req, Sent};
+    use crate::bench::runner::Target;
+    use crate::openai::Api;
+
+    /// An upstream on a thread of its own, for one request: the head and the role event at
+    /// once, the first token 50 ms later, the rest 500 ms after that. `got` says it has the
+    /// request.
+    fn upstream(got: Arc<AtomicBool>) -> std::net::SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_nodelay(true).unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            // The head, then a body of content-length bytes.
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") || !has_body(&seen) {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "the client closed early");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            got.store(true, Ordering::SeqCst);
+            let chunk = |e: &str| {
+                let data = format!("data: {e}\n\n");
+                format!("{:x}\r\n{data}\r\n", data.len())
+            };
+            let token = |t: &str, end: &str| {
+                chunk(&format!(
+                    r#"{{"choices":[{{"index":0,"delta":{{"content":"{t}"}},"finish_reason":{end}}}]}}"#
+                ))
+            };
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                        transfer-encoding: chunked\r\n\r\n";
+            let role =
+                chunk(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#);
+            s.write_all(format!("{head}{role}").as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            s.write_all(token("a", "null").as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+            let end = format!("{}{}0\r\n\r\n", token("b", "\"stop\""), chunk("[DONE]"));
+            s.write_all(end.as_bytes()).unwrap();
+        });
+        addr
+    }
+
+    /// Whether `seen` holds a whole request: its head and content-length bytes after it.
+    fn has_body(seen: &[u8]) -> bool {
+        let Some(p) = seen.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return false;
+        };
+        let head = String::from_utf8_lossy(&seen[..p]).to_ascii_lowercase();
+        let len = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        seen.len() >= p + 4 + len
+    }
+
+    /// bench's worker (the test's only thread) is held for 300 ms while the first token
+    /// arrives, 50 ms after the request: the kernel's stamp keeps TTFT at the arrival. Read
+    /// with the process's clock it would be at least the hold.
+    #[tokio::test]
+    async fn a_held_worker_times_the_first_token_at_its_arrival() {
+        crate::rxstamp::enable();
+        let got = Arc::new(AtomicBool::new(false));
+        let addr = upstream(got.clone());
+        let t = Arc::new(Target::new(&format!("http://{addr}"), None, Vec::new()).unwrap());
+        let req = Req {
+            model: "m".into(),
+            api: Api::Chat,
+            system: None,
+            messages: vec![Message::user("hi")],
+            out: 2,
+            fixed: false,
+            stream: true,
+            bucket: "b".into(),
+            concurrency: Some(1),
+            request_rate: None,
+            turn: None,
+            arm: None,
+            cache_salt: false,
+            route_header: None,
+            prompt: None,
+        };
+        let one =
+            tokio::spawn(
+                async move { t.one(&req, Sent::default(), &AtomicBool::new(false)).await },
+            );
+        while !got.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let r = one.await.unwrap();
+        let ttft = r.ttft_ms.unwrap();
+        assert!((45.0..150.0).contains(&ttft), "ttft {ttft}: {r:?}");
+        // The lag is the hold's: from the token's arrival to the worker's read of it.
+        let lag = r.stamp_lag_ms.unwrap();
+        assert!(lag > 150.0, "lag {lag}");
+        assert_eq!(r.output_tokens, Some(2), "{r:?}");
+    }
+}
