@@ -241,7 +241,7 @@ impl Target {
     }
 
     async fn one_measured(&self, req: &Req, sent: Sent, stop: &AtomicBool) -> RequestRecord {
-        // Stamped before the body is built: the record's `ts` is when the client set out.
+        // The record's id; its `ts` is set once t0 is known (below).
         let stamp = Stamp::now();
         let (path, body) = req.body();
         // Straight to bytes, not through `Display`'s formatter (a Value always serializes).
@@ -273,6 +273,8 @@ impl Target {
             .as_deref()
             .zip(req.arm.as_ref().map(|a| &*a.0));
         let (mut meter, verdict) = self.exchange(&endpoint, body, extra, req, &id, stop).await;
+        // `ts` is t0's wall time, as every record's: the write that sent the request.
+        facts.stamp.at = Stamp::of(meter.timeline.t0).at;
         let mut rec = RequestRecord::assemble(
             facts,
             &mut meter,
@@ -297,21 +299,19 @@ impl Target {
         id: &str,
         stop: &AtomicBool,
     ) -> (Meter, Verdict) {
-        let t0 = Instant::now();
-        let mut meter = Meter::new(t0);
-        let (status, close) = match self.send(path, body, extra, req, id).await {
-            Err(close) => (0, close),
+        let set_out = Instant::now();
+        let (mut meter, status, close) = match self.send(path, body, extra, req, id).await {
+            Err(close) => (Meter::new(set_out), 0, close),
             Ok(resp) => {
+                // The request's t0 is the write that sent it whole (bench/stamped.rs), as the
+                // proxy's is its head's arrival: the wait before it is bench's own.
+                let t0 = stamped::written(&resp)
+                    .filter(|w| *w >= set_out)
+                    .unwrap_or(set_out);
                 let status = resp.status().as_u16();
-                match read(resp, meter, path, t0, stop).await {
-                    Ok((m, close)) => {
-                        meter = m;
-                        (status, close)
-                    }
-                    Err(lost) => {
-                        meter = Meter::new(t0);
-                        (0, lost)
-                    }
+                match read(resp, Meter::new(t0), path, t0, stop).await {
+                    Ok((m, close)) => (m, status, close),
+                    Err(lost) => (Meter::new(t0), 0, lost),
                 }
             }
         };

@@ -5,6 +5,14 @@
 //! arrived, not when bench's worker got to it: the C first tokens of a round that arrive
 //! together are no longer stamped one after another, as the workers read them.
 //!
+//! The request's side too: a request's `t0` is when the write that carried its head began (the
+//! connection's [`Written`]: the first write after the connection's last read), as the proxy's
+//! `t0` is the head's arrival; read before the write, since on loopback the write itself delivers
+//! the segment and can return a while after the peer has it. The time bench took between setting
+//! out and that write (its body built, hyper's pool, its connection's task getting a turn: with C
+//! requests set out at once, the last waits for the C − 1 before it) is bench's own, and in no
+//! figure of the server's. A new connection's handshake is in none either, as in the proxy's.
+//!
 //! The limit: hyper reads a connection on the connection's own task. When the worker is later
 //! than the gap to the next event, that task may read the next segment before the worker reads
 //! the stamp; the frame then takes the later arrival, which is still no later than bench's own
@@ -14,7 +22,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -23,6 +31,7 @@ use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
 use tower::Service;
 
 use crate::rxstamp::{Arrival, Latest, Stamped};
@@ -54,7 +63,10 @@ impl Service<Uri> for Connector {
             let (io, latest) = Stamped::new(connecting.await?.into_inner());
             Ok(TokioIo::new(Conn {
                 io,
-                stamps: Stamps(latest),
+                stamps: Stamps {
+                    read: latest,
+                    written: Arc::default(),
+                },
             }))
         })
     }
@@ -62,7 +74,52 @@ impl Service<Uri> for Connector {
 
 /// A connection's stamps, as its responses carry them (an extension).
 #[derive(Clone)]
-pub struct Stamps(Arc<Latest>);
+pub struct Stamps {
+    read: Arc<Latest>,
+    written: Arc<Written>,
+}
+
+/// When the write that carried a connection's last request head began: the first write after
+/// the connection's last read (HTTP/1 sends one request at a time on a connection, its head
+/// first, and reads its answer before the next).
+#[derive(Default)]
+pub struct Written(Mutex<Sending>);
+
+#[derive(Default)]
+struct Sending {
+    head: Option<Instant>,
+    /// A read came since: the next write is the next request's head.
+    answered: bool,
+}
+
+impl Written {
+    fn wrote(&self, at: Instant) {
+        if let Ok(mut s) = self.0.lock() {
+            if s.head.is_none() || s.answered {
+                *s = Sending {
+                    head: Some(at),
+                    answered: false,
+                };
+            }
+        }
+    }
+
+    fn read(&self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.answered = true;
+        }
+    }
+
+    fn get(&self) -> Option<Instant> {
+        self.0.lock().map_or(None, |s| s.head)
+    }
+}
+
+/// When the request that `resp` answers went out: the write that carried its head (none when
+/// the connection was not one of [`Connector`]'s).
+pub fn written(resp: &http::Response<Incoming>) -> Option<Instant> {
+    resp.extensions().get::<Stamps>()?.written.get()
+}
 
 /// One of bench's connections.
 pub struct Conn {
@@ -82,7 +139,13 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let got = Pin::new(&mut this.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.stamps.written.read();
+        }
+        got
     }
 }
 
@@ -92,7 +155,15 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        // Read before the call: on loopback the write itself delivers the segment, and can
+        // return a while after the peer has it.
+        let at = crate::rxstamp::now();
+        let wrote = Pin::new(&mut this.io).poll_write(cx, buf);
+        if matches!(wrote, Poll::Ready(Ok(n)) if n > 0) {
+            this.stamps.written.wrote(at);
+        }
+        wrote
     }
 
     fn poll_write_vectored(
@@ -100,7 +171,15 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        // Read before the call: on loopback the write itself delivers the segment, and can
+        // return a while after the peer has it.
+        let at = crate::rxstamp::now();
+        let wrote = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        if matches!(wrote, Poll::Ready(Ok(n)) if n > 0) {
+            this.stamps.written.wrote(at);
+        }
+        wrote
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -135,7 +214,7 @@ impl Body {
 
     /// The kernel's arrival of the connection's last read (`MeteredBody::stamped_by`).
     pub fn arrival(&self) -> Option<Arrival> {
-        self.stamps.as_ref().and_then(|s| s.0.get())
+        self.stamps.as_ref().and_then(|s| s.read.get())
     }
 }
 
@@ -225,16 +304,8 @@ mod tests {
         seen.len() >= p + 4 + len
     }
 
-    /// bench's worker (the test's only thread) is held for 300 ms while the first token
-    /// arrives, 50 ms after the request: the kernel's stamp keeps TTFT at the arrival. Read
-    /// with the process's clock it would be at least the hold.
-    #[tokio::test]
-    async fn a_held_worker_times_the_first_token_at_its_arrival() {
-        crate::rxstamp::enable();
-        let got = Arc::new(AtomicBool::new(false));
-        let addr = upstream(got.clone());
-        let t = Arc::new(Target::new(&format!("http://{addr}"), None, Vec::new()).unwrap());
-        let req = Req {
+    fn req() -> Req {
+        Req {
             model: "m".into(),
             api: Api::Chat,
             system: None,
@@ -250,7 +321,70 @@ mod tests {
             cache_salt: false,
             route_header: None,
             prompt: None,
-        };
+        }
+    }
+
+    /// bench's worker (the test's only thread) is held for 200 ms after it set out, before its
+    /// request is written: t0 is the write, so the hold is in no figure (read from setting out,
+    /// TTFT would be at least the hold).
+    #[tokio::test]
+    async fn a_request_is_timed_from_the_write_that_sent_it() {
+        crate::rxstamp::enable();
+        let got = Arc::new(AtomicBool::new(false));
+        let addr = upstream(got.clone());
+        let live = Arc::new(crate::bench::live::Live::default());
+        let t = Target::new(&format!("http://{addr}"), None, Vec::new())
+            .unwrap()
+            .with_live(Some(live.clone()));
+        let t = Arc::new(t);
+        let before = std::time::SystemTime::now();
+        let one = tokio::spawn(async move {
+            let r = t
+                .one(&req(), Sent::default(), &AtomicBool::new(false))
+                .await;
+            (r, std::time::SystemTime::now())
+        });
+        // Until the worker has set out (its first poll counts it sent, then waits on the
+        // connect): then the thread is held, and nothing is written meanwhile.
+        while !live
+            .page()
+            .contains("tokentap_bench_requests_sent_total 1\n")
+        {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !got.load(Ordering::SeqCst),
+            "the request went out before the hold"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        let (r, ended) = one.await.unwrap();
+        let ttft = r.ttft_ms.unwrap();
+        assert!((45.0..150.0).contains(&ttft), "ttft {ttft}: {r:?}");
+        // `ts` is the write's wall time: after the hold, and `ts + e2e` is the end.
+        let ts = humantime::parse_rfc3339(&r.ts).unwrap();
+        let waited = ts.duration_since(before).unwrap();
+        assert!(
+            waited >= Duration::from_millis(195),
+            "ts {waited:?} after setting out"
+        );
+        let end = ts + Duration::from_secs_f64(r.e2e_ms / 1000.0);
+        assert!(
+            end <= ended,
+            "{:?} after the end",
+            end.duration_since(ended)
+        );
+    }
+
+    /// bench's worker (the test's only thread) is held for 300 ms while the first token
+    /// arrives, 50 ms after the request: the kernel's stamp keeps TTFT at the arrival. Read
+    /// with the process's clock it would be at least the hold.
+    #[tokio::test]
+    async fn a_held_worker_times_the_first_token_at_its_arrival() {
+        crate::rxstamp::enable();
+        let got = Arc::new(AtomicBool::new(false));
+        let addr = upstream(got.clone());
+        let t = Arc::new(Target::new(&format!("http://{addr}"), None, Vec::new()).unwrap());
+        let req = req();
         let one =
             tokio::spawn(
                 async move { t.one(&req, Sent::default(), &AtomicBool::new(false)).await },
