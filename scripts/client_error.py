@@ -4,7 +4,10 @@ client's own error"): client -> tokentap serve -> `tokentap sim --pace 50,10,100
 first token, then one every 10 ms, 100 tokens, whatever the load). tokentap stamps every request
 with the kernel's receive stamps, so a client's error is its TTFT minus the proxy's, request by
 request, joined by x-request-id. The difference also holds two loopback hops and the proxy's relay
-of the first token (tens of microseconds each: docs/overhead.md); it is stated, not subtracted.
+of the first token: tens of microseconds each on an idle machine (docs/overhead.md), more on a busy
+one. Stated, and also subtracted in part: the proxy's records carry its own lag reading the first
+token (`stamp_lag_ms`, the kernel's arrival to the proxy's read), and the error less that lag is
+given beside the error.
 
 Each level runs every client in turn (bench, then AIPerf when installed) against the same proxy
 and mock. Per client and level: the error's p50, p99 and max, the client's CPU seconds and peak
@@ -72,13 +75,13 @@ def run(cmd, log):
 
 
 def proxy_ttft(log):
-    """request id -> (arrival, TTFT ms) of the proxy's records."""
+    """request id -> (arrival, TTFT ms, its lag reading the first token ms) of the proxy's records."""
     out = {}
     with open(log) as f:
         for line in f:
             r = json.loads(line)
             if r.get("request_id") and r.get("ttft_ms") is not None:
-                out[r["request_id"]] = (r["ts"], r["ttft_ms"])
+                out[r["request_id"]] = (r["ts"], r["ttft_ms"], r.get("stamp_lag_ms") or 0.0)
     return out
 
 
@@ -189,14 +192,18 @@ def main():
                 time.sleep(1.5)  # the proxy's last records reach its log
                 proxy = proxy_ttft(proxy_log)
                 # In arrival order at the proxy: the first C opened the cell's connections.
-                joined = sorted((proxy[k][0], ttft[k] - proxy[k][1]) for k in ttft if k in proxy)
-                diffs = [d for _, d in joined]
+                joined = sorted((proxy[k][0], ttft[k] - proxy[k][1], proxy[k][2])
+                                for k in ttft if k in proxy)
+                diffs = [d for _, d, _ in joined]
+                # Less the proxy's own lag reading the first token (part of its relay).
+                net = [d - lag for _, d, lag in joined]
                 later = diffs[c:]
                 row = {"client": name, "concurrency": c, "requests": n, "exit": code,
                        "joined": len(diffs), "ttft_recorded": len(ttft), "cpu_s": round(cpu, 2),
                        "peak_rss_mb": round(rss, 1), "wall_s": round(wall, 1),
                        "machine_busy": round(load, 3)}
-                for key, ds in (("error_ms", diffs), ("error_after_first_round_ms", later)):
+                for key, ds in (("error_ms", diffs), ("error_after_first_round_ms", later),
+                                ("error_less_proxy_lag_ms", net)):
                     if ds:
                         row[key] = {k: round(v, 3) if k != "n" else v
                                     for k, v in summary(ds).items()}
@@ -204,12 +211,14 @@ def main():
                 print(json.dumps(row), file=sys.stderr, flush=True)
         with open(f"{a.work}/client-error.json", "w") as f:
             json.dump(rows, f, indent=1)
-        print("| client | C | requests (joined) | error p50 ms | p99 ms | max ms | p99 after the first round | CPU s | peak RSS MB | machine busy |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        print("| client | C | requests (joined) | error p50 ms | p99 ms | max ms | p99 after the first round | p99 less the proxy's read lag | CPU s | peak RSS MB | machine busy |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for r in rows:
             e, l = r.get("error_ms", {}), r.get("error_after_first_round_ms", {})
+            net = r.get("error_less_proxy_lag_ms", {})
             print(f"| {r['client']} | {r['concurrency']:,} | {r['requests']:,} ({r['joined']:,}) | "
                   f"{e.get('p50', '—')} | {e.get('p99', '—')} | {e.get('max', '—')} | {l.get('p99', '—')} | "
+                  f"{net.get('p99', '—')} | "
                   f"{r['cpu_s']} | {r['peak_rss_mb']} | {100 * r['machine_busy']:.0f} % |")
     finally:
         for p in reversed(procs):
