@@ -25,7 +25,6 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 import urllib.request
 
 GOAL = 0.8
@@ -33,18 +32,9 @@ OUT_TOKENS = 16
 PROMPT_TOKENS = 127
 
 
-# The port helpers of client_error.py (this folder is on the path when run as a script).
-from client_error import free_port, wait_port  # noqa: E402
-
-
-def run(cmd, log):
-    """Run a client; its (exit, user+sys CPU s, peak RSS MB, wall s)."""
-    t0 = time.monotonic()
-    with open(log, "w") as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        _, status, ru = os.wait4(p.pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    return code, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, time.monotonic() - t0
+# The port helpers and the client runner of client_error.py (this folder is on the path when
+# run as a script).
+from client_error import free_port, run, wait_port  # noqa: E402
 
 
 def start_sim(tokentap, core, pace, work, name):

@@ -11,7 +11,7 @@ use super::dataset::{Chosen, Conversation};
 use super::forecast::{about, Cell, Estimate};
 use super::model::settings::{self, OpenLoop};
 use super::plan::{Plan, Sweep};
-use super::request::{text_of_tokens, Message, Req, Sent};
+use super::request::{text_of_tokens, Req, Sent};
 use super::session::Session;
 use super::stage::open::Planned;
 use super::stage::search::{Axis, Ladder};
@@ -359,26 +359,12 @@ fn probe_basis(got: &[Probe], sent: usize) -> String {
 /// One request of `tokens` prompt tokens, not recorded; its TTFT and TPOT if it succeeded.
 async fn probe(s: &Session, seed: u64, tokens: u64) -> Option<Probe> {
     let load = &s.load;
+    let text = text_of_tokens(tokens, seed ^ 0x7072_6f62_6521);
+    // Streamed whatever the run's mode (plain's default): its TTFT and TPOT give any request's
+    // duration.
     let req = Req {
-        model: load.model.clone(),
-        api: load.api,
-        system: None,
-        messages: vec![Message::user(text_of_tokens(
-            tokens,
-            seed ^ 0x7072_6f62_6521,
-        ))],
-        out: PROBE_TOKENS,
         fixed: load.fixed,
-        // Streamed whatever the run's mode: its TTFT and TPOT give any request's duration.
-        stream: true,
-        bucket: "probe".into(),
-        concurrency: None,
-        request_rate: None,
-        turn: None,
-        arm: None,
-        cache_salt: false,
-        route_header: None,
-        prompt: None,
+        ..Req::plain(load.model.clone(), load.api, text, PROBE_TOKENS, "probe")
     };
     let r = s.target.one(&req, Sent::default(), &s.stop).await;
     let ttft = r.ttft_ms.filter(|_| r.outcome == Outcome::Ok)?;

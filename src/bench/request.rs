@@ -81,6 +81,35 @@ pub struct Sent {
 }
 
 impl Req {
+    /// One streamed request of one user message, part of no load (no level, rate, turn, arm or
+    /// prompt index), its output length not forced: the calibration's, the probe's, a replayed
+    /// one's. Set what differs with struct update syntax.
+    pub fn plain(
+        model: Arc<str>,
+        api: Api,
+        text: impl Into<Arc<str>>,
+        out: u64,
+        bucket: &str,
+    ) -> Req {
+        Req {
+            model,
+            api,
+            system: None,
+            messages: vec![Message::user(text)],
+            out,
+            fixed: false,
+            stream: true,
+            bucket: bucket.into(),
+            concurrency: None,
+            request_rate: None,
+            turn: None,
+            arm: None,
+            cache_salt: false,
+            route_header: None,
+            prompt: None,
+        }
+    }
+
     /// What the request says of the load it is part of: sent as headers (tokentap records
     /// them), and in bench's own record.
     pub fn tags(&self) -> LoadTags {

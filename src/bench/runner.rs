@@ -15,7 +15,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
-use super::request::{Message, Req, Sent};
+use super::request::{Req, Sent};
 use super::stamped::{self, Connector};
 use crate::meter::ending::{self, Close};
 use crate::meter::{
@@ -536,21 +536,14 @@ pub async fn client_overhead() -> Overhead {
     let mut ttft = Vec::new();
     for i in 0..60 {
         let req = Req {
-            model: "calibration".into(),
-            api: Api::Chat,
-            system: None,
-            messages: vec![Message::user("calibrate")],
-            out: 1,
-            fixed: false,
-            stream: true,
-            bucket: "calibration".into(),
             concurrency: Some(1),
-            request_rate: None,
-            turn: None,
-            arm: None,
-            cache_salt: false,
-            route_header: None,
-            prompt: None,
+            ..Req::plain(
+                "calibration".into(),
+                Api::Chat,
+                "calibrate",
+                1,
+                "calibration",
+            )
         };
         let r = t.one(&req, Sent::default(), &never).await;
         if let (true, Some(v)) = (i >= 10, r.ttft_ms) {

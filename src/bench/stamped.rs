@@ -22,6 +22,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -82,36 +83,37 @@ pub struct Stamps {
 /// When the write that carried a connection's last request head began: the first write after
 /// the connection's last read (HTTP/1 sends one request at a time on a connection, its head
 /// first, and reads its answer before the next).
-#[derive(Default)]
-pub struct Written(Mutex<Sending>);
+pub struct Written {
+    head: Mutex<Option<Instant>>,
+    /// A read came since the last head (or none was written yet): the next write is the next
+    /// request's head. An atomic, so that a read, the per-chunk path, takes no lock.
+    answered: AtomicBool,
+}
 
-#[derive(Default)]
-struct Sending {
-    head: Option<Instant>,
-    /// A read came since: the next write is the next request's head.
-    answered: bool,
+impl Default for Written {
+    fn default() -> Self {
+        Written {
+            head: Mutex::new(None),
+            answered: AtomicBool::new(true),
+        }
+    }
 }
 
 impl Written {
     fn wrote(&self, at: Instant) {
-        if let Ok(mut s) = self.0.lock() {
-            if s.head.is_none() || s.answered {
-                *s = Sending {
-                    head: Some(at),
-                    answered: false,
-                };
+        if self.answered.swap(false, Ordering::Relaxed) {
+            if let Ok(mut h) = self.head.lock() {
+                *h = Some(at);
             }
         }
     }
 
     fn read(&self) {
-        if let Ok(mut s) = self.0.lock() {
-            s.answered = true;
-        }
+        self.answered.store(true, Ordering::Relaxed);
     }
 
     fn get(&self) -> Option<Instant> {
-        self.0.lock().map_or(None, |s| s.head)
+        self.head.lock().map_or(None, |h| *h)
     }
 }
 
@@ -125,6 +127,24 @@ pub fn written(resp: &http::Response<Incoming>) -> Option<Instant> {
 pub struct Conn {
     io: Stamped,
     stamps: Stamps,
+}
+
+impl Conn {
+    /// One write, its start noted when it handed bytes to the kernel. The clock is read before
+    /// the call: on loopback the write itself delivers the segment, and can return a while after
+    /// the peer has it.
+    fn write(
+        &mut self,
+        call: impl FnOnce(Pin<&mut Stamped>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let at = crate::rxstamp::now();
+        let wrote = call(Pin::new(&mut self.io), cx);
+        if matches!(wrote, Poll::Ready(Ok(n)) if n > 0) {
+            self.stamps.written.wrote(at);
+        }
+        wrote
+    }
 }
 
 impl Connection for Conn {
@@ -155,15 +175,7 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        // Read before the call: on loopback the write itself delivers the segment, and can
-        // return a while after the peer has it.
-        let at = crate::rxstamp::now();
-        let wrote = Pin::new(&mut this.io).poll_write(cx, buf);
-        if matches!(wrote, Poll::Ready(Ok(n)) if n > 0) {
-            this.stamps.written.wrote(at);
-        }
-        wrote
+        self.get_mut().write(|io, cx| io.poll_write(cx, buf), cx)
     }
 
     fn poll_write_vectored(
@@ -171,15 +183,8 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        // Read before the call: on loopback the write itself delivers the segment, and can
-        // return a while after the peer has it.
-        let at = crate::rxstamp::now();
-        let wrote = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        if matches!(wrote, Poll::Ready(Ok(n)) if n > 0) {
-            this.stamps.written.wrote(at);
-        }
-        wrote
+        self.get_mut()
+            .write(|io, cx| io.poll_write_vectored(cx, bufs), cx)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -245,7 +250,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use crate::bench::request::{Message, Req, Sent};
+    use crate::bench::request::{Req, Sent};
     use crate::bench::runner::Target;
     use crate::openai::Api;
 
@@ -306,21 +311,8 @@ mod tests {
 
     fn req() -> Req {
         Req {
-            model: "m".into(),
-            api: Api::Chat,
-            system: None,
-            messages: vec![Message::user("hi")],
-            out: 2,
-            fixed: false,
-            stream: true,
-            bucket: "b".into(),
             concurrency: Some(1),
-            request_rate: None,
-            turn: None,
-            arm: None,
-            cache_salt: false,
-            route_header: None,
-            prompt: None,
+            ..Req::plain("m".into(), Api::Chat, "hi", 2, "b")
         }
     }
 

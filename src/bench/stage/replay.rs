@@ -19,7 +19,7 @@ use super::open::Planned;
 use crate::bench::cell::Out;
 use crate::bench::model::settings::{Common, Replay};
 pub use crate::bench::model::window::{Bound, Window};
-use crate::bench::request::{overhead, text_of_tokens, Message, Req};
+use crate::bench::request::{overhead, text_of_tokens, Req};
 use crate::bench::session::Session;
 use crate::bench::{BenchError, OpenInfo};
 use crate::meter::Buckets;
@@ -313,26 +313,19 @@ fn planned(cfg: &Common, n: usize, i: &Item, at: Duration) -> Planned {
     Planned {
         at,
         req: Req {
-            model: cfg
-                .model
-                .as_deref()
-                .or(i.model.as_deref())
-                .unwrap_or("")
-                .into(),
-            api: i.api,
-            system: None,
-            messages: vec![Message::user(text)],
-            out: i.output,
             fixed: cfg.fixed_output,
             stream: cfg.stream,
-            bucket: bucket.into(),
-            concurrency: None,
-            request_rate: None,
-            turn: None,
-            arm: None,
-            cache_salt: false,
-            route_header: None,
-            prompt: None,
+            ..Req::plain(
+                cfg.model
+                    .as_deref()
+                    .or(i.model.as_deref())
+                    .unwrap_or("")
+                    .into(),
+                i.api,
+                text,
+                i.output,
+                &bucket,
+            )
         },
         measured: true,
     }
